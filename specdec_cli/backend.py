@@ -1,0 +1,353 @@
+"""The one place that talks to llama.cpp (through llama-cpp-python's low-level ctypes API).
+
+`LlamaModel` loads a GGUF file with GPU offload, keeps its own KV cache and the list of
+tokens that cache holds, and gives the engine exactly what speculative decoding needs:
+
+    model = LlamaModel("smollm2.gguf", n_ctx=2048)
+    rows = model.decode([1, 2, 3], logits="all")   # (3, n_vocab) float32 view, no copy
+    model.rewind(1)                                  # KV cache now holds [1] only
+
+What it leaves out on purpose: sampling (see `sampling.py`), drafting policy (see
+`drafters.py`), and the high-level `llama_cpp.Llama` class, whose `logits_all=True`
+allocates an n_ctx x n_vocab float buffer. Here a batch asks for logits only on the rows
+the loop will read, and those rows come back as numpy views over llama.cpp's own output
+buffer: they are valid until the next `decode` call on the same model.
+
+llama.cpp's own log is captured into a ring buffer (`LlamaLog`) rather than printed, and
+its tail is attached to the error when a load fails. `SPECDEC_LLAMA_LOG=1` echoes it live.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import functools
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+import llama_cpp as lc
+
+from .errors import ContextOverflow, ModelLoadError, ModelNotFound, SpecdecError
+
+log = logging.getLogger("specdec")
+
+VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
+FILE_TYPES = {"F32": lc.LLAMA_FTYPE_ALL_F32, "F16": lc.LLAMA_FTYPE_MOSTLY_F16, "Q8_0": lc.LLAMA_FTYPE_MOSTLY_Q8_0}
+GGUF_MAGIC = b"GGUF"
+
+
+class LlamaLog:
+    """llama.cpp's log lines, kept in a bounded buffer instead of flooding stderr."""
+
+    def __init__(self, keep: int = 200) -> None:
+        self.lines: collections.deque[str] = collections.deque(maxlen=keep)
+        self.echo = os.environ.get("SPECDEC_LLAMA_LOG", "") not in ("", "0")
+        self._partial = ""
+        # The ctypes callback must outlive every call into llama.cpp, so this object holds it.
+        self._callback = lc.llama_log_callback(self._on_log)
+        lc.llama_log_set(self._callback, ctypes.c_void_p(0))
+
+    def _on_log(self, level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+        piece = text.decode("utf-8", errors="replace")
+        if self.echo:
+            sys.stderr.write(piece)
+        self._partial += piece
+        *done, self._partial = self._partial.split("\n")
+        self.lines.extend(line for line in done if line.strip())
+
+    def tail(self, n: int = 12) -> str:
+        return "\n".join(list(self.lines)[-n:])
+
+
+@functools.lru_cache(maxsize=1)
+def llama_log() -> LlamaLog:
+    """Initialise llama.cpp's backends once and route its log into a `LlamaLog`."""
+    captured = LlamaLog()
+    lc.llama_backend_init()
+    return captured
+
+
+def gpu_offload_supported() -> bool:
+    llama_log()
+    return bool(lc.llama_supports_gpu_offload())
+
+
+def resolve_gpu_layers(requested: int | None) -> int:
+    """None or -1 means "all layers on the GPU if there is one"; a request without a GPU warns."""
+    has_gpu = gpu_offload_supported()
+    if requested is None or requested < 0:
+        return 999 if has_gpu else 0
+    if requested > 0 and not has_gpu:
+        log.warning("llama.cpp was built without a GPU backend; ignoring --gpu-layers %d and running on the CPU", requested)
+        return 0
+    return requested
+
+
+@dataclass(frozen=True)
+class VocabInfo:
+    """What llama.cpp's compatibility rule compares between a draft and a target."""
+
+    n_vocab: int
+    vocab_type: str
+    bos: int
+    eos: int
+    eot: int
+    add_bos: bool
+    add_eos: bool
+
+
+def check_gguf_file(path: Path) -> None:
+    """Fail early and clearly for a missing file or one that is not GGUF at all."""
+    if not path.exists():
+        raise ModelNotFound(f"model file not found: {path}")
+    if path.is_dir():
+        raise ModelNotFound(f"model path is a directory, not a GGUF file: {path}")
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != GGUF_MAGIC:
+        raise ModelLoadError(f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF')")
+
+
+class LlamaModel:
+    """One GGUF model with one context (one sequence) and the tokens its KV cache holds."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        n_ctx: int = 2048,
+        n_threads: int | None = None,
+        n_gpu_layers: int | None = None,
+        n_batch: int = 512,
+        vocab_only: bool = False,
+    ) -> None:
+        self.path = Path(path)
+        check_gguf_file(self.path)
+        self._log = llama_log()
+        self._model = None
+        self._ctx = None
+        self._batch = None
+        self.tokens: list[int] = []
+        self._pieces: dict[int, bytes] = {}
+
+        mparams = lc.llama_model_default_params()
+        mparams.n_gpu_layers = 0 if vocab_only else resolve_gpu_layers(n_gpu_layers)
+        mparams.vocab_only = vocab_only
+        self.n_gpu_layers = mparams.n_gpu_layers
+        self._model = lc.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not self._model:
+            raise ModelLoadError(f"llama.cpp could not load {self.path}:\n{self._log.tail()}")
+        self._vocab = lc.llama_model_get_vocab(self._model)
+        self.n_vocab = int(lc.llama_vocab_n_tokens(self._vocab))
+        if vocab_only:
+            self.n_ctx = 0
+            return
+
+        threads = n_threads or max(os.cpu_count() or 1, 1)
+        cparams = lc.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = min(n_batch, n_ctx)
+        cparams.n_ubatch = cparams.n_batch
+        cparams.n_seq_max = 1
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        self._ctx = lc.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            self.close()
+            raise ModelLoadError(f"llama.cpp could not create a context of {n_ctx} tokens for {self.path}:\n{self._log.tail()}")
+        self.n_ctx = int(lc.llama_n_ctx(self._ctx))
+        self.n_batch = int(cparams.n_batch)
+        self.n_threads = threads
+        self._memory = lc.llama_get_memory(self._ctx)
+        self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
+
+    # -- lifetime ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._batch is not None:
+            lc.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            lc.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            lc.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self) -> "LlamaModel":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # -- vocabulary -------------------------------------------------------------------
+
+    @functools.cached_property
+    def vocab(self) -> VocabInfo:
+        v = self._vocab
+        return VocabInfo(
+            n_vocab=self.n_vocab,
+            vocab_type=VOCAB_TYPES.get(int(lc.llama_vocab_type(v)), "unknown"),
+            bos=int(lc.llama_vocab_bos(v)),
+            eos=int(lc.llama_vocab_eos(v)),
+            eot=int(lc.llama_vocab_eot(v)),
+            add_bos=bool(lc.llama_vocab_get_add_bos(v)),
+            add_eos=bool(lc.llama_vocab_get_add_eos(v)),
+        )
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary's stored text for a token (not its rendered piece)."""
+        raw = lc.llama_vocab_get_text(self._vocab, token)
+        return raw.decode("utf-8", errors="replace") if raw else ""
+
+    def is_end_of_generation(self, token: int) -> bool:
+        return bool(lc.llama_vocab_is_eog(self._vocab, token))
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """Text to token ids. `add_special` adds BOS only if the model asks for it."""
+        data = text.encode("utf-8")
+        size = len(data) + 8
+        buf = (lc.llama_token * size)()
+        n = lc.llama_tokenize(self._vocab, data, len(data), buf, size, add_special, parse_special)
+        if n < 0:
+            size = -n
+            buf = (lc.llama_token * size)()
+            n = lc.llama_tokenize(self._vocab, data, len(data), buf, size, add_special, parse_special)
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a token renders as (special tokens render as nothing). Cached."""
+        cached = self._pieces.get(token)
+        if cached is not None:
+            return cached
+        buf = ctypes.create_string_buffer(64)
+        n = lc.llama_token_to_piece(self._vocab, token, buf, 64, 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = lc.llama_token_to_piece(self._vocab, token, buf, -n, 0, False)
+        out = buf.raw[:n]
+        self._pieces[token] = out
+        return out
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def chat_template(self) -> str | None:
+        raw = lc.llama_model_chat_template(self._model, None)
+        return raw.decode("utf-8", errors="replace") if raw else None
+
+    def apply_chat_template(self, messages: Sequence[tuple[str, str]]) -> str:
+        """Format (role, content) messages with the model's own template, ending on the assistant's turn."""
+        template = lc.llama_model_chat_template(self._model, None)
+        if not template:
+            raise SpecdecError(f"{self.path.name} has no chat template; pass --raw to send the prompt as it is")
+        keep = [(role.encode(), content.encode()) for role, content in messages]
+        chat = (lc.llama_chat_message * len(keep))()
+        for i, (role, content) in enumerate(keep):
+            chat[i].role = role
+            chat[i].content = content
+        size = 2 * sum(len(c) + len(r) for r, c in keep) + 256
+        buf = ctypes.create_string_buffer(size)
+        n = lc.llama_chat_apply_template(template, chat, len(keep), True, buf, size)
+        if n > size:
+            buf = ctypes.create_string_buffer(n)
+            n = lc.llama_chat_apply_template(template, chat, len(keep), True, buf, n)
+        if n < 0:
+            raise SpecdecError(
+                f"llama.cpp does not recognise the chat template of {self.path.name}; pass --raw and format the prompt yourself"
+            )
+        return buf.raw[:n].decode("utf-8", errors="replace")
+
+    # -- evaluation -------------------------------------------------------------------
+
+    def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray | None:
+        """Append `tokens` to the KV cache; return logits of the last `n_logits` as a (rows, n_vocab) view.
+
+        n_logits=0 asks for no logits (prefill of text whose next token is not needed).
+        Rows with logits must fit in one batch of n_batch tokens. The view aliases
+        llama.cpp's buffer: read it before the next decode on this model.
+        """
+        n = len(tokens)
+        assert n > 0, "decode needs at least one token"
+        assert 0 <= n_logits <= min(n, self.n_batch), f"n_logits={n_logits} for {n} tokens, n_batch={self.n_batch}"
+        start = len(self.tokens)
+        if start + n > self.n_ctx:
+            raise ContextOverflow(
+                f"the context holds {self.n_ctx} tokens but {start + n} are needed; pass a larger --ctx"
+            )
+        batch = self._batch
+        first_logit = n - n_logits
+        # Chunks of at most n_batch tokens; the last one holds every row that wants logits.
+        last_start = max(0, n - self.n_batch)
+        bounds = list(range(0, last_start, self.n_batch)) + [last_start, n]
+        for lo, hi in zip(bounds, bounds[1:]):
+            for i in range(hi - lo):
+                batch.token[i] = tokens[lo + i]
+                batch.pos[i] = start + lo + i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = lo + i >= first_logit
+            batch.n_tokens = hi - lo
+            rc = lc.llama_decode(self._ctx, batch)
+            if rc != 0:
+                self.rewind(start)
+                raise SpecdecError(f"llama_decode failed with code {rc} on {self.path.name}:\n{self._log.tail(4)}")
+        self.tokens.extend(int(t) for t in tokens)
+        if not n_logits:
+            return None
+        # Output rows are indexed within the last chunk, which started at `lo`.
+        return self._logits_view(first_logit - lo, n_logits)
+
+    def _logits_view(self, first: int, rows: int) -> np.ndarray:
+        ptr = lc.llama_get_logits_ith(self._ctx, first)
+        if not ptr:
+            raise SpecdecError(f"llama.cpp returned no logits for row {first} of {self.path.name}")
+        if rows > 1:
+            # The output rows are contiguous in batch order; check that before trusting one view.
+            last = lc.llama_get_logits_ith(self._ctx, first + rows - 1)
+            step = ctypes.addressof(last.contents) - ctypes.addressof(ptr.contents)
+            assert step == (rows - 1) * self.n_vocab * 4, "llama.cpp output rows are not contiguous"
+        return np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab))
+
+    def rewind(self, n_keep: int) -> None:
+        """Drop every cached token from position `n_keep` on (KV rollback)."""
+        if n_keep >= len(self.tokens):
+            return
+        ok = lc.llama_memory_seq_rm(self._memory, 0, n_keep, -1)
+        if not ok:
+            raise SpecdecError(
+                f"{self.path.name}: llama.cpp cannot roll back this model's memory (recurrent architecture?); "
+                "speculative decoding needs a model whose KV cache can be truncated"
+            )
+        del self.tokens[n_keep:]
+
+    def reset(self) -> None:
+        lc.llama_memory_clear(self._memory, True)
+        self.tokens.clear()
+
+
+def convert_gguf(src: Path, dst: Path, file_type: str = "F32", n_threads: int = 0) -> None:
+    """Rewrite a GGUF at another precision with llama.cpp's quantizer (requantizing allowed).
+
+    Writes straight to `dst`; callers that need atomicity write to a temporary name first.
+    """
+    llama_log()
+    params = lc.llama_model_quantize_default_params()
+    params.nthread = n_threads
+    params.ftype = FILE_TYPES[file_type]
+    params.allow_requantize = True
+    rc = lc.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    if rc != 0:
+        raise SpecdecError(f"llama.cpp could not convert {src} to {file_type} (code {rc}):\n{llama_log().tail(4)}")

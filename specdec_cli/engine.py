@@ -1,0 +1,317 @@
+"""The speculative loop: draft, score in one target batch, verify, roll back, yield events.
+
+One round, with the context c (prompt plus output so far) and the target's KV cache
+holding all of c except its last token:
+
+    1. draft     the drafter proposes d1..dk (and the q it drew each from)
+    2. score     the target evaluates [c[-1], d1..dk] in ONE batch: k + 1 rows of logits
+    3. verify    speculative sampling keeps d1..dn and adds one target token t
+                 (a correction after a rejection, or the bonus after n == k)
+    4. roll back both KV caches to c + d1..dn (in a `finally`), append d1..dn, t to c
+
+Every round emits at least one token (the target's t), so generation always advances.
+`generate` yields typed events and never prints: `run`, `bench`, tests and library users
+read the same stream. Target-only decoding (the baseline of every speed claim) is the same
+loop with no drafter, so both use the same backend, sampling and stopping code.
+
+    engine = Engine(target, ModelDrafter(draft))
+    for event in engine.generate(prompt_ids, GenerationConfig(max_tokens=64)):
+        ...
+
+Left out: printing (render.py), statistics (stats.py), and how k is chosen beyond the
+configured number (drafters and policies decide that).
+"""
+
+from __future__ import annotations
+
+import codecs
+import enum
+import time
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence, Union
+
+import numpy as np
+
+from .drafters import CausalModel, Drafter, Proposal, catch_up, common_prefix
+from .errors import ContextOverflow, IncompatiblePair
+from .sampling import SamplingParams, argmax, probabilities, sample, verify
+
+
+class Source(str, enum.Enum):
+    """Where an emitted token came from."""
+
+    DRAFT = "draft"  # a draft token the target accepted
+    CORRECTION = "correction"  # the target's token after it rejected a draft
+    BONUS = "bonus"  # the target's extra token after every draft was accepted
+    TARGET = "target"  # a plain target step (target-only decoding, or nothing was drafted)
+
+
+@dataclass(frozen=True)
+class Prefill:
+    prompt_tokens: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Token:
+    id: int
+    text: str  # the text this token releases (may be "" mid UTF-8 sequence, or cut by a stop string)
+    source: Source
+    position: int  # 1..k for draft tokens, k_accepted + 1 for the target's token
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A draft token the target turned down (shown by --show-rejected)."""
+
+    id: int
+    text: str
+    position: int
+
+
+@dataclass(frozen=True)
+class Round:
+    drafted: int
+    accepted: int
+    draft_seconds: float  # the drafter's propose call
+    draft_decode_seconds: float  # of which inside the draft model's decode calls
+    verify_seconds: float  # the target's batch decode
+    seconds: float  # the whole round
+
+
+@dataclass(frozen=True)
+class Finished:
+    reason: str  # "eog", "max_tokens", "stop", "context_full"
+    tokens: tuple[int, ...]
+    text: str
+
+
+Event = Union[Prefill, Token, Rejected, Round, Finished]
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    max_tokens: int = 256
+    draft_tokens: int = 8  # k
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    seed: int = 0
+    stop: tuple[str, ...] = ()
+
+
+class TextStream:
+    """Turns token bytes into text, holding back what might still become a stop string.
+
+    Tokens are queued with their text until no stop string can start inside it; then they
+    are released. A stop string found anywhere (also across tokens or rounds) cuts the
+    output exactly before it. Example with stop="\\n\\n": pieces "a", "\\n", "\\nb" release
+    "a", then stop with the text "a\\n" cut to "a".
+    """
+
+    def __init__(self, stop: Sequence[str]) -> None:
+        self.stop = [s for s in stop if s]
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.text = ""  # all text decoded so far
+        self.released = 0  # characters of `text` already handed out
+        self._pending: list[tuple[int, Source, int, int]] = []  # (id, source, position, end offset in text)
+        self.tokens: list[int] = []  # ids released so far
+        self.stopped = False
+
+    def push(self, token: int, piece: bytes, source: Source, position: int) -> list[Token]:
+        self.text += self._decoder.decode(piece)
+        self._pending.append((token, source, position, len(self.text)))
+        return self._release(final=False)
+
+    def flush(self) -> list[Token]:
+        self.text += self._decoder.decode(b"", final=True)
+        if self._pending:
+            tok, src, pos, _ = self._pending[-1]
+            self._pending[-1] = (tok, src, pos, len(self.text))
+        return self._release(final=True)
+
+    def _release(self, final: bool) -> list[Token]:
+        limit = len(self.text)
+        if self.stop:
+            window_start = max(0, self.released - max(map(len, self.stop)))
+            hits = [i for i in (self.text.find(s, window_start) for s in self.stop) if i >= 0]
+            if hits:
+                limit = min(hits)
+                self.stopped = True
+            elif not final:
+                limit -= self._held_back()
+        out: list[Token] = []
+        while self._pending:
+            tok, src, pos, end = self._pending[0]
+            if end > limit and not self.stopped:
+                break
+            if self.stopped and self.released >= limit and end > limit:
+                break  # nothing of this token lies before the stop string
+            piece = self.text[self.released : min(end, limit)]
+            self.released = min(end, limit)
+            self._pending.pop(0)
+            self.tokens.append(tok)
+            out.append(Token(tok, piece, src, pos))
+        if self.stopped:
+            self._pending.clear()
+            self.text = self.text[:limit]
+        return out
+
+    def _held_back(self) -> int:
+        """Length of the longest suffix of the text that is a proper prefix of a stop string."""
+        best = 0
+        for s in self.stop:
+            for n in range(min(len(s) - 1, len(self.text)), best, -1):
+                if self.text.endswith(s[:n]):
+                    best = n
+                    break
+        return best
+
+
+def shared_vocab(target: CausalModel, draft: CausalModel, margin: int = 128) -> int:
+    """Number of token ids both models know; drafts and outputs stay below it."""
+    if abs(target.n_vocab - draft.n_vocab) > margin:
+        raise IncompatiblePair(
+            f"draft vocabulary has {draft.n_vocab} tokens and the target's {target.n_vocab}; "
+            f"llama.cpp allows a difference of at most {margin}"
+        )
+    return min(target.n_vocab, draft.n_vocab)
+
+
+class Engine:
+    """Speculative decoding of one target model with one drafter (or none: target-only)."""
+
+    def __init__(
+        self,
+        target: CausalModel,
+        drafter: Drafter | None = None,
+        *,
+        piece=None,
+        is_end=None,
+        vocab_limit: int | None = None,
+    ) -> None:
+        self.target = target
+        self.drafter = drafter
+        self.piece = piece or getattr(target, "piece")
+        self.is_end = is_end or getattr(target, "is_end_of_generation")
+        self.vocab_limit = vocab_limit or target.n_vocab
+
+    # -- stages -----------------------------------------------------------------------
+
+    def prefill(self, prompt: Sequence[int]) -> Prefill:
+        """Evaluate all of the prompt but its last token in both models (the last one opens round 1)."""
+        if len(prompt) >= self.target.n_ctx:
+            raise ContextOverflow(
+                f"prompt is {len(prompt)} tokens but the context holds {self.target.n_ctx}; "
+                f"pass --ctx {_next_ctx(len(prompt) + 1)}"
+            )
+        start = time.perf_counter()
+        head = list(prompt[:-1])
+        self.target.rewind(common_prefix(self.target.tokens, head))
+        if len(self.target.tokens) < len(head):
+            self.target.decode(head[len(self.target.tokens) :], 0)
+        if self.drafter is not None:
+            self.drafter.prefill(head)
+        return Prefill(prompt_tokens=len(prompt), seconds=time.perf_counter() - start)
+
+    def target_step(self, context: list[int], params: SamplingParams, rng: np.random.Generator) -> int:
+        """One plain decoding step of the target: the baseline's whole loop body."""
+        logits = catch_up(self.target, context)
+        row = logits[0, : self.vocab_limit]
+        return argmax(row) if params.greedy else sample(probabilities(row, params), rng)
+
+    def speculative_round(
+        self, context: list[int], k: int, params: SamplingParams, rng: np.random.Generator
+    ) -> tuple[Proposal, int, int, float, float]:
+        """Draft k tokens, score them in one target batch, verify.
+
+        Returns (proposal, accepted, next token, draft seconds, verify seconds). On return
+        the target's cache holds context + accepted drafts, whatever happened inside.
+        """
+        t0 = time.perf_counter()
+        proposal = self.drafter.propose(context, k, params, rng)
+        t1 = time.perf_counter()
+        drafts = proposal.tokens
+        accepted = 0  # what survives in the target's cache if anything below raises
+        try:
+            logits = catch_up(self.target, list(context) + drafts, len(drafts) + 1)
+            t2 = time.perf_counter()
+            verdict = verify(logits[:, : self.vocab_limit], drafts, proposal.q_rows, params, rng)
+            accepted = verdict.accepted
+        finally:
+            self.target.rewind(len(context) + accepted)
+        return proposal, verdict.accepted, verdict.token, t1 - t0, t2 - t1
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def generate(self, prompt: Sequence[int], config: GenerationConfig) -> Iterator[Event]:
+        """Yield Prefill, then Token/Rejected/Round events, then Finished."""
+        assert len(prompt) > 0, "the prompt must hold at least one token"
+        assert config.draft_tokens >= 0
+        rng = np.random.default_rng(config.seed)
+        params = config.sampling
+        context = list(prompt)
+        stream = TextStream(config.stop)
+        generated = 0
+        reason = "max_tokens"
+        yield self.prefill(prompt)
+        try:
+            while generated < config.max_tokens:
+                room = self.target.n_ctx - len(context)
+                if room <= 0:
+                    reason = "context_full"
+                    break
+                # Never draft past the token budget or the context: a round makes up to k + 1 tokens.
+                k = min(config.draft_tokens, config.max_tokens - generated - 1, room - 1)
+                start = time.perf_counter()
+                if self.drafter is None or k <= 0:
+                    t0 = time.perf_counter()
+                    token = self.target_step(context, params, rng)
+                    verify_s = time.perf_counter() - t0
+                    emitted = [(token, Source.TARGET, 1)]
+                    proposal, accepted, draft_s = Proposal(), 0, 0.0
+                else:
+                    proposal, accepted, token, draft_s, verify_s = self.speculative_round(context, k, params, rng)
+                    drafts = proposal.tokens
+                    emitted = [(d, Source.DRAFT, i + 1) for i, d in enumerate(drafts[:accepted])]
+                    emitted.append((token, Source.BONUS if accepted == len(drafts) else Source.CORRECTION, accepted + 1))
+                    if accepted < len(drafts):
+                        rejected = drafts[accepted]
+                        yield Rejected(rejected, self.piece(rejected).decode("utf-8", "replace"), accepted + 1)
+                done = False
+                for tok, source, position in emitted:
+                    if self.is_end(tok):
+                        reason, done = "eog", True
+                        break
+                    context.append(tok)
+                    generated += 1
+                    yield from stream.push(tok, self.piece(tok), source, position)
+                    if stream.stopped:
+                        reason, done = "stop", True
+                        break
+                    if generated >= config.max_tokens:
+                        break
+                yield Round(
+                    drafted=len(proposal.tokens),
+                    accepted=accepted,
+                    draft_seconds=draft_s,
+                    draft_decode_seconds=proposal.decode_seconds,
+                    verify_seconds=verify_s,
+                    seconds=time.perf_counter() - start,
+                )
+                if done:
+                    break
+            if not stream.stopped:
+                yield from stream.flush()
+        finally:
+            # Both caches end at the output's accepted prefix, also after EOS, a stop string or Ctrl-C.
+            self.target.rewind(common_prefix(self.target.tokens, context))
+            if self.drafter is not None:
+                self.drafter.sync(context)
+        yield Finished(reason=reason, tokens=tuple(stream.tokens), text=stream.text[: stream.released])
+
+
+def _next_ctx(n: int) -> int:
+    """The smallest power of two of at least n tokens, as a --ctx suggestion."""
+    size = 512
+    while size < n:
+        size *= 2
+    return size

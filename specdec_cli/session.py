@@ -1,0 +1,99 @@
+"""From user options to a ready engine: resolve the files, load both models, check the pair.
+
+    with open_pair(draft_path, target_path, LoadOptions(n_ctx=4096)) as pair:
+        prompt_ids = pair.prompt_tokens("Hello", chat=True)
+        for event in pair.engine().generate(prompt_ids, config): ...
+
+`pair.engine(speculative=False)` gives the target-only engine on the same loaded target,
+which is what `--baseline` and `bench` compare against.
+
+Left out: option parsing and printing (cli.py), the loop itself (engine.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from .backend import LlamaModel
+from .compat import compare_vocabularies
+from .drafters import ModelDrafter
+from .engine import Engine
+from .errors import BadInput, IncompatiblePair
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    n_ctx: int = 2048
+    draft_ctx: int | None = None  # None: the same as the target's
+    n_threads: int | None = None
+    gpu_layers: int | None = None  # None: all layers on the GPU when there is one
+    draft_gpu_layers: int | None = None
+
+
+@dataclass
+class LoadedPair:
+    target: LlamaModel
+    draft: LlamaModel | None
+    vocab_limit: int
+
+    def prompt_tokens(self, prompt: str, *, chat: bool = True, system: str | None = None) -> list[int]:
+        """Tokenize with the target's chat template (a user turn), or the text as it is (--raw)."""
+        if chat:
+            messages = ([("system", system)] if system else []) + [("user", prompt)]
+            text = self.target.apply_chat_template(messages)
+        else:
+            text = (system + "\n\n" + prompt) if system else prompt
+        ids = self.target.tokenize(text, add_special=True, parse_special=True)
+        if not ids:
+            raise BadInput("the prompt is empty after tokenization; give some text")
+        return ids
+
+    def engine(self, speculative: bool = True) -> Engine:
+        drafter = ModelDrafter(self.draft, self.vocab_limit) if (speculative and self.draft is not None) else None
+        return Engine(self.target, drafter, vocab_limit=self.vocab_limit)
+
+
+def check_pair(draft: LlamaModel, target: LlamaModel) -> int:
+    """Raise IncompatiblePair unless llama.cpp's rule accepts the pair; return the shared vocabulary size."""
+    report = compare_vocabularies(draft.vocab, target.vocab, draft.token_text, target.token_text)
+    if not report.compatible:
+        raise IncompatiblePair(
+            f"{draft.path.name} cannot draft for {target.path.name}: {report.problems[0]}"
+            + (f" (and {len(report.problems) - 1} more problems)" if len(report.problems) > 1 else "")
+        )
+    return report.shared_vocab
+
+
+@contextlib.contextmanager
+def open_pair(
+    draft_path: Path | None,
+    target_path: Path,
+    options: LoadOptions = LoadOptions(),
+    on_load: Callable[[str, Path], None] | None = None,
+) -> Iterator[LoadedPair]:
+    """Load target (and draft, if given), check them, and close both on exit."""
+    draft_ctx = options.draft_ctx or options.n_ctx
+    if draft_ctx < options.n_ctx:
+        raise BadInput(
+            f"the draft context ({draft_ctx} tokens) is smaller than the target's ({options.n_ctx}); "
+            f"pass --draft-ctx {options.n_ctx} or more"
+        )
+    with contextlib.ExitStack() as stack:
+        if on_load:
+            on_load("target", target_path)
+        target = stack.enter_context(
+            LlamaModel(target_path, n_ctx=options.n_ctx, n_threads=options.n_threads, n_gpu_layers=options.gpu_layers)
+        )
+        draft = None
+        vocab_limit = target.n_vocab
+        if draft_path is not None:
+            if on_load:
+                on_load("draft", draft_path)
+            draft = stack.enter_context(
+                LlamaModel(draft_path, n_ctx=draft_ctx, n_threads=options.n_threads, n_gpu_layers=options.draft_gpu_layers)
+            )
+            vocab_limit = check_pair(draft, target)
+        yield LoadedPair(target=target, draft=draft, vocab_limit=vocab_limit)

@@ -1,0 +1,144 @@
+"""Counters and timings built from engine events, and the speed-up model that explains them.
+
+`RunStats` folds the event stream of one generation into the numbers a user asks about:
+tokens per target pass, acceptance (overall and by draft position), where the time went.
+
+The model is Leviathan et al. 2022, Theorem 3.8, with the verify cost measured instead of
+assumed equal to one target step. With per-token acceptance alpha and k drafts a round
+yields E = (1 - alpha^(k+1)) / (1 - alpha) tokens on average (k + 1 when alpha = 1), and
+
+    speedup = E * T_target(1) / (k * T_draft + T_target(k + 1))
+
+where T_target(n) is the time of one target batch of n tokens and T_draft one draft step.
+Example: alpha = 0.8, k = 4, T_draft = 5 ms, T_target(1) = 12 ms, T_target(5) = 18 ms
+-> E = 3.36, speedup = 3.36 * 12 / 38 = 1.06.
+
+Left out: printing (render.py) and measuring the cost curve (engine.measure_cost_curve).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Iterable
+
+from .engine import Event, Finished, Prefill, Rejected, Round, Token
+
+
+def expected_tokens_per_round(alpha: float, k: int) -> float:
+    """E[tokens per round] under i.i.d. acceptance alpha (Leviathan et al. 2022, eq. 1)."""
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def predicted_speedup(alpha: float, k: int, draft_step: float, target_step: float, verify_batch: float) -> float:
+    """Theorem 3.8 with a measured verify cost: time per token target-only / speculative."""
+    if k == 0:
+        return 1.0
+    return expected_tokens_per_round(alpha, k) * target_step / (k * draft_step + verify_batch)
+
+
+@dataclass
+class RunStats:
+    prompt_tokens: int = 0
+    prefill_seconds: float = 0.0
+    new_tokens: int = 0
+    target_passes: int = 0
+    rounds_with_draft: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    rejections: int = 0
+    drafted_by_position: list[int] = field(default_factory=list)
+    accepted_by_position: list[int] = field(default_factory=list)
+    draft_seconds: float = 0.0
+    draft_decode_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    generation_seconds: float = 0.0
+    finish_reason: str = ""
+
+    @classmethod
+    def from_events(cls, events: Iterable[Event]) -> "RunStats":
+        stats = cls()
+        for event in events:
+            stats.add(event)
+        return stats
+
+    def add(self, event: Event) -> None:
+        if isinstance(event, Prefill):
+            self.prompt_tokens = event.prompt_tokens
+            self.prefill_seconds = event.seconds
+        elif isinstance(event, Token):
+            self.new_tokens += 1
+        elif isinstance(event, Round):
+            self.target_passes += 1
+            self.generation_seconds += event.seconds
+            self.draft_seconds += event.draft_seconds
+            self.draft_decode_seconds += event.draft_decode_seconds
+            self.verify_seconds += event.verify_seconds
+            if event.drafted:
+                self.rounds_with_draft += 1
+                self.drafted += event.drafted
+                self.accepted += event.accepted
+                self.rejections += event.accepted < event.drafted
+                self._grow(event.drafted)
+                for i in range(event.drafted):
+                    self.drafted_by_position[i] += i <= event.accepted  # position i+1 was tried
+                    self.accepted_by_position[i] += i < event.accepted
+        elif isinstance(event, Finished):
+            self.finish_reason = event.reason
+        elif isinstance(event, Rejected):
+            pass
+
+    def _grow(self, k: int) -> None:
+        while len(self.drafted_by_position) < k:
+            self.drafted_by_position.append(0)
+            self.accepted_by_position.append(0)
+
+    # -- derived ----------------------------------------------------------------------
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted draft tokens over drafted ones (drafts after a rejection count as drafted)."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def alpha(self) -> float:
+        """Per-token acceptance as Leviathan et al. define it: each draft is a trial until the first rejection."""
+        trials = self.accepted + self.rejections
+        return self.accepted / trials if trials else 0.0
+
+    @property
+    def acceptance_by_position(self) -> list[float]:
+        """P(draft i accepted | drafts 1..i-1 accepted), for i = 1..k."""
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_by_position, self.drafted_by_position)]
+
+    @property
+    def mean_accepted(self) -> float:
+        return self.accepted / self.rounds_with_draft if self.rounds_with_draft else 0.0
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return self.new_tokens / self.target_passes if self.target_passes else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Generation speed, prefill excluded (as llama.cpp reports eval speed)."""
+        return self.new_tokens / self.generation_seconds if self.generation_seconds else 0.0
+
+    @property
+    def other_seconds(self) -> float:
+        return max(self.generation_seconds - self.draft_seconds - self.verify_seconds, 0.0)
+
+    @property
+    def python_share(self) -> float:
+        """Share of generation time spent outside llama.cpp's decode calls (sampling, Python)."""
+        if not self.generation_seconds:
+            return 0.0
+        inside = self.draft_decode_seconds + self.verify_seconds
+        return max(self.generation_seconds - inside, 0.0) / self.generation_seconds
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        for name in ("acceptance_rate", "alpha", "acceptance_by_position", "mean_accepted", "tokens_per_pass", "tokens_per_second", "python_share"):
+            out[name] = getattr(self, name)
+        return out
