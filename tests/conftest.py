@@ -1,0 +1,34 @@
+"""Shared fixtures. Real-model tests carry the `model` marker and use the built-in pair.
+
+Only one llama.cpp process may run at a time on the 2-core machines (its threads
+spin-wait), so the suite never runs in parallel.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def builtin_paths(tmp_path_factory) -> tuple[Path, Path]:
+    """(draft, target) of the built-in pair; the F32 target is converted once per cache."""
+    os.environ.setdefault("SPECDEC_CACHE", str(Path.home() / ".cache" / "specdec"))
+    from specdec_cli.registry import builtin_pair
+
+    return builtin_pair()
+
+
+@pytest.fixture(scope="session")
+def builtin_models(builtin_paths):
+    """Both built-in models loaded once for the session: (draft, target) LlamaModel."""
+    from specdec_cli.backend import LlamaModel
+
+    draft_path, target_path = builtin_paths
+    draft = LlamaModel(draft_path, n_ctx=2048)
+    target = LlamaModel(target_path, n_ctx=2048)
+    yield draft, target
+    draft.close()
+    target.close()

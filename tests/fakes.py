@@ -1,0 +1,49 @@
+"""A scripted, pure-numpy stand-in for a llama.cpp model, for fast engine tests.
+
+`MarkovModel` is a toy language model: its logits depend only on the last token
+(row `table[last]`), so the exact distribution of any continuation is known in closed
+form. It keeps a "KV cache" (the `tokens` list) exactly like backend.LlamaModel and
+records every decode call, so tests can check batching and rollback.
+
+    m = MarkovModel(np.log(np.full((4, 4), 0.25)))
+    m.decode([0, 1], n_logits=2)   # two rows: table[0], table[1]
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+
+class MarkovModel:
+    def __init__(self, logits_table: np.ndarray, *, n_ctx: int = 4096, eos: int | None = None) -> None:
+        self.table = np.asarray(logits_table, dtype=np.float32)
+        self.n_vocab = self.table.shape[1]
+        self.n_ctx = n_ctx
+        self.eos = eos
+        self.tokens: list[int] = []
+        self.calls: list[tuple[int, int]] = []  # (batch size, n_logits) per decode
+
+    def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray | None:
+        assert len(tokens) > 0 and 0 <= n_logits <= len(tokens)
+        assert len(self.tokens) + len(tokens) <= self.n_ctx
+        self.calls.append((len(tokens), n_logits))
+        self.tokens.extend(int(t) for t in tokens)
+        if not n_logits:
+            return None
+        return self.table[np.asarray(self.tokens[-n_logits:])]
+
+    def rewind(self, n_keep: int) -> None:
+        del self.tokens[n_keep:]
+
+    def piece(self, token: int) -> bytes:
+        return chr(ord("a") + token % 26).encode() if token < 26 else f"<{token}>".encode()
+
+    def is_end_of_generation(self, token: int) -> bool:
+        return token == self.eos
+
+
+def random_markov(n_vocab: int, rng: np.random.Generator, scale: float = 2.0) -> np.ndarray:
+    """A random logits table (n_vocab x n_vocab)."""
+    return (rng.standard_normal((n_vocab, n_vocab)) * scale).astype(np.float32)
