@@ -55,8 +55,8 @@ def read_prompt(prompt: str | None) -> str:
     return prompt
 
 
-def check_sampling_options(draft_tokens: int, temperature: float, top_k: int, top_p: float, min_p: float, max_tokens: int) -> None:
-    if not 1 <= draft_tokens <= MAX_DRAFT_TOKENS:
+def check_sampling_options(draft_tokens: int | str, temperature: float, top_k: int, top_p: float, min_p: float, max_tokens: int) -> None:
+    if draft_tokens != "auto" and not 1 <= draft_tokens <= MAX_DRAFT_TOKENS:
         raise BadInput(f"--draft-tokens must be between 1 and {MAX_DRAFT_TOKENS}, got {draft_tokens}")
     if temperature < 0:
         raise BadInput(f"--temperature must be 0 (greedy) or more, got {temperature}")
@@ -70,8 +70,15 @@ def check_sampling_options(draft_tokens: int, temperature: float, top_k: int, to
         raise BadInput(f"--max-tokens must be at least 1, got {max_tokens}")
 
 
-def resolve_paths(draft: Path | None, target: Path | None) -> tuple[Path, Path]:
-    """Both given: use them; neither: the built-in pair (converting its target once)."""
+def resolve_paths(draft: Path | None, target: Path | None, need_draft: bool = True) -> tuple[Path | None, Path]:
+    """Both given: use them; neither: the built-in pair (converting its target once).
+
+    Without need_draft (--drafter lookup) no draft is loaded: (None, target or the built-in one).
+    """
+    if not need_draft:
+        if draft is not None:
+            _err("specdec: --drafter lookup loads no draft model; ignoring --draft")
+        return None, target if target is not None else resolve_paths(None, None)[1]
     if (draft is None) != (target is None):
         raise BadInput("give both --draft and --target, or neither to use the built-in pair")
     if draft is not None and target is not None:
@@ -87,7 +94,12 @@ def run(
     draft: Annotated[Optional[Path], typer.Option(help="Draft GGUF (small, fast).")] = None,
     target: Annotated[Optional[Path], typer.Option(help="Target GGUF (the model whose output you want).")] = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens to generate at most.")] = 256,
-    draft_tokens: Annotated[int, typer.Option("--draft-tokens", "-k", help="Draft tokens per round (k).")] = 8,
+    draft_tokens: Annotated[str, typer.Option("--draft-tokens", "-k", help="Draft tokens per round: 'auto' (chosen each round from this run's acceptance and costs) or a fixed k, e.g. 8.")] = "auto",
+    drafter: Annotated[str, typer.Option(help="Who drafts: model (the draft GGUF), lookup (copies from the prompt and output; no draft model), model+lookup.")] = "model",
+    p_min: Annotated[Optional[float], typer.Option(help="Stop drafting before a token the draft model gives less than this probability. Default: 0.5 with auto, off with a fixed k.")] = None,
+    lookup_ngram_min: Annotated[int, typer.Option(help="Lookup: shortest n-gram to match.")] = 1,
+    lookup_ngram_max: Annotated[int, typer.Option(help="Lookup: longest n-gram to match (tried first).")] = 3,
+    lookup_max_tokens: Annotated[int, typer.Option(help="Lookup: longest proposal.")] = 10,
     temperature: Annotated[float, typer.Option(help="0 is greedy.")] = 0.8,
     top_k: Annotated[int, typer.Option(help="Keep the k likeliest tokens; 0 is off.")] = 40,
     top_p: Annotated[float, typer.Option(help="Nucleus mass; 1 is off.")] = 0.95,
@@ -104,19 +116,28 @@ def run(
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of text.")] = False,
 ) -> None:
     """Generate with speculative decoding; text streams to stdout, statistics to stderr."""
+    from .drafters import LookupOptions
     from .engine import GenerationConfig
+    from .policy import parse_draft_tokens
     from .render import TextRenderer, stats_summary
     from .sampling import SamplingParams
-    from .session import LoadOptions, open_pair
+    from .session import DRAFTERS, LoadOptions, open_pair
     from .stats import RunStats
 
-    check_sampling_options(draft_tokens, temperature, top_k, top_p, min_p, max_tokens)
+    if drafter not in DRAFTERS:
+        raise BadInput(f"--drafter must be one of {', '.join(DRAFTERS)}, got {drafter!r}")
+    k = parse_draft_tokens(draft_tokens, MAX_DRAFT_TOKENS)
+    check_sampling_options(k, temperature, top_k, top_p, min_p, max_tokens)
+    if p_min is not None and not 0 <= p_min <= 1:
+        raise BadInput(f"--p-min must be in [0, 1], got {p_min}")
+    lookup = LookupOptions.from_range(lookup_ngram_min, lookup_ngram_max, lookup_max_tokens)
     text = read_prompt(prompt)
-    draft_path, target_path = resolve_paths(draft, target)
+    draft_path, target_path = resolve_paths(draft, target, need_draft=drafter != "lookup")
     seed = secrets.randbits(32) if seed is None else seed
     config = GenerationConfig(
         max_tokens=max_tokens,
-        draft_tokens=draft_tokens,
+        draft_tokens=k,
+        p_min=p_min,
         sampling=SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
         seed=seed,
     )
@@ -126,7 +147,7 @@ def run(
         renderer = None if json_out else TextRenderer()
         stats = RunStats()
         finished = None
-        for event in pair.engine().generate(prompt_ids, config):
+        for event in pair.engine(drafter=drafter, lookup=lookup).generate(prompt_ids, config):
             stats.add(event)
             if renderer:
                 renderer(event)

@@ -1,4 +1,4 @@
-"""Who proposes draft tokens: one small interface, and the draft-model implementation.
+"""Who proposes draft tokens: one small interface, a draft model, prompt lookup, and both.
 
 A drafter is asked for up to k tokens that continue `context` and answers with a
 `Proposal`: the token ids and, for a sampling drafter, the processed distribution q it drew
@@ -9,22 +9,40 @@ that is `sampling.verify`'s job.
     proposal = drafter.propose(context=[1, 2, 3], k=4, params=GREEDY, rng=rng)
     proposal.tokens  # e.g. [4, 5, 6, 7]
 
+Three drafters sit behind the interface:
+
+- `ModelDrafter` samples from a small GGUF model. With `p_min > 0` it stops early, before
+  drawing a token whose draft confidence (max of q, or of the raw softmax at temperature 0)
+  is below p_min (llama.cpp's --draft-p-min).
+- `LookupDrafter` needs no model: it finds the most recent earlier occurrence of the
+  context's last n-gram (largest n first) and proposes what followed it (prompt-lookup
+  decoding). Example, sizes (2, 1): context [5, 6, 7, 9, 5, 6] ends in (5, 6), seen before
+  ending at index 2 -> proposal [7, 9, 5, 6, ...]: the copy may run on into the text it is
+  producing (as in LZ77), so a repeating pattern is proposed in full. It proposes nothing
+  when nothing matches, stops after an end-of-generation token, and before any id the
+  verifier cannot score.
+- `ModelAndLookup`: lookup when it matches, the draft model otherwise; one drafter per round
+  (a round's proposal is either deterministic or sampled, never mixed).
+
+`candidates(context)` lists the drafters that can propose for this context, preferred
+first; the draft-length policy (policy.py) picks one and its k each round.
+
 The draft model's KV cache is matched to the context lazily: `propose` keeps the longest
 common prefix of what the cache holds and the context, drops the rest and evaluates only
 the tokens after it. `sync` does the same eagerly (the engine calls it in a `finally`).
 
-Left out here: the choice of k (the engine's) and any drafter that needs no model (added
-beside this one behind the same interface).
+Left out here: the choice of k and of the drafter (policy.py), verification (sampling.py).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
+from .errors import BadInput
 from .sampling import SamplingParams, argmax, probabilities, sample
 
 
@@ -33,12 +51,19 @@ class Proposal:
     tokens: list[int] = field(default_factory=list)
     q_rows: list[np.ndarray] | None = None  # None: deterministic proposal (q one-hot)
     decode_seconds: float = 0.0  # time spent inside the draft model's decode calls
+    catch_up_seconds: float = 0.0  # of which bringing its cache up to the context (see policy.draft_step_seconds)
 
 
 class Drafter(Protocol):
+    name: str  # "model", "lookup": the key under which the policy keeps its measurements
+
     def prefill(self, context: Sequence[int]) -> None: ...
 
-    def propose(self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator) -> Proposal: ...
+    def candidates(self, context: Sequence[int]) -> list["Drafter"]: ...
+
+    def propose(
+        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
+    ) -> Proposal: ...
 
     def sync(self, context: Sequence[int]) -> None: ...
 
@@ -76,8 +101,16 @@ def catch_up(model: CausalModel, context: Sequence[int], n_logits: int = 1) -> n
     return model.decode(context[keep:], n_logits)
 
 
+def top_probability(logits: np.ndarray) -> float:
+    """The largest probability of softmax(logits) at temperature 1. Example: [0, 0] -> 0.5."""
+    z = logits - logits.max()
+    return float(1.0 / np.exp(z).sum())
+
+
 class ModelDrafter:
     """Drafts with a small GGUF model, sampling each token from its processed distribution q."""
+
+    name = "model"
 
     def __init__(self, model: CausalModel, vocab_limit: int | None = None) -> None:
         self.model = model
@@ -90,20 +123,31 @@ class ModelDrafter:
             if len(self.model.tokens) < len(context):
                 self.model.decode(context[len(self.model.tokens) :], 0)
 
-    def propose(self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator) -> Proposal:
+    def candidates(self, context: Sequence[int]) -> list[Drafter]:
+        return [self]
+
+    def propose(
+        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
+    ) -> Proposal:
         out = Proposal(q_rows=None if params.greedy else [])
         k = min(k, self.model.n_ctx - len(context))
         if k <= 0:
             return out
         t0 = time.perf_counter()
         logits = catch_up(self.model, context)
-        out.decode_seconds += time.perf_counter() - t0
+        out.catch_up_seconds = out.decode_seconds = time.perf_counter() - t0
         for i in range(k):
             row = logits[0, : self.vocab_limit]
+            # The early stop looks at q (or the softmax) only, before x is drawn: the proposal
+            # stays "x ~ q" whenever there is one, which is what verify assumes.
             if params.greedy:
+                if p_min > 0.0 and top_probability(row) < p_min:
+                    break
                 x = argmax(row)
             else:
                 q = probabilities(row, params)
+                if q.max() < p_min:
+                    break
                 x = sample(q, rng)
                 out.q_rows.append(q)
             out.tokens.append(x)
@@ -115,3 +159,129 @@ class ModelDrafter:
 
     def sync(self, context: Sequence[int]) -> None:
         self.model.rewind(common_prefix(self.model.tokens, context))
+
+
+@dataclass(frozen=True)
+class LookupOptions:
+    ngram_sizes: tuple[int, ...] = (3, 2, 1)  # tried largest first
+    max_tokens: int = 10  # longest proposal
+
+    @classmethod
+    def from_range(cls, ngram_min: int, ngram_max: int, max_tokens: int) -> "LookupOptions":
+        """Checked user options. Example: (1, 3, 10) -> sizes (3, 2, 1), proposals of up to 10 tokens."""
+        if not 1 <= ngram_min <= ngram_max:
+            raise BadInput(f"lookup n-gram sizes must satisfy 1 <= min <= max, got min {ngram_min}, max {ngram_max}")
+        if max_tokens < 1:
+            raise BadInput(f"--lookup-max-tokens must be at least 1, got {max_tokens}")
+        return cls(tuple(range(ngram_max, ngram_min - 1, -1)), max_tokens)
+
+
+class NgramIndex:
+    """Where each n-gram of a growing token list last ended, not counting the list's own end.
+
+    Example, sizes (2,): after update([5, 6, 7, 5, 6]) the bigram (5, 6) maps to 2 (its
+    occurrence ending at index 2; the one ending at 5 is the list's own suffix), so
+    match([5, 6, 7, 5, 6]) == 2: what followed the earlier (5, 6) starts at index 2.
+    """
+
+    def __init__(self, sizes: Sequence[int]) -> None:
+        assert sizes and min(sizes) >= 1, "n-gram sizes are positive"
+        self.sizes = tuple(sorted(set(sizes), reverse=True))
+        self.tokens: list[int] = []
+        self.last_end: dict[tuple[int, ...], int] = {}
+
+    def update(self, context: Sequence[int]) -> None:
+        """Index `context`, incrementally when it extends what was indexed before."""
+        n_old = len(self.tokens)
+        if len(context) < n_old or list(context[:n_old]) != self.tokens:
+            self.tokens, self.last_end, n_old = [], {}, 0
+        self.tokens.extend(context[n_old:])
+        # Ends 1 .. n_old - 1 are indexed; the old suffix (end n_old) and the new ones join them,
+        # all but the new suffix (end len): in increasing order, so the latest occurrence wins.
+        for end in range(max(n_old, 1), len(self.tokens)):
+            for n in self.sizes:
+                if end >= n:
+                    self.last_end[tuple(self.tokens[end - n : end])] = end
+
+    def match(self, context: Sequence[int]) -> int | None:
+        """Index in `context` where the continuation of its last n-gram's latest earlier occurrence starts."""
+        self.update(context)
+        for n in self.sizes:
+            if len(context) > n:
+                end = self.last_end.get(tuple(context[-n:]))
+                if end is not None:
+                    return end
+        return None
+
+
+class LookupDrafter:
+    """Prompt-lookup drafting: copy what followed the latest earlier occurrence of the last n-gram."""
+
+    name = "lookup"
+
+    def __init__(
+        self,
+        options: LookupOptions = LookupOptions(),
+        *,
+        vocab_limit: int | None = None,
+        is_end: Callable[[int], bool] | None = None,
+    ) -> None:
+        assert options.max_tokens >= 1, "a lookup proposal may hold at least one token"
+        self.options = options
+        self.index = NgramIndex(options.ngram_sizes)
+        self.vocab_limit = vocab_limit  # None: every id can be scored
+        self.is_end = is_end or (lambda token: False)
+
+    def prefill(self, context: Sequence[int]) -> None:
+        self.index.update(context)
+
+    def candidates(self, context: Sequence[int]) -> list[Drafter]:
+        return [self] if self.index.match(context) is not None else []
+
+    def propose(
+        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
+    ) -> Proposal:
+        """Deterministic, so q_rows is None (q one-hot); `params`, `rng` and `p_min` are not used."""
+        out = Proposal()
+        start = self.index.match(context)
+        if start is None:
+            return out
+        n = len(context)
+        for i in range(min(k, self.options.max_tokens)):
+            j = start + i
+            token = context[j] if j < n else out.tokens[j - n]  # runs on into its own copy
+            if self.vocab_limit is not None and token >= self.vocab_limit:
+                break
+            out.tokens.append(token)
+            if self.is_end(token):
+                break  # nothing after the end of generation can be emitted
+        return out
+
+    def sync(self, context: Sequence[int]) -> None:
+        pass
+
+
+class ModelAndLookup:
+    """Lookup when the context's last n-gram was seen before, the draft model otherwise."""
+
+    name = "model+lookup"
+
+    def __init__(self, model: ModelDrafter, lookup: LookupDrafter) -> None:
+        self.model = model
+        self.lookup = lookup
+
+    def prefill(self, context: Sequence[int]) -> None:
+        self.model.prefill(context)
+        self.lookup.prefill(context)
+
+    def candidates(self, context: Sequence[int]) -> list[Drafter]:
+        return self.lookup.candidates(context) + self.model.candidates(context)
+
+    def propose(
+        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
+    ) -> Proposal:
+        drafter = self.candidates(context)[0]
+        return drafter.propose(context, k, params, rng, p_min)
+
+    def sync(self, context: Sequence[int]) -> None:
+        self.model.sync(context)

@@ -3,6 +3,8 @@
 One round, with the context c (prompt plus output so far) and the target's KV cache
 holding all of c except its last token:
 
+    0. plan      the draft-length policy picks who drafts and the cap k (k = 0: a plain
+                 target step), from earlier rounds only (see policy.py)
     1. draft     the drafter proposes d1..dk (and the q it drew each from)
     2. score     the target evaluates [c[-1], d1..dk] in ONE batch: k + 1 rows of logits
     3. verify    speculative sampling keeps d1..dn and adds one target token t
@@ -18,8 +20,8 @@ loop with no drafter, so both use the same backend, sampling and stopping code.
     for event in engine.generate(prompt_ids, GenerationConfig(max_tokens=64)):
         ...
 
-Left out: printing (render.py), statistics (stats.py), and how k is chosen beyond the
-configured number (drafters and policies decide that).
+Left out: printing (render.py), statistics (stats.py), how k is chosen (policy.py: a
+fixed k, or `auto`) and who proposes (drafters.py).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import numpy as np
 
 from .drafters import CausalModel, Drafter, Proposal, catch_up, common_prefix
 from .errors import ContextOverflow, IncompatiblePair
+from .policy import DraftPolicy, DraftTokens, draft_policy
 from .sampling import SamplingParams, argmax, probabilities, sample, verify
 
 
@@ -77,6 +80,9 @@ class Round:
     draft_decode_seconds: float  # of which inside the draft model's decode calls
     verify_seconds: float  # the target's batch decode
     seconds: float  # the whole round
+    source: str = ""  # the drafter's name ("model", "lookup"); "" for a plain target step
+    draft_catch_up_seconds: float = 0.0  # of draft_seconds, the draft model catching up with the context
+    k: int = 0  # the most tokens the policy allowed this round (a drafter may propose fewer)
 
 
 @dataclass(frozen=True)
@@ -92,7 +98,8 @@ Event = Union[Prefill, Token, Rejected, Round, Finished]
 @dataclass(frozen=True)
 class GenerationConfig:
     max_tokens: int = 256
-    draft_tokens: int = 8  # k
+    draft_tokens: DraftTokens = 8  # k, or "auto" (policy.AdaptivePolicy)
+    p_min: float | None = None  # draft early-stop threshold; None: auto's default, off for a fixed k
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int = 0
     stop: tuple[str, ...] = ()
@@ -218,16 +225,23 @@ class Engine:
         row = logits[0, : self.vocab_limit]
         return argmax(row) if params.greedy else sample(probabilities(row, params), rng)
 
+    def plan(self, context: list[int], budget: int, policy: DraftPolicy) -> tuple[Drafter | None, int]:
+        """Who drafts this round and at most how many tokens; (None, 0) is a plain target step."""
+        candidates = self.drafter.candidates(context) if self.drafter is not None else []
+        name, k = policy.choose([d.name for d in candidates], budget)
+        chosen = next((d for d in candidates if d.name == name), None)
+        return (chosen, k) if chosen is not None and k > 0 else (None, 0)
+
     def speculative_round(
-        self, context: list[int], k: int, params: SamplingParams, rng: np.random.Generator
+        self, context: list[int], drafter: Drafter, k: int, p_min: float, params: SamplingParams, rng: np.random.Generator
     ) -> tuple[Proposal, int, int, float, float]:
-        """Draft k tokens, score them in one target batch, verify.
+        """Draft up to k tokens, score them in one target batch, verify.
 
         Returns (proposal, accepted, next token, draft seconds, verify seconds). On return
         the target's cache holds context + accepted drafts, whatever happened inside.
         """
         t0 = time.perf_counter()
-        proposal = self.drafter.propose(context, k, params, rng)
+        proposal = drafter.propose(context, k, params, rng, p_min)
         t1 = time.perf_counter()
         drafts = proposal.tokens
         accepted = 0  # what survives in the target's cache if anything below raises
@@ -242,10 +256,14 @@ class Engine:
 
     # -- the loop ---------------------------------------------------------------------
 
-    def generate(self, prompt: Sequence[int], config: GenerationConfig) -> Iterator[Event]:
-        """Yield Prefill, then Token/Rejected/Round events, then Finished."""
+    def generate(self, prompt: Sequence[int], config: GenerationConfig, policy: DraftPolicy | None = None) -> Iterator[Event]:
+        """Yield Prefill, then Token/Rejected/Round events, then Finished.
+
+        `policy` overrides config.draft_tokens (a policy learns from the rounds it observes;
+        by default each generation gets a fresh one).
+        """
         assert len(prompt) > 0, "the prompt must hold at least one token"
-        assert config.draft_tokens >= 0
+        policy = policy or draft_policy(config.draft_tokens, config.p_min)
         rng = np.random.default_rng(config.seed)
         params = config.sampling
         context = list(prompt)
@@ -259,20 +277,23 @@ class Engine:
                 if room <= 0:
                     reason = "context_full"
                     break
-                # Never draft past the token budget or the context: a round makes up to k + 1 tokens.
-                k = min(config.draft_tokens, config.max_tokens - generated - 1, room - 1)
                 start = time.perf_counter()
-                if self.drafter is None or k <= 0:
+                # Never draft past the token budget or the context: a round makes up to k + 1 tokens.
+                drafter, k = self.plan(context, min(config.max_tokens - generated - 1, room - 1), policy)
+                if drafter is None:
                     t0 = time.perf_counter()
                     token = self.target_step(context, params, rng)
                     verify_s = time.perf_counter() - t0
                     emitted = [(token, Source.TARGET, 1)]
                     proposal, accepted, draft_s = Proposal(), 0, 0.0
                 else:
-                    proposal, accepted, token, draft_s, verify_s = self.speculative_round(context, k, params, rng)
+                    proposal, accepted, token, draft_s, verify_s = self.speculative_round(
+                        context, drafter, k, policy.p_min, params, rng
+                    )
                     drafts = proposal.tokens
                     emitted = [(d, Source.DRAFT, i + 1) for i, d in enumerate(drafts[:accepted])]
-                    emitted.append((token, Source.BONUS if accepted == len(drafts) else Source.CORRECTION, accepted + 1))
+                    last = Source.CORRECTION if accepted < len(drafts) else Source.BONUS if drafts else Source.TARGET
+                    emitted.append((token, last, accepted + 1))
                     if accepted < len(drafts):
                         rejected = drafts[accepted]
                         yield Rejected(rejected, self.piece(rejected).decode("utf-8", "replace"), accepted + 1)
@@ -289,14 +310,19 @@ class Engine:
                         break
                     if generated >= config.max_tokens:
                         break
-                yield Round(
+                finished_round = Round(
                     drafted=len(proposal.tokens),
                     accepted=accepted,
                     draft_seconds=draft_s,
                     draft_decode_seconds=proposal.decode_seconds,
                     verify_seconds=verify_s,
                     seconds=time.perf_counter() - start,
+                    source=drafter.name if drafter is not None else "",
+                    draft_catch_up_seconds=proposal.catch_up_seconds,
+                    k=k,
                 )
+                policy.observe(finished_round)
+                yield finished_round
                 if done:
                     break
             if not stream.stopped:

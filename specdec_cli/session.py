@@ -5,7 +5,9 @@
         for event in pair.engine().generate(prompt_ids, config): ...
 
 `pair.engine(speculative=False)` gives the target-only engine on the same loaded target,
-which is what `--baseline` and `bench` compare against.
+which is what `--baseline` and `bench` compare against. `pair.engine(drafter="lookup")`
+drafts by prompt lookup (no draft model needed: open the pair with draft_path=None);
+"model+lookup" uses lookup when it matches and the draft model otherwise.
 
 Left out: option parsing and printing (cli.py), the loop itself (engine.py).
 """
@@ -19,7 +21,7 @@ from typing import Callable, Iterator
 
 from .backend import LlamaModel
 from .compat import compare_vocabularies
-from .drafters import ModelDrafter
+from .drafters import LookupDrafter, LookupOptions, ModelAndLookup, ModelDrafter
 from .engine import Engine
 from .errors import BadInput, IncompatiblePair
 
@@ -51,9 +53,23 @@ class LoadedPair:
             raise BadInput("the prompt is empty after tokenization; give some text")
         return ids
 
-    def engine(self, speculative: bool = True) -> Engine:
-        drafter = ModelDrafter(self.draft, self.vocab_limit) if (speculative and self.draft is not None) else None
-        return Engine(self.target, drafter, vocab_limit=self.vocab_limit)
+    def engine(self, speculative: bool = True, drafter: str = "model", lookup: LookupOptions = LookupOptions()) -> Engine:
+        """The engine for `drafter` ("model", "lookup" or "model+lookup"); target-only if not speculative."""
+        if drafter not in DRAFTERS:
+            raise BadInput(f"unknown drafter {drafter!r}; choose one of {', '.join(DRAFTERS)}")
+        if not speculative or (drafter == "model" and self.draft is None):
+            return Engine(self.target, None, vocab_limit=self.vocab_limit)
+        if drafter == "model+lookup" and self.draft is None:
+            raise BadInput("--drafter model+lookup needs a draft model; pass --draft, or use --drafter lookup")
+        by_lookup = LookupDrafter(lookup, vocab_limit=self.vocab_limit, is_end=self.target.is_end_of_generation)
+        if drafter == "lookup":
+            return Engine(self.target, by_lookup, vocab_limit=self.vocab_limit)
+        by_model = ModelDrafter(self.draft, self.vocab_limit)
+        chosen = by_model if drafter == "model" else ModelAndLookup(by_model, by_lookup)
+        return Engine(self.target, chosen, vocab_limit=self.vocab_limit)
+
+
+DRAFTERS = ("model", "lookup", "model+lookup")
 
 
 def check_pair(draft: LlamaModel, target: LlamaModel) -> int:

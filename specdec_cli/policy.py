@@ -1,0 +1,365 @@
+"""How many tokens to draft each round, and with which drafter: a fixed k, or `auto`.
+
+`FixedPolicy(k)` drafts k tokens every round (fewer only at the end of the token budget).
+`AdaptivePolicy` (`--draft-tokens auto`) learns from this run's own rounds:
+
+(a) Early stop. The draft model stops before a token it is unsure of: max q < p_min (max of
+    the raw softmax at temperature 0), as llama.cpp's --draft-p-min. `drafters.ModelDrafter`
+    applies it; the policy only holds the threshold.
+(b) The cap k, chosen before each round to maximise expected tokens per second: Leviathan
+    et al. 2022, Theorem 3.8, generalised to per-position acceptance and a measured verify
+    cost. With a_i = P(draft i accepted | drafts 1..i-1 accepted), a round of k drafts yields
+    on average E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j tokens and costs
+    C(k) = k * T_draft + T_batch(k + 1), T_batch(n) being the time of a round whose target
+    pass scores n tokens. A plain target step (k = 0) yields 1 token in T_batch(1).
+    Pick k in 0..max_k maximising E(k) / C(k).
+
+    Example: a_i = 0.8, T_draft = 5 ms, T_batch(n) = 12 + 1.5 (n - 1) ms:
+    k = 0: 1 / 12 = 0.0833 tokens/ms; k = 1: 1.8 / 18.5 = 0.0973; k = 2: 2.44 / 25 = 0.0976;
+    k = 3: 2.952 / 31.5 = 0.0937 -> k = 2.
+
+What is measured, all from the Round events of earlier rounds:
+  - a_i: exponentially weighted hits and trials per position (forgetting factor `decay`
+    per round of that drafter), shrunk by a pseudo-count toward the rate pooled over all
+    positions (itself shrunk toward a prior), so a position not tried yet inherits it;
+  - T_draft: weighted mean of draft seconds per draft step, per drafter;
+  - T_batch(n): weighted mean, per batch size n, of the round's seconds minus its draft
+    seconds (the target pass plus verification and bookkeeping, i.e. what the round really
+    costs); sizes not seen yet are interpolated linearly between seen ones, or extrapolated
+    with the fitted slope. The first round is a plain target step: it measures T_batch(1),
+    the yardstick every choice is compared with, and still yields a token.
+
+Fallback and probes. When no k >= 1 beats target-only, the round is a plain target step;
+after `backoff` such rounds the drafter is tried once more at its best k >= 1, and the
+back-off doubles (4, 8, .. 64 rounds) until drafting pays again. A drafter passed over
+because another one promised more (`model+lookup`) is probed the same way.
+
+Why the output stays exact. Speculative sampling emits, at every position, a token whose
+law given everything before it is p, whatever k was, provided two things: whether position
+i is drafted is decided before the draft token x_i is drawn, and neither that decision nor
+x_i uses this round's verification (the target's coins, its residual draws, or which drafts
+it accepts). Here k comes from earlier rounds only, and the early stop reads q_i, never the
+token drawn from it. Peeking would bend the law: cutting the draft just before its first
+rejection (so every round ends in a bonus) would emit a one-hot draft x with probability
+p(x) + (1 - p(x)) p(x) instead of p(x); stopping because the drawn x had a small q(x) makes
+the proposal follow q restricted to likely tokens while verify divides by q. (The target's
+logits of this round are not even available while drafting: the batch that scores the
+drafts computes them.) Timings vary from run to run, so with `auto` at temperature > 0 one
+seed can give different text on two runs (k decides which random numbers are drawn); the
+distribution is the same. Greedy output is always identical.
+
+Left out: the drafters themselves (drafters.py) and the loop that consults the policy
+(engine.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, Sequence, Union
+
+import numpy as np
+
+from .errors import BadInput
+
+if TYPE_CHECKING:
+    from .engine import CostCurve, Round
+
+AUTO = "auto"
+DraftTokens = Union[int, str]  # a fixed k, or "auto"
+
+# The early-stop threshold under `auto` (0 under a fixed k unless asked). llama.cpp uses 0.75.
+# Ours is lower: the k choice already weighs draft cost against acceptance, so p-min only
+# needs to catch tokens the draft is plainly guessing; see the measurements in the README.
+DEFAULT_P_MIN = 0.5
+AUTO_MAX_K = 16  # longest draft `auto` considers
+
+PRIOR_ACCEPTANCE = {"model": 0.7, "lookup": 0.5}  # acceptance before anything is measured
+PRIOR_WEIGHT = 2.0  # pseudo-trials behind the prior (pooled rate) and the pooled rate (each a_i)
+PRIOR_DRAFT_COST = {"model": 0.2, "lookup": 0.01}  # T_draft / T_batch(1) before measuring
+PRIOR_BATCH_SLOPE = 0.05  # (T_batch(n + 1) - T_batch(n)) / T_batch(1) before measuring
+DECAY = 0.9  # forgetting factor per observation: about the last 10 rounds count
+OUTLIER_FACTOR = 2.0  # a timing counts at most this factor away from its running estimate
+FIRST_BACKOFF = 4
+MAX_BACKOFF = 64
+
+
+def parse_draft_tokens(text: str, max_k: int) -> DraftTokens:
+    """'auto' or an integer 1..max_k. Example: '8' -> 8, 'AUTO' -> 'auto'."""
+    value = text.strip().lower()
+    if value == AUTO:
+        return AUTO
+    try:
+        k = int(value)
+    except ValueError:
+        raise BadInput(f"--draft-tokens must be 'auto' or a number of tokens, got {text!r}") from None
+    if not 1 <= k <= max_k:
+        raise BadInput(f"--draft-tokens must be 'auto' or between 1 and {max_k}, got {k}")
+    return k
+
+
+class DraftPolicy(Protocol):
+    p_min: float  # the draft model's early-stop threshold (0: off)
+
+    def choose(self, sources: Sequence[str], budget: int) -> tuple[str | None, int]:
+        """Which of the drafters able to propose (names, preferred first) drafts, and at most
+        how many tokens (at most `budget`); (None, 0) means a plain target step."""
+        ...
+
+    def observe(self, event: "Round") -> None: ...
+
+
+def draft_policy(draft_tokens: DraftTokens, p_min: float | None = None) -> DraftPolicy:
+    """A fresh policy for one generation: 'auto' learns, an int is fixed. p_min None: the default."""
+    if draft_tokens == AUTO:
+        return AdaptivePolicy(p_min=DEFAULT_P_MIN if p_min is None else p_min)
+    if isinstance(draft_tokens, int) and not isinstance(draft_tokens, bool) and draft_tokens >= 0:
+        return FixedPolicy(draft_tokens, p_min=p_min or 0.0)
+    raise BadInput(f"draft_tokens must be 'auto' or a number of tokens >= 0, got {draft_tokens!r}")
+
+
+@dataclass
+class FixedPolicy:
+    """k tokens from the preferred drafter every round (k = 0: target-only)."""
+
+    k: int
+    p_min: float = 0.0
+
+    def choose(self, sources: Sequence[str], budget: int) -> tuple[str | None, int]:
+        k = min(self.k, budget)
+        return (sources[0], k) if sources and k > 0 else (None, 0)
+
+    def observe(self, event: "Round") -> None:
+        pass
+
+
+# -- the maths ------------------------------------------------------------------------
+
+
+def expected_tokens(acceptance: Sequence[float], k: int) -> float:
+    """E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j. Example: a = [0.8, 0.5], k = 2 -> 1 + 0.8 + 0.4 = 2.2."""
+    total, reach = 1.0, 1.0
+    for a in acceptance[:k]:
+        reach *= a
+        total += reach
+    return total
+
+
+def best_draft_length(
+    acceptance: Sequence[float],
+    draft_step: float,
+    batch_seconds: Sequence[float],
+    max_k: int,
+    min_k: int = 0,
+) -> tuple[int, float]:
+    """The k in min_k..max_k with the most expected tokens per second, and that rate.
+
+    batch_seconds[n - 1] = T_batch(n), for n = 1..max_k + 1; acceptance holds a_1..a_max_k.
+    Rate(0) = 1 / T_batch(1); rate(k) = E(k) / (k * draft_step + T_batch(k + 1)). Ties go to
+    the smaller k.
+    """
+    assert len(acceptance) >= max_k and len(batch_seconds) > max_k and 0 <= min_k <= max(max_k, 1)
+    best_k, best_rate = (0, 1.0 / batch_seconds[0]) if min_k == 0 else (0, -1.0)
+    expected, reach = 1.0, 1.0
+    for k in range(1, max_k + 1):
+        reach *= acceptance[k - 1]
+        expected += reach
+        rate = expected / (k * draft_step + batch_seconds[k])
+        if k >= min_k and rate > best_rate:
+            best_k, best_rate = k, rate
+    return best_k, best_rate
+
+
+# -- the measurements -----------------------------------------------------------------
+
+
+class Acceptance:
+    """a_1..a_m from exponentially weighted hits and trials per position, shrunk toward the pooled rate.
+
+    pooled = (all hits + w * prior) / (all trials + w);  a_i = (hits_i + w * pooled) / (trials_i + w).
+    A position tried a few times leans on the pooled rate (which has k times more trials), so
+    one rejection at a deep position moves the choice of k little, while a draft that
+    really tires along the way (a_i falling with i) shows up once the trials pile up.
+    Example, w = 2, prior 0.7: after one round of 4 drafts with the 4th rejected, pooled =
+    (3 + 1.4) / (4 + 2) = 0.733, a_1 = (1 + 1.467) / 3 = 0.822 and a_4 = 1.467 / 3 = 0.489.
+    """
+
+    def __init__(self, positions: int, prior: float, prior_weight: float = PRIOR_WEIGHT, decay: float = DECAY) -> None:
+        self.hits = np.zeros(positions)
+        self.trials = np.zeros(positions)
+        self.prior, self.prior_weight, self.decay = prior, prior_weight, decay
+
+    def add(self, drafted: int, accepted: int) -> None:
+        """One round: positions 1..accepted were accepted, position accepted + 1 (if drafted) rejected."""
+        if drafted <= 0:
+            return
+        self.hits *= self.decay
+        self.trials *= self.decay
+        self.trials[: min(drafted, accepted + 1)] += 1.0
+        self.hits[:accepted] += 1.0
+
+    def rates(self) -> list[float]:
+        w = self.prior_weight
+        pooled = (self.hits.sum() + w * self.prior) / (self.trials.sum() + w)
+        return ((self.hits + w * pooled) / (self.trials + w)).tolist()
+
+
+def clamp(value: float, expected: float | None) -> float:
+    """A timing capped at OUTLIER_FACTOR times its running estimate: a stall (another process on
+    the CPU, a page fault) must not steer the next rounds, while a lasting slow-down still comes
+    through within a few rounds. Faster timings pass as they are. Example: clamp(0.240, 0.020) -> 0.040."""
+    return value if expected is None else min(value, expected * OUTLIER_FACTOR)
+
+
+class WeightedMean:
+    """Exponentially weighted mean: each new sample weighs 1, older ones fade by `decay` per sample."""
+
+    def __init__(self, decay: float = DECAY) -> None:
+        self.decay, self.weight, self.total = decay, 0.0, 0.0
+
+    def add(self, value: float) -> None:
+        self.weight = self.weight * self.decay + 1.0
+        self.total = self.total * self.decay + value
+
+    @property
+    def value(self) -> float | None:
+        return self.total / self.weight if self.weight else None
+
+
+class BatchCost:
+    """T_batch(n): the measured mean for n = 1, and for n >= 2 a weighted least-squares line.
+
+    The line runs through the per-size means seen so far plus two prior points (n = 2 and
+    n = max_n, at T(1) * (1 + PRIOR_BATCH_SLOPE * (n - 1)), weight 1 each), so that a few
+    noisy rounds at one or two sizes cannot tilt it far; its slope is at least 0 and it never
+    drops below T(1). A line fits the CPU verify cost well (about +8% of a step per token
+    here); on a GPU it comes out flatter. Example: T(1) = 12 ms and, weighing much more than
+    the prior, means T(3) = 15, T(9) = 24 -> T(5) = 18, T(17) = 36 ms.
+    """
+
+    def __init__(self, decay: float = DECAY) -> None:
+        self.decay = decay
+        self.means: dict[int, WeightedMean] = {}
+        self._curve: list[float] = []  # cache of curve(), cleared by add()
+
+    def add(self, n: int, seconds: float) -> None:
+        curve = self.curve(n)
+        self.means.setdefault(n, WeightedMean(self.decay)).add(clamp(seconds, curve[n - 1] if curve else None))
+        self._curve = []
+
+    def curve(self, max_n: int) -> list[float]:
+        """[T_batch(1), .., T_batch(max_n)]; empty until a batch of one token was measured."""
+        if 1 not in self.means:
+            return []
+        if len(self._curve) < max_n:
+            t1 = self.means[1].value
+            top = max(max_n, 2)
+            points = [(2, t1 * (1 + PRIOR_BATCH_SLOPE), 1.0), (top, t1 * (1 + PRIOR_BATCH_SLOPE * (top - 1)), 1.0)]
+            points += [(n, m.value, m.weight) for n, m in self.means.items() if n >= 2]
+            x, y, w = (np.array(column, dtype=float) for column in zip(*points))
+            xm, ym = np.average(x, weights=w), np.average(y, weights=w)
+            slope = max(float(np.sum(w * (x - xm) * (y - ym)) / np.sum(w * (x - xm) ** 2)), 0.0)
+            self._curve = [t1] + [max(ym + slope * (n - xm), t1) for n in range(2, max_n + 1)]
+        return self._curve[:max_n]
+
+
+@dataclass
+class DrafterRecord:
+    """What the policy knows about one drafter ("model", "lookup")."""
+
+    acceptance: Acceptance
+    draft_step: WeightedMean = field(default_factory=WeightedMean)
+    backoff: int = FIRST_BACKOFF  # rounds passed over before the next probe
+    waited: int = 0  # rounds passed over since it last drafted
+
+
+class AdaptivePolicy:
+    """`--draft-tokens auto`: the k (and drafter) with the most expected tokens per second, learnt in this run.
+
+    `costs` seeds the cost estimates with a measured curve (engine.measure_cost_curve);
+    with learn_costs=False they stay fixed (tests with hand-worked curves).
+    """
+
+    def __init__(
+        self,
+        p_min: float = DEFAULT_P_MIN,
+        max_k: int = AUTO_MAX_K,
+        *,
+        decay: float = DECAY,
+        costs: "CostCurve | None" = None,
+        learn_costs: bool = True,
+    ) -> None:
+        assert max_k >= 1 and 0.0 <= p_min <= 1.0
+        self.p_min, self.max_k, self.decay = p_min, max_k, decay
+        self.learn_costs = learn_costs
+        self.batch = BatchCost(decay)
+        self.drafters: dict[str, DrafterRecord] = {}
+        self._seed_draft_step: float | None = None
+        if costs is not None:
+            for n, seconds in enumerate(costs.target_batch, start=1):
+                self.batch.add(n, seconds)
+            self._seed_draft_step = costs.draft_step
+
+    def record(self, name: str) -> DrafterRecord:
+        if name not in self.drafters:
+            prior = PRIOR_ACCEPTANCE.get(name, 0.6)
+            rec = DrafterRecord(Acceptance(self.max_k, prior, decay=self.decay), WeightedMean(self.decay))
+            if self._seed_draft_step is not None and name == "model":
+                rec.draft_step.add(self._seed_draft_step)
+            self.drafters[name] = rec
+        return self.drafters[name]
+
+    def plan(self, name: str, max_k: int, curve: Sequence[float]) -> tuple[int, float]:
+        """The best k >= 1 for this drafter under the current estimates, and its tokens per second."""
+        rec = self.record(name)
+        if rec.draft_step.value is None:
+            # The prior counts as a first sample, so one slow first measurement cannot lock drafting out.
+            rec.draft_step.add(PRIOR_DRAFT_COST.get(name, 0.2) * curve[0])
+        return best_draft_length(rec.acceptance.rates(), rec.draft_step.value, curve, max_k, min_k=1)
+
+    def choose(self, sources: Sequence[str], budget: int) -> tuple[str | None, int]:
+        curve = self.batch.curve(self.max_k + 1)
+        if not sources or budget <= 0 or not curve:
+            return None, 0  # (no curve yet: the first round measures the yardstick, a plain target step)
+        max_k = min(self.max_k, budget)
+        plans = {name: self.plan(name, max_k, curve) for name in sources}
+        best = max(sources, key=lambda name: plans[name][1])  # first on ties: the preferred one
+        chosen = best if plans[best][1] > 1.0 / curve[0] else None
+        probe = None
+        for name in sources:
+            rec = self.record(name)
+            if name == chosen:
+                rec.waited, rec.backoff = 0, FIRST_BACKOFF
+                continue
+            rec.waited += 1
+            if probe is None and rec.waited > rec.backoff:
+                # Its estimate may be stale (the text changed); finding out costs one round.
+                probe, rec.waited, rec.backoff = name, 0, min(2 * rec.backoff, MAX_BACKOFF)
+        chosen = probe or chosen
+        return (chosen, plans[chosen][0]) if chosen is not None else (None, 0)
+
+    def observe(self, event: "Round") -> None:
+        if self.learn_costs:
+            self.batch.add(event.drafted + 1, event.seconds - event.draft_seconds)
+        if not event.source:
+            return  # a plain target step: nothing drafted, nothing to learn about a drafter
+        rec = self.record(event.source)
+        rec.acceptance.add(event.drafted, event.accepted)
+        if self.learn_costs:
+            step = draft_step_seconds(event)
+            if step is not None:
+                rec.draft_step.add(clamp(step, rec.draft_step.value))
+
+
+def draft_step_seconds(event: "Round") -> float | None:
+    """Seconds per drafted token, without the draft model's catch-up, or None when the round cannot tell.
+
+    The catch-up evaluates what the draft model has not seen yet: one or two tokens while
+    drafting goes on (it then costs about one step, and k drafts cost about k steps), but a
+    backlog after plain target steps or lookup rounds, which says nothing about a step.
+    After the catch-up come one decode per proposed token but the last, plus one more when
+    the draft stopped early (p-min): that decode produced the row it stopped at.
+    """
+    if event.draft_catch_up_seconds == 0.0:
+        return event.draft_seconds / event.drafted if event.drafted else None  # no model (lookup)
+    steps = event.drafted if event.drafted < event.k else event.drafted - 1
+    return (event.draft_seconds - event.draft_catch_up_seconds) / steps if steps > 0 else None
