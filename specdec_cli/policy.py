@@ -77,6 +77,7 @@ PRIOR_ACCEPTANCE = {"model": 0.7, "lookup": 0.5}  # acceptance before anything i
 PRIOR_WEIGHT = 2.0  # pseudo-trials behind the prior (pooled rate) and the pooled rate (each a_i)
 PRIOR_DRAFT_COST = {"model": 0.2, "lookup": 0.01}  # T_draft / T_batch(1) before measuring
 PRIOR_BATCH_SLOPE = 0.05  # (T_batch(n + 1) - T_batch(n)) / T_batch(1) before measuring
+SLOPE_PRIOR_WEIGHT = 8.0  # the prior slope counts as much as two rounds two tokens either side of the mean
 DECAY = 0.9  # forgetting factor per observation: about the last 10 rounds count
 OUTLIER_FACTOR = 2.0  # a timing counts at most this factor away from its running estimate
 FIRST_BACKOFF = 4
@@ -226,14 +227,16 @@ class WeightedMean:
 
 
 class BatchCost:
-    """T_batch(n): the measured mean for n = 1, and for n >= 2 a weighted least-squares line.
+    """T_batch(n): the measured mean for n = 1, and a line for n >= 2.
 
-    The line runs through the per-size means seen so far plus two prior points (n = 2 and
-    n = max_n, at T(1) * (1 + PRIOR_BATCH_SLOPE * (n - 1)), weight 1 each), so that a few
-    noisy rounds at one or two sizes cannot tilt it far; its slope is at least 0 and it never
-    drops below T(1). A line fits the CPU verify cost well (about +8% of a step per token
-    here); on a GPU it comes out flatter. Example: T(1) = 12 ms and, weighing much more than
-    the prior, means T(3) = 15, T(9) = 24 -> T(5) = 18, T(17) = 36 ms.
+    The line is a weighted least-squares fit through the per-size means seen (n >= 2) whose
+    slope is pulled toward the prior PRIOR_BATCH_SLOPE * T(1) per token by a ridge term worth
+    SLOPE_PRIOR_WEIGHT (in units of weight x tokens^2), so that two noisy rounds at adjacent
+    sizes cannot tilt it far, while rounds spread over several sizes soon outweigh the prior.
+    Slope >= 0, and no T(n) below T(1). A line fits the CPU verify cost well (about +8% of a
+    step per token here); on a GPU it comes out flatter. Example: T(1) = 12 ms, and no other
+    size seen: T(n) = 12 * (1 + 0.05 (n - 1)) ms; with T(5) = 18 ms seen often, T(n) runs
+    through 18 at n = 5 with a slope between the prior 0.6 and what the data say.
     """
 
     def __init__(self, decay: float = DECAY) -> None:
@@ -252,13 +255,16 @@ class BatchCost:
             return []
         if len(self._curve) < max_n:
             t1 = self.means[1].value
-            top = max(max_n, 2)
-            points = [(2, t1 * (1 + PRIOR_BATCH_SLOPE), 1.0), (top, t1 * (1 + PRIOR_BATCH_SLOPE * (top - 1)), 1.0)]
-            points += [(n, m.value, m.weight) for n, m in self.means.items() if n >= 2]
-            x, y, w = (np.array(column, dtype=float) for column in zip(*points))
-            xm, ym = np.average(x, weights=w), np.average(y, weights=w)
-            slope = max(float(np.sum(w * (x - xm) * (y - ym)) / np.sum(w * (x - xm) ** 2)), 0.0)
-            self._curve = [t1] + [max(ym + slope * (n - xm), t1) for n in range(2, max_n + 1)]
+            prior_slope = PRIOR_BATCH_SLOPE * t1
+            seen = [(n, m.value, m.weight) for n, m in self.means.items() if n >= 2]
+            if seen:
+                x, y, w = (np.array(column, dtype=float) for column in zip(*seen))
+                xm, ym = np.average(x, weights=w), np.average(y, weights=w)
+                sxx, sxy = float(np.sum(w * (x - xm) ** 2)), float(np.sum(w * (x - xm) * (y - ym)))
+                slope = max((sxy + SLOPE_PRIOR_WEIGHT * prior_slope) / (sxx + SLOPE_PRIOR_WEIGHT), 0.0)
+            else:
+                xm, ym, slope = 1.0, t1, prior_slope
+            self._curve = [t1] + [max(float(ym + slope * (n - xm)), t1) for n in range(2, max_n + 1)]
         return self._curve[:max_n]
 
 

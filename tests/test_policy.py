@@ -1,0 +1,325 @@
+"""The draft-length policy: its maths on hand-worked cost curves, what it learns from rounds,
+fallback and probes, and (statistically, on toy Markov models) that `auto` and the p-min
+early stop leave the output distribution exact."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specdec_cli.drafters import ModelDrafter, Proposal, top_probability
+from specdec_cli.engine import CostCurve, Engine, GenerationConfig, Round, Token
+from specdec_cli.errors import BadInput
+from specdec_cli.policy import (
+    DEFAULT_P_MIN,
+    FIRST_BACKOFF,
+    Acceptance,
+    AdaptivePolicy,
+    BatchCost,
+    FixedPolicy,
+    best_draft_length,
+    clamp,
+    draft_policy,
+    draft_step_seconds,
+    expected_tokens,
+    parse_draft_tokens,
+)
+from specdec_cli.sampling import GREEDY, SamplingParams, probabilities, sample
+
+from fakes import MarkovModel, random_markov
+from transitions import transition_test
+
+MS = 1e-3
+
+
+def linear(t1: float, slope: float, n_max: int = 17) -> list[float]:
+    """T_batch(n) = t1 + slope * (n - 1), in seconds, for n = 1..n_max."""
+    return [(t1 + slope * (n - 1)) * MS for n in range(1, n_max + 1)]
+
+
+# -- the maths: E(k) and the best k on hand-worked curves ------------------------------
+
+
+def test_expected_tokens_by_hand():
+    assert expected_tokens([0.8, 0.5], 2) == pytest.approx(1 + 0.8 + 0.4)
+    assert expected_tokens([0.8, 0.5], 0) == 1.0
+    assert expected_tokens([1.0] * 4, 4) == 5.0
+
+
+def test_best_k_docstring_example():
+    # a = 0.8, T_draft = 5 ms, T_batch(n) = 12 + 1.5 (n - 1) ms:
+    # k=0: 1/12 = .0833, k=1: 1.8/18.5 = .0973, k=2: 2.44/25 = .0976, k=3: 2.952/31.5 = .0937.
+    k, rate = best_draft_length([0.8] * 8, 5 * MS, linear(12, 1.5), 8)
+    assert k == 2
+    assert rate == pytest.approx(2.44 / (25 * MS))
+
+
+def test_best_k_stops_before_a_step_in_the_verify_curve():
+    # GPU-like: a batch costs 10 ms up to 8 tokens, then 20 ms. a = 0.9, T_draft = 1 ms.
+    # k=6: E = (1 - .9^7)/.1 = 5.217, C = 16 -> .326;  k=7: 5.695 / 17 = .335;
+    # k=8: 6.126 / (8 + 20) = .219. So k = 7: the largest draft that still fits the cheap batch.
+    curve = [10 * MS if n <= 8 else 20 * MS for n in range(1, 18)]
+    k, rate = best_draft_length([0.9] * 16, 1 * MS, curve, 16)
+    assert k == 7
+    assert rate == pytest.approx((1 - 0.9**8) / 0.1 / (17 * MS))
+
+
+def test_best_k_with_acceptance_falling_along_the_draft():
+    # a = [.95, .9, .5, .5, ...], T_draft = 1 ms, T_batch(n) = 10 + 0.5 (n - 1) ms:
+    # k=1: 1.95/11.5 = .1696; k=2: 2.805/13 = .2158; k=3: 3.2325/14.5 = .2229; k=4: 3.44625/16 = .2154.
+    k, rate = best_draft_length([0.95, 0.9] + [0.5] * 14, 1 * MS, linear(10, 0.5), 16)
+    assert k == 3
+    assert rate == pytest.approx(3.2325 / (14.5 * MS))
+
+
+def test_best_k_is_zero_when_drafting_cannot_pay():
+    # The built-in pair's costs on this CPU (draft 6 ms, target 13.8 ms + 1.1 ms/token) with a = 0.3:
+    # k=1: 1.3 / (6 + 14.9) = .0622 < 1 / 13.8 = .0725; longer drafts only add cost.
+    k, rate = best_draft_length([0.3] * 8, 6 * MS, linear(13.8, 1.1), 8)
+    assert (k, rate) == (0, pytest.approx(1 / (13.8 * MS)))
+    # ... but asked for a probe (min_k = 1), the best k >= 1 is k = 1.
+    assert best_draft_length([0.3] * 8, 6 * MS, linear(13.8, 1.1), 8, min_k=1)[0] == 1
+
+
+def test_best_k_grows_to_the_cap_when_everything_is_accepted_and_ties_go_short():
+    # a = 1: rate(k) = (k + 1) / (5k + 12 + 1.5k) rises with k, so the cap wins.
+    assert best_draft_length([1.0] * 16, 5 * MS, linear(12, 1.5), 16)[0] == 16
+    assert best_draft_length([1.0] * 16, 5 * MS, linear(12, 1.5), 5)[0] == 5  # the token budget caps it
+    # A batch of n costs n steps and drafting is free: every k gives 1 token per step; the tie goes to k = 0.
+    assert best_draft_length([1.0] * 4, 0.0, [n * MS for n in range(1, 6)], 4)[0] == 0
+
+
+# -- what the policy measures -----------------------------------------------------------
+
+
+def test_acceptance_docstring_example_and_pooling():
+    a = Acceptance(positions=4, prior=0.7, prior_weight=2.0, decay=0.9)
+    assert a.rates() == pytest.approx([0.7] * 4)  # nothing measured: the prior everywhere
+    a.add(drafted=4, accepted=3)
+    pooled = (3 + 1.4) / (4 + 2)
+    assert a.rates() == pytest.approx([(1 + 2 * pooled) / 3] * 3 + [2 * pooled / 3])
+    a.add(drafted=0, accepted=0)  # a draft stopped before its first token teaches nothing
+    assert a.rates()[0] == pytest.approx((1 + 2 * pooled) / 3)
+    a.add(drafted=2, accepted=2)  # positions 3 and 4 untried this round: only faded
+    assert a.hits.tolist() == pytest.approx([1.9, 1.9, 0.9, 0.0])
+    assert a.trials.tolist() == pytest.approx([1.9, 1.9, 0.9, 0.9])
+
+
+def test_batch_cost_line_through_the_measurements():
+    cost = BatchCost()
+    assert cost.curve(17) == []  # no yardstick yet
+    # T(1) = 20 ms; the prior line is then 20 * (1 + 0.05 (n - 1)) = 20 + 1 (n - 1) ms.
+    cost.add(1, 20 * MS)
+    assert cost.curve(5) == pytest.approx(linear(20, 1.0, 5))
+    # Measurements on that same line leave it there, and sizes never seen follow it.
+    for _ in range(5):
+        cost.add(5, 24 * MS)
+        cost.add(9, 28 * MS)
+    assert cost.curve(17) == pytest.approx(linear(20, 1.0, 17))
+
+
+def test_batch_cost_measurements_outweigh_the_prior():
+    cost = BatchCost()
+    cost.add(1, 10 * MS)
+    for _ in range(40):  # a steeper truth: 2 ms per token from 3 to 9 tokens
+        for n in (3, 5, 9):
+            cost.add(n, (10 + 2 * (n - 1)) * MS)
+    slope = cost.curve(17)[16] - cost.curve(17)[15]
+    assert 1.8 * MS < slope <= 2.0 * MS
+    assert cost.curve(17)[4] == pytest.approx(18 * MS, rel=0.03)
+
+
+def test_a_stall_counts_at_most_twice_the_estimate():
+    assert clamp(0.240, 0.020) == pytest.approx(0.040)
+    assert clamp(0.015, 0.020) == 0.015  # faster passes as it is
+    assert clamp(0.5, None) == 0.5
+    cost = BatchCost()
+    cost.add(1, 10 * MS)
+    cost.add(1, 1000 * MS)  # one stall: counted as 20 ms
+    assert cost.curve(1)[0] == pytest.approx((10 * 0.9 + 20) / 1.9 * MS)
+
+
+def round_event(k: int, drafted: int, accepted: int, source: str = "model", draft_s: float = 0.0, catch_up_s: float = 0.0, seconds: float = 0.0) -> Round:
+    return Round(drafted, accepted, draft_s, draft_s, 0.0, seconds, source=source, draft_catch_up_seconds=catch_up_s, k=k)
+
+
+def test_draft_step_excludes_the_catch_up():
+    # 4 drafts, all proposed: catch-up (3 ms) then 3 single-token decodes (18 ms) -> 6 ms a step.
+    assert draft_step_seconds(round_event(4, 4, 2, draft_s=21 * MS, catch_up_s=3 * MS)) == pytest.approx(6 * MS)
+    # Stopped early (p-min) after 2 of 4: both proposed tokens were decoded.
+    assert draft_step_seconds(round_event(4, 2, 2, draft_s=15 * MS, catch_up_s=3 * MS)) == pytest.approx(6 * MS)
+    # k = 1: only the catch-up ran (perhaps a long backlog): nothing to learn.
+    assert draft_step_seconds(round_event(1, 1, 1, draft_s=40 * MS, catch_up_s=40 * MS)) is None
+    # Lookup: no model, the whole propose call per token.
+    assert draft_step_seconds(round_event(5, 5, 0, source="lookup", draft_s=0.5 * MS)) == pytest.approx(0.1 * MS)
+
+
+def frozen(draft_ms: float, t1_ms: float, slope_ms: float, p_min: float = 0.0, max_k: int = 16) -> AdaptivePolicy:
+    """An auto policy with a hand-given cost curve that it does not update."""
+    costs = CostCurve(draft_step=draft_ms * MS, target_batch=tuple(linear(t1_ms, slope_ms, max_k + 1)))
+    return AdaptivePolicy(p_min=p_min, max_k=max_k, costs=costs, learn_costs=False)
+
+
+def test_auto_starts_with_a_plain_step_then_drafts():
+    policy = AdaptivePolicy()
+    assert policy.choose(["model"], budget=100) == (None, 0)  # no yardstick yet
+    policy.observe(round_event(0, 0, 0, source="", seconds=12 * MS))
+    name, k = policy.choose(["model"], budget=100)
+    # Priors: a = 0.7, T_draft = 0.2 T(1), T(n) = T(1) (1 + 0.05 (n - 1)):
+    # k=2: 2.19 / 1.5 = 1.46 and k=3: 2.533 / 1.75 = 1.447 target steps' worth -> k = 2.
+    assert (name, k) == ("model", 2)
+
+
+def test_auto_lengthens_the_draft_while_everything_is_accepted():
+    policy = frozen(draft_ms=5, t1_ms=12, slope_ms=1.5)
+    ks = []
+    for _ in range(40):
+        name, k = policy.choose(["model"], budget=1000)
+        ks.append(k)
+        policy.observe(round_event(k, k, k))
+    # At the prior a = 0.7: k=1: 1.7 / 18.5 = .0919 beats k=2: 2.19 / 25 = .0876 and 1 / 12 = .0833.
+    assert ks[0] == 1 and ks == sorted(ks) and ks[-1] == 16
+
+
+def test_auto_falls_back_and_probes_with_growing_back_off():
+    policy = frozen(draft_ms=5, t1_ms=12, slope_ms=1.5)
+    decisions = []
+    for _ in range(60):
+        name, k = policy.choose(["model"], budget=1000)
+        decisions.append(k)
+        policy.observe(round_event(k, k, 0) if k else round_event(0, 0, 0, source=""))
+    drafted_at = [i for i, k in enumerate(decisions) if k]
+    # Rejections right away drive a_1 down until drafting cannot pay; then a probe after
+    # FIRST_BACKOFF plain steps, then after twice as many, and so on.
+    gaps = np.diff(drafted_at)
+    fallback = [g - 1 for g in gaps if g > 1]
+    assert fallback[:3] == [FIRST_BACKOFF, 2 * FIRST_BACKOFF, 4 * FIRST_BACKOFF]
+    assert all(decisions[i] >= 1 for i in drafted_at)
+
+
+def test_auto_recovers_after_a_good_probe():
+    policy = frozen(draft_ms=5, t1_ms=12, slope_ms=1.5)
+    for _ in range(8):  # bad text: every draft rejected
+        name, k = policy.choose(["model"], budget=1000)
+        policy.observe(round_event(k, k, 0) if k else round_event(0, 0, 0, source=""))
+    assert policy.choose(["model"], budget=1000)[1] == 0
+    ks = []
+    for _ in range(60):  # the text turns easy: every draft accepted
+        name, k = policy.choose(["model"], budget=1000)
+        ks.append(k)
+        policy.observe(round_event(k, k, k) if k else round_event(0, 0, 0, source=""))
+    # Probes (k = 1, accepted) lift the estimate until drafting pays again; then k climbs.
+    assert ks[-1] == 16 and policy.record("model").backoff == FIRST_BACKOFF
+    assert ks.index(16) < 50
+
+
+def test_auto_prefers_the_drafter_that_promises_more():
+    policy = frozen(draft_ms=5, t1_ms=12, slope_ms=1.5)
+    for _ in range(10):  # lookup: free to draft but always wrong; the model: always right
+        policy.observe(round_event(4, 4, 0, source="lookup"))
+        policy.observe(round_event(4, 4, 4, source="model"))
+    choices = [policy.choose(["lookup", "model"], budget=1000)[0] for _ in range(FIRST_BACKOFF + 1)]
+    assert choices == ["model"] * FIRST_BACKOFF + ["lookup"]  # the passed-over lookup is probed
+    for _ in range(10):  # now lookup copies quoted text perfectly and costs nothing
+        policy.observe(round_event(8, 8, 8, source="lookup"))
+    assert policy.choose(["lookup", "model"], budget=1000)[0] == "lookup"
+
+
+def test_fixed_policy_and_parsing():
+    assert FixedPolicy(8).choose(["lookup", "model"], budget=100) == ("lookup", 8)
+    assert FixedPolicy(8).choose(["model"], budget=3) == ("model", 3)
+    assert FixedPolicy(8).choose([], budget=100) == (None, 0)
+    assert FixedPolicy(8).choose(["model"], budget=0) == (None, 0)
+    assert parse_draft_tokens("auto", 64) == "auto" and parse_draft_tokens(" AUTO ", 64) == "auto"
+    assert parse_draft_tokens("8", 64) == 8
+    for bad in ("0", "65", "eight", ""):
+        with pytest.raises(BadInput):
+            parse_draft_tokens(bad, 64)
+    assert draft_policy("auto").p_min == DEFAULT_P_MIN
+    assert draft_policy("auto", p_min=0.0).p_min == 0.0
+    assert draft_policy(4).p_min == 0.0 and draft_policy(4, p_min=0.3).p_min == 0.3
+    with pytest.raises(BadInput):
+        draft_policy("fast")
+
+
+# -- the p-min early stop ---------------------------------------------------------------
+
+
+def test_p_min_stops_before_an_unsure_token():
+    # Row 0 is sure of token 1 (p = .97); row 1 is torn between tokens 2 and 3.
+    table = np.log(np.array([[0.01, 0.97, 0.01, 0.01], [0.01, 0.01, 0.49, 0.49], [0.97, 0.01, 0.01, 0.01], [0.97, 0.01, 0.01, 0.01]]))
+    rng = np.random.default_rng(0)
+    drafter = ModelDrafter(MarkovModel(table))
+    assert top_probability(table[1].astype(np.float32)) == pytest.approx(0.49, abs=1e-6)
+    assert drafter.propose([0], 4, GREEDY, rng, p_min=0.5).tokens == [1]
+    assert len(drafter.propose([0], 4, GREEDY, rng, p_min=0.0).tokens) == 4
+    hot = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+    proposal = drafter.propose([0], 4, hot, rng, p_min=0.5)
+    assert len(proposal.tokens) == len(proposal.q_rows) == 1  # stopped at row 1: max q = .49 < .5
+    assert drafter.propose([1], 4, hot, rng, p_min=0.5).tokens == []  # unsure at once: nothing
+
+
+# -- exactness on toy models ------------------------------------------------------------
+
+HOT = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+PROCESSED = SamplingParams(temperature=0.7, top_k=3, top_p=0.95, min_p=0.05)
+N_TOKENS = 30_000
+ALPHA = 1e-3  # false-failure rate of each statistical test (the seeds are fixed)
+
+
+def toy_pair(seed: int, n_vocab: int = 5, noise: float = 0.8) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    target = random_markov(n_vocab, rng, scale=1.5)
+    return target, target + (rng.standard_normal(target.shape) * noise).astype(np.float32)
+
+
+def run_engine(target: np.ndarray, drafter, policy, params: SamplingParams, seed: int, n: int = N_TOKENS) -> list:
+    engine = Engine(MarkovModel(target, n_ctx=n + 10), drafter)
+    return list(engine.generate([0], GenerationConfig(max_tokens=n, sampling=params, seed=seed), policy=policy))
+
+
+@pytest.mark.parametrize("params, p_min", [(HOT, 0.4), (PROCESSED, 0.6)], ids=["t1", "processed"])
+def test_auto_with_p_min_is_exact(params, p_min):
+    """N = 30,000 tokens, chi-square over (previous token, round position) strata; false failure 1e-3."""
+    target, draft = toy_pair(seed=11)
+    policy = frozen(draft_ms=2, t1_ms=10, slope_ms=0.5, p_min=p_min)
+    events = run_engine(target, ModelDrafter(MarkovModel(draft, n_ctx=N_TOKENS + 10)), policy, params, seed=5)
+    rounds = [e for e in events if isinstance(e, Round)]
+    # The test only means something if the policy really varied k and p-min really cut drafts.
+    assert len({r.k for r in rounds}) >= 3
+    assert sum(0 < r.drafted < r.k for r in rounds) > 100 and sum(r.drafted == 0 for r in rounds) > 100
+    result = transition_test(events, [0], target, params)
+    assert result.tokens == N_TOKENS and result.strata >= 10
+    assert result.p_value > ALPHA, result
+
+
+class PostHocPMin(ModelDrafter):
+    """Wrong on purpose: draws x ~ q and only then drops it (ending the draft) if q(x) < 0.3."""
+
+    def propose(self, context, k, params, rng, p_min=0.0):
+        out = Proposal(q_rows=[])
+        last = context[-1]
+        for _ in range(k):
+            q = probabilities(self.model.table[last], params)
+            x = sample(q, rng)
+            if q[x] < 0.3:
+                break
+            out.tokens.append(x)
+            out.q_rows.append(q)
+            last = x
+        return out
+
+
+def test_the_exactness_test_catches_a_stop_that_peeks_at_the_drawn_token():
+    """Power check: the same statistic, same N, rejects a drafter whose early stop looks at x."""
+    target, draft = toy_pair(seed=11)
+    events = run_engine(target, PostHocPMin(MarkovModel(draft)), FixedPolicy(4), HOT, seed=5)
+    assert transition_test(events, [0], target, HOT).p_value < 1e-9
+
+
+def test_auto_is_greedy_exact():
+    target, draft = toy_pair(seed=3, n_vocab=12, noise=1.5)
+    expected = [e.id for e in run_engine(target, None, FixedPolicy(0), GREEDY, seed=0, n=500) if isinstance(e, Token)]
+    events = run_engine(target, ModelDrafter(MarkovModel(draft)), AdaptivePolicy(), GREEDY, seed=0, n=500)
+    assert [e.id for e in events if isinstance(e, Token)] == expected
+    assert sum(r.drafted for r in events if isinstance(r, Round)) > 0

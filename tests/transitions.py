@@ -1,0 +1,89 @@
+"""Exactness of a whole generation on a toy Markov target, tested from its transitions.
+
+The target is a `fakes.MarkovModel`: the law of each token given the past is
+p(. | previous token), processed by the sampling settings. An exact decoder keeps that law at
+every position *given anything decided before the token is drawn* — in particular the
+token's position inside its round (1 = first draft or plain step, 2 = after one accepted
+draft, ...), which depends on the drafter, the policy and earlier verdicts only. So the
+counts of token x after token s at round position j must follow p(x | s) in every stratum
+(s, j). Each stratum with enough tokens gives a chi-square statistic; their sum is
+chi-square with the summed degrees of freedom (the strata are conditionally independent
+multinomials given the visit counts), and one p-value comes out.
+
+A biased rule shows up in some stratum: e.g. a drafter that drops a drawn token whose
+q(x) is small proposes from q restricted to likely tokens while verify divides by q.
+
+    result = transition_test(events, prompt, table, params)
+    assert result.p_value > 1e-3
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+from scipy import stats
+
+from specdec_cli.engine import Token
+from specdec_cli.sampling import SamplingParams, probabilities
+
+MIN_STRATUM = 200  # tokens a stratum needs before it is tested
+MIN_EXPECTED = 5.0  # cells expected to hold fewer tokens are lumped together (chi-square's usual rule)
+
+
+@dataclass(frozen=True)
+class TransitionResult:
+    statistic: float
+    dof: int
+    p_value: float
+    strata: int
+    tokens: int
+
+
+def target_rows(table: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """p(. | s) for every previous token s, processed as the engine processes them."""
+    return np.stack([probabilities(row, params) for row in np.asarray(table, dtype=np.float32)])
+
+
+def lump(observed: np.ndarray, expected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge the cells expected to hold fewer than MIN_EXPECTED tokens into one (into the largest
+    cell if even the merged one is that small). Example: e = [50, 3, 1] -> [50, 4] -> [54]."""
+    small = expected < MIN_EXPECTED
+    if not small.any():
+        return observed, expected
+    o, e = list(observed[~small]), list(expected[~small])
+    o_small, e_small = observed[small].sum(), expected[small].sum()
+    if e_small >= MIN_EXPECTED or not e:
+        o.append(o_small)
+        e.append(e_small)
+    else:
+        big = int(np.argmax(e))
+        o[big] += o_small
+        e[big] += e_small
+    return np.array(o), np.array(e)
+
+
+def transition_test(events: Iterable, prompt: Sequence[int], table: np.ndarray, params: SamplingParams) -> TransitionResult:
+    p = target_rows(table, params)
+    counts: dict[tuple[int, int], np.ndarray] = defaultdict(lambda: np.zeros(p.shape[1]))
+    previous = prompt[-1]
+    n = 0
+    for event in events:
+        if isinstance(event, Token):
+            counts[(previous, min(event.position, 3))][event.id] += 1
+            previous = event.id
+            n += 1
+    statistic, dof, strata = 0.0, 0, 0
+    for (s, _), observed in counts.items():
+        total = observed.sum()
+        support = p[s] > 0
+        assert observed[~support].sum() == 0, f"a token with target probability 0 was emitted after {s}"
+        if total < MIN_STRATUM:
+            continue
+        o, e = lump(observed[support], total * p[s][support])
+        statistic += float(((o - e) ** 2 / e).sum())
+        dof += len(e) - 1
+        strata += 1
+    return TransitionResult(statistic, dof, float(stats.chi2.sf(statistic, dof)), strata, n)
