@@ -24,8 +24,10 @@ Three drafters sit behind the interface:
 - `ModelAndLookup`: lookup when it matches, the draft model otherwise; one drafter per round
   (a round's proposal is either deterministic or sampled, never mixed).
 
-`candidates(context)` lists the drafters that can propose for this context, preferred
-first; the draft-length policy (policy.py) picks one and its k each round.
+`candidates(context)` lists who can propose for this context, preferred first; the
+draft-length policy (policy.py) picks one and its k each round. Lookup names its match by
+length ("lookup:1", "lookup:2", "lookup:3-5", "lookup:6+"), so that the policy learns
+separately how well short and long matches are accepted.
 
 The draft model's KV cache is matched to the context lazily: `propose` keeps the longest
 common prefix of what the cache holds and the context, drops the rest and evaluates only
@@ -54,16 +56,23 @@ class Proposal:
     catch_up_seconds: float = 0.0  # of which bringing its cache up to the context (see policy.draft_step_seconds)
 
 
-class Drafter(Protocol):
-    name: str  # "model", "lookup": the key under which the policy keeps its measurements
+class Proposer(Protocol):
+    """One way to propose for the current context; `name` ("model", "lookup:3-5") is the key
+    under which the policy keeps its measurements."""
 
-    def prefill(self, context: Sequence[int]) -> None: ...
-
-    def candidates(self, context: Sequence[int]) -> list["Drafter"]: ...
+    name: str
 
     def propose(
         self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
     ) -> Proposal: ...
+
+
+class Drafter(Proposer, Protocol):
+    def prefill(self, context: Sequence[int]) -> None: ...
+
+    def candidates(self, context: Sequence[int]) -> list[Proposer]:
+        """Who can propose for this context, preferred first (empty: a plain target step)."""
+        ...
 
     def sync(self, context: Sequence[int]) -> None: ...
 
@@ -123,7 +132,7 @@ class ModelDrafter:
             if len(self.model.tokens) < len(context):
                 self.model.decode(context[len(self.model.tokens) :], 0)
 
-    def candidates(self, context: Sequence[int]) -> list[Drafter]:
+    def candidates(self, context: Sequence[int]) -> list[Proposer]:
         return [self]
 
     def propose(
@@ -214,6 +223,24 @@ class NgramIndex:
         return None
 
 
+def match_length(context: Sequence[int], start: int, cap: int = 8) -> int:
+    """How many tokens before `start` equal the context's last ones (at most cap).
+    Example: context [1, 2, 3, 9, 2, 3], start 3 -> 2 (the (2, 3) before index 3)."""
+    m, n = 0, len(context)
+    while m < cap and m < start and context[start - 1 - m] == context[n - 1 - m]:
+        m += 1
+    return m
+
+
+def match_class(length: int) -> str:
+    """The policy's key for a lookup match: its acceptance depends much on how long the match is
+    (a repeated passage is copied whole, a one-token match mostly fails). 1, 2 -> 'lookup:1',
+    'lookup:2'; 3..5 -> 'lookup:3-5'; 6 or more -> 'lookup:6+'."""
+    if length <= 2:
+        return f"lookup:{length}"
+    return "lookup:3-5" if length <= 5 else "lookup:6+"
+
+
 class LookupDrafter:
     """Prompt-lookup drafting: copy what followed the latest earlier occurrence of the last n-gram."""
 
@@ -235,21 +262,27 @@ class LookupDrafter:
     def prefill(self, context: Sequence[int]) -> None:
         self.index.update(context)
 
-    def candidates(self, context: Sequence[int]) -> list[Drafter]:
-        return [self] if self.index.match(context) is not None else []
+    def candidates(self, context: Sequence[int]) -> list[Proposer]:
+        """The match for this context, named by its length class (see match_class), or nothing."""
+        start = self.index.match(context)
+        if start is None:
+            return []
+        return [LookupMatch(match_class(match_length(context, start)), self, start)]
 
     def propose(
         self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
     ) -> Proposal:
         """Deterministic, so q_rows is None (q one-hot); `params`, `rng` and `p_min` are not used."""
-        out = Proposal()
         start = self.index.match(context)
-        if start is None:
-            return out
+        return self.copy(context, start, k) if start is not None else Proposal()
+
+    def copy(self, context: Sequence[int], start: int, k: int) -> Proposal:
+        """Up to k tokens of context from `start` on, running on into the copy itself."""
+        out = Proposal()
         n = len(context)
         for i in range(min(k, self.options.max_tokens)):
             j = start + i
-            token = context[j] if j < n else out.tokens[j - n]  # runs on into its own copy
+            token = context[j] if j < n else out.tokens[j - n]
             if self.vocab_limit is not None and token >= self.vocab_limit:
                 break
             out.tokens.append(token)
@@ -259,6 +292,20 @@ class LookupDrafter:
 
     def sync(self, context: Sequence[int]) -> None:
         pass
+
+
+@dataclass(frozen=True)
+class LookupMatch:
+    """A lookup proposal found for one context, ready to copy (what `candidates` hands out)."""
+
+    name: str
+    drafter: LookupDrafter
+    start: int
+
+    def propose(
+        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
+    ) -> Proposal:
+        return self.drafter.copy(context, self.start, k)
 
 
 class ModelAndLookup:
@@ -274,7 +321,7 @@ class ModelAndLookup:
         self.model.prefill(context)
         self.lookup.prefill(context)
 
-    def candidates(self, context: Sequence[int]) -> list[Drafter]:
+    def candidates(self, context: Sequence[int]) -> list[Proposer]:
         return self.lookup.candidates(context) + self.model.candidates(context)
 
     def propose(

@@ -34,7 +34,7 @@ from typing import Iterator, Sequence, Union
 
 import numpy as np
 
-from .drafters import CausalModel, Drafter, Proposal, catch_up, common_prefix
+from .drafters import CausalModel, Drafter, Proposal, Proposer, catch_up, common_prefix
 from .errors import ContextOverflow, IncompatiblePair
 from .policy import DraftPolicy, DraftTokens, draft_policy
 from .sampling import SamplingParams, argmax, probabilities, sample, verify
@@ -80,7 +80,7 @@ class Round:
     draft_decode_seconds: float  # of which inside the draft model's decode calls
     verify_seconds: float  # the target's batch decode
     seconds: float  # the whole round
-    source: str = ""  # the drafter's name ("model", "lookup"); "" for a plain target step
+    source: str = ""  # who drafted ("model", "lookup:3-5", see drafters.py); "" for a plain target step
     draft_catch_up_seconds: float = 0.0  # of draft_seconds, the draft model catching up with the context
     k: int = 0  # the most tokens the policy allowed this round (a drafter may propose fewer)
 
@@ -225,7 +225,7 @@ class Engine:
         row = logits[0, : self.vocab_limit]
         return argmax(row) if params.greedy else sample(probabilities(row, params), rng)
 
-    def plan(self, context: list[int], budget: int, policy: DraftPolicy) -> tuple[Drafter | None, int]:
+    def plan(self, context: list[int], budget: int, policy: DraftPolicy) -> tuple[Proposer | None, int]:
         """Who drafts this round and at most how many tokens; (None, 0) is a plain target step."""
         candidates = self.drafter.candidates(context) if self.drafter is not None else []
         name, k = policy.choose([d.name for d in candidates], budget)
@@ -233,7 +233,7 @@ class Engine:
         return (chosen, k) if chosen is not None and k > 0 else (None, 0)
 
     def speculative_round(
-        self, context: list[int], drafter: Drafter, k: int, p_min: float, params: SamplingParams, rng: np.random.Generator
+        self, context: list[int], drafter: Proposer, k: int, p_min: float, params: SamplingParams, rng: np.random.Generator
     ) -> tuple[Proposal, int, int, float, float]:
         """Draft up to k tokens, score them in one target batch, verify.
 

@@ -11,7 +11,9 @@
     cost. With a_i = P(draft i accepted | drafts 1..i-1 accepted), a round of k drafts yields
     on average E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j tokens and costs
     C(k) = k * T_draft + T_batch(k + 1), T_batch(n) being the time of a round whose target
-    pass scores n tokens. A plain target step (k = 0) yields 1 token in T_batch(1).
+    pass scores n tokens (plus, for a draft model, what its catch-up costs beyond one step:
+    after a fully accepted round it evaluates two tokens, the last draft and the bonus).
+    A plain target step (k = 0) yields 1 token in T_batch(1).
     Pick k in 0..max_k maximising E(k) / C(k).
 
     Example: a_i = 0.8, T_draft = 5 ms, T_batch(n) = 12 + 1.5 (n - 1) ms:
@@ -22,7 +24,8 @@ What is measured, all from the Round events of earlier rounds:
   - a_i: exponentially weighted hits and trials per position (forgetting factor `decay`
     per round of that drafter), shrunk by a pseudo-count toward the rate pooled over all
     positions (itself shrunk toward a prior), so a position not tried yet inherits it;
-  - T_draft: weighted mean of draft seconds per draft step, per drafter;
+  - T_draft: weighted mean of draft seconds per draft step, per drafter, and apart from it
+    the draft model's catch-up per round;
   - T_batch(n): weighted mean, per batch size n, of the round's seconds minus its draft
     seconds (the target pass plus verification and bookkeeping, i.e. what the round really
     costs); sizes not seen yet are interpolated linearly between seen ones, or extrapolated
@@ -31,7 +34,7 @@ What is measured, all from the Round events of earlier rounds:
 
 Fallback and probes. When no k >= 1 beats target-only, the round is a plain target step;
 after `backoff` such rounds the drafter is tried once more at its best k >= 1, and the
-back-off doubles (4, 8, .. 64 rounds) until drafting pays again. A drafter passed over
+back-off doubles (8, 16, .. 64 rounds) until drafting pays again. A drafter passed over
 because another one promised more (`model+lookup`) is probed the same way.
 
 Why the output stays exact. Speculative sampling emits, at every position, a token whose
@@ -73,14 +76,14 @@ DraftTokens = Union[int, str]  # a fixed k, or "auto"
 DEFAULT_P_MIN = 0.5
 AUTO_MAX_K = 16  # longest draft `auto` considers
 
-PRIOR_ACCEPTANCE = {"model": 0.7, "lookup": 0.5}  # acceptance before anything is measured
+PRIOR_ACCEPTANCE = {"model": 0.8, "lookup": 0.5}  # acceptance before anything is measured (by kind)
 PRIOR_WEIGHT = 2.0  # pseudo-trials behind the prior (pooled rate) and the pooled rate (each a_i)
 PRIOR_DRAFT_COST = {"model": 0.2, "lookup": 0.01}  # T_draft / T_batch(1) before measuring
 PRIOR_BATCH_SLOPE = 0.05  # (T_batch(n + 1) - T_batch(n)) / T_batch(1) before measuring
 SLOPE_PRIOR_WEIGHT = 8.0  # the prior slope counts as much as two rounds two tokens either side of the mean
 DECAY = 0.9  # forgetting factor per observation: about the last 10 rounds count
 OUTLIER_FACTOR = 2.0  # a timing counts at most this factor away from its running estimate
-FIRST_BACKOFF = 4
+FIRST_BACKOFF = 8  # a probe after fallback also pays the draft model's catch-up of the plain steps
 MAX_BACKOFF = 64
 
 
@@ -151,12 +154,14 @@ def best_draft_length(
     batch_seconds: Sequence[float],
     max_k: int,
     min_k: int = 0,
+    draft_overhead: float = 0.0,
 ) -> tuple[int, float]:
     """The k in min_k..max_k with the most expected tokens per second, and that rate.
 
     batch_seconds[n - 1] = T_batch(n), for n = 1..max_k + 1; acceptance holds a_1..a_max_k.
-    Rate(0) = 1 / T_batch(1); rate(k) = E(k) / (k * draft_step + T_batch(k + 1)). Ties go to
-    the smaller k.
+    Rate(0) = 1 / T_batch(1); rate(k) = E(k) / (draft_overhead + k * draft_step + T_batch(k + 1)),
+    draft_overhead being what a drafting round costs beyond its k steps (see AdaptivePolicy).
+    Ties go to the smaller k.
     """
     assert len(acceptance) >= max_k and len(batch_seconds) > max_k and 0 <= min_k <= max(max_k, 1)
     best_k, best_rate = (0, 1.0 / batch_seconds[0]) if min_k == 0 else (0, -1.0)
@@ -164,7 +169,7 @@ def best_draft_length(
     for k in range(1, max_k + 1):
         reach *= acceptance[k - 1]
         expected += reach
-        rate = expected / (k * draft_step + batch_seconds[k])
+        rate = expected / (draft_overhead + k * draft_step + batch_seconds[k])
         if k >= min_k and rate > best_rate:
             best_k, best_rate = k, rate
     return best_k, best_rate
@@ -268,12 +273,18 @@ class BatchCost:
         return self._curve[:max_n]
 
 
+def kind(name: str) -> str:
+    """The drafter behind a proposer's name: 'lookup:3-5' -> 'lookup', 'model' -> 'model'."""
+    return name.split(":", 1)[0]
+
+
 @dataclass
 class DrafterRecord:
-    """What the policy knows about one drafter ("model", "lookup")."""
+    """What the policy knows about one proposer ("model", "lookup:3-5", ...)."""
 
     acceptance: Acceptance
     draft_step: WeightedMean = field(default_factory=WeightedMean)
+    catch_up: WeightedMean = field(default_factory=WeightedMean)  # the draft model's catch-up per round
     backoff: int = FIRST_BACKOFF  # rounds passed over before the next probe
     waited: int = 0  # rounds passed over since it last drafted
 
@@ -300,15 +311,19 @@ class AdaptivePolicy:
         self.batch = BatchCost(decay)
         self.drafters: dict[str, DrafterRecord] = {}
         self._seed_draft_step: float | None = None
+        self._fixed_curve: list[float] | None = None
         if costs is not None:
             for n, seconds in enumerate(costs.target_batch, start=1):
                 self.batch.add(n, seconds)
             self._seed_draft_step = costs.draft_step
+            if not learn_costs:
+                assert len(costs.target_batch) > max_k, "a fixed cost curve must cover batches of 1..max_k + 1"
+                self._fixed_curve = list(costs.target_batch)
 
     def record(self, name: str) -> DrafterRecord:
         if name not in self.drafters:
-            prior = PRIOR_ACCEPTANCE.get(name, 0.6)
-            rec = DrafterRecord(Acceptance(self.max_k, prior, decay=self.decay), WeightedMean(self.decay))
+            prior = PRIOR_ACCEPTANCE.get(kind(name), 0.6)
+            rec = DrafterRecord(Acceptance(self.max_k, prior, decay=self.decay), WeightedMean(self.decay), WeightedMean(self.decay))
             if self._seed_draft_step is not None and name == "model":
                 rec.draft_step.add(self._seed_draft_step)
             self.drafters[name] = rec
@@ -319,11 +334,17 @@ class AdaptivePolicy:
         rec = self.record(name)
         if rec.draft_step.value is None:
             # The prior counts as a first sample, so one slow first measurement cannot lock drafting out.
-            rec.draft_step.add(PRIOR_DRAFT_COST.get(name, 0.2) * curve[0])
-        return best_draft_length(rec.acceptance.rates(), rec.draft_step.value, curve, max_k, min_k=1)
+            rec.draft_step.add(PRIOR_DRAFT_COST.get(kind(name), 0.2) * curve[0])
+        # The catch-up replaces the first step; it costs more when it evaluates two tokens.
+        overhead = max(rec.catch_up.value - rec.draft_step.value, 0.0) if rec.catch_up.value is not None else 0.0
+        return best_draft_length(rec.acceptance.rates(), rec.draft_step.value, curve, max_k, min_k=1, draft_overhead=overhead)
+
+    def curve(self) -> list[float]:
+        """T_batch(1..max_k + 1) as the policy currently sees it (empty before the first round)."""
+        return self._fixed_curve or self.batch.curve(self.max_k + 1)
 
     def choose(self, sources: Sequence[str], budget: int) -> tuple[str | None, int]:
-        curve = self.batch.curve(self.max_k + 1)
+        curve = self.curve()
         if not sources or budget <= 0 or not curve:
             return None, 0  # (no curve yet: the first round measures the yardstick, a plain target step)
         max_k = min(self.max_k, budget)
@@ -354,6 +375,10 @@ class AdaptivePolicy:
             step = draft_step_seconds(event)
             if step is not None:
                 rec.draft_step.add(clamp(step, rec.draft_step.value))
+            if event.draft_catch_up_seconds > 0.0:
+                # After plain steps the catch-up clears a backlog; the cap keeps that from counting much.
+                limit = rec.catch_up.value if rec.catch_up.value is not None else rec.draft_step.value
+                rec.catch_up.add(clamp(event.draft_catch_up_seconds, limit))
 
 
 def draft_step_seconds(event: "Round") -> float | None:
