@@ -35,7 +35,11 @@ What is measured, all from the Round events of earlier rounds:
 Fallback and probes. When no k >= 1 beats target-only, the round is a plain target step;
 after `backoff` such rounds the drafter is tried once more at its best k >= 1, and the
 back-off doubles (8, 16, .. 64 rounds) until drafting pays again. A drafter passed over
-because another one promised more (`model+lookup`) is probed the same way.
+because another one promised more (`model+lookup`) is probed the same way. A draft model's
+probe first catches up on every token it sat out, which costs per token (about 12% of a
+target step on a 2-core CPU with the built-in pair), so spacing probes out does not make
+them cheaper; instead such catch-ups may take at most PROBE_BUDGET of the run's time, and
+probing pauses while they would take more.
 
 Why the output stays exact. Speculative sampling emits, at every position, a token whose
 law given everything before it is p, whatever k was, provided two things: whether position
@@ -84,6 +88,7 @@ SLOPE_PRIOR_WEIGHT = 8.0  # the prior slope counts as much as two rounds two tok
 DECAY = 0.9  # forgetting factor per observation: about the last 10 rounds count
 OUTLIER_FACTOR = 2.0  # a timing counts at most this factor away from its running estimate
 FIRST_BACKOFF = 8  # a probe after fallback also pays the draft model's catch-up of the plain steps
+PROBE_BUDGET = 0.05  # those catch-ups may take at most this share of the run's time
 MAX_BACKOFF = 64
 
 
@@ -310,6 +315,9 @@ class AdaptivePolicy:
         self.learn_costs = learn_costs
         self.batch = BatchCost(decay)
         self.drafters: dict[str, DrafterRecord] = {}
+        self.elapsed = 0.0  # seconds of all rounds observed
+        self.backlog_seconds = 0.0  # of which draft-model catch-ups after rounds it sat out: what probes cost
+        self.previous = ""  # the source of the last round observed
         self._seed_draft_step: float | None = None
         self._fixed_curve: list[float] | None = None
         if costs is not None:
@@ -358,7 +366,7 @@ class AdaptivePolicy:
                 rec.waited, rec.backoff = 0, FIRST_BACKOFF
                 continue
             rec.waited += 1
-            if probe is None and rec.waited > rec.backoff:
+            if probe is None and rec.waited > rec.backoff and self.backlog_seconds <= PROBE_BUDGET * self.elapsed:
                 # Its estimate may be stale (the text changed); finding out costs one round.
                 probe, rec.waited, rec.backoff = name, 0, min(2 * rec.backoff, MAX_BACKOFF)
         chosen = probe or chosen
@@ -367,6 +375,9 @@ class AdaptivePolicy:
     def observe(self, event: "Round") -> None:
         if self.learn_costs:
             self.batch.add(event.drafted + 1, event.seconds - event.draft_seconds)
+        self.elapsed += event.seconds
+        lagging = event.source != self.previous  # the drafter sat out the last round: its catch-up clears a backlog
+        self.previous = event.source
         if not event.source:
             return  # a plain target step: nothing drafted, nothing to learn about a drafter
         rec = self.record(event.source)
@@ -375,8 +386,9 @@ class AdaptivePolicy:
             step = draft_step_seconds(event)
             if step is not None:
                 rec.draft_step.add(clamp(step, rec.draft_step.value))
-            if event.draft_catch_up_seconds > 0.0:
-                # After plain steps the catch-up clears a backlog; the cap keeps that from counting much.
+            if event.draft_catch_up_seconds > 0.0 and lagging:
+                self.backlog_seconds += event.draft_catch_up_seconds
+            elif event.draft_catch_up_seconds > 0.0:
                 limit = rec.catch_up.value if rec.catch_up.value is not None else rec.draft_step.value
                 rec.catch_up.add(clamp(event.draft_catch_up_seconds, limit))
 
