@@ -8,7 +8,7 @@
     applies it; the policy only holds the threshold.
 (b) The cap k, chosen before each round to maximise expected tokens per second: Leviathan
     et al. 2022, Theorem 3.8, generalised to per-position acceptance and a measured verify
-    cost. With a_i = P(draft i accepted | drafts 1..i-1 accepted), a round of k drafts yields
+    cost. With a_i = P(draft i is proposed and accepted | drafts 1..i-1 were), a round of k drafts yields
     on average E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j tokens and costs
     C(k) = k * T_draft + T_batch(k + 1), T_batch(n) being the time of a round whose target
     pass scores n tokens (plus, for a draft model, what its catch-up costs beyond one step:
@@ -199,13 +199,15 @@ class Acceptance:
         self.trials = np.zeros(positions)
         self.prior, self.prior_weight, self.decay = prior, prior_weight, decay
 
-    def add(self, drafted: int, accepted: int) -> None:
-        """One round: positions 1..accepted were accepted, position accepted + 1 (if drafted) rejected."""
-        if drafted <= 0:
+    def add(self, k: int, accepted: int) -> None:
+        """One round allowed k drafts: positions 1..accepted gave a token, position accepted + 1
+        (if <= k) did not, whether its draft was rejected or never proposed (p-min, lookup
+        running out): either way the round ended there."""
+        if k <= 0:
             return
         self.hits *= self.decay
         self.trials *= self.decay
-        self.trials[: min(drafted, accepted + 1)] += 1.0
+        self.trials[: min(k, accepted + 1)] += 1.0
         self.hits[:accepted] += 1.0
 
     def rates(self) -> list[float]:
@@ -381,7 +383,7 @@ class AdaptivePolicy:
         if not event.source:
             return  # a plain target step: nothing drafted, nothing to learn about a drafter
         rec = self.record(event.source)
-        rec.acceptance.add(event.drafted, event.accepted)
+        rec.acceptance.add(event.k, event.accepted)
         if self.learn_costs:
             step = draft_step_seconds(event)
             if step is not None:

@@ -95,14 +95,18 @@ def test_best_k_grows_to_the_cap_when_everything_is_accepted_and_ties_go_short()
 def test_acceptance_docstring_example_and_pooling():
     a = Acceptance(positions=4, prior=0.7, prior_weight=2.0, decay=0.9)
     assert a.rates() == pytest.approx([0.7] * 4)  # nothing measured: the prior everywhere
-    a.add(drafted=4, accepted=3)
+    a.add(k=4, accepted=3)
     pooled = (3 + 1.4) / (4 + 2)
     assert a.rates() == pytest.approx([(1 + 2 * pooled) / 3] * 3 + [2 * pooled / 3])
-    a.add(drafted=0, accepted=0)  # a draft stopped before its first token teaches nothing
+    a.add(k=0, accepted=0)  # a plain step teaches nothing
     assert a.rates()[0] == pytest.approx((1 + 2 * pooled) / 3)
-    a.add(drafted=2, accepted=2)  # positions 3 and 4 untried this round: only faded
+    a.add(k=2, accepted=2)  # positions 3 and 4 not allowed this round: only faded
     assert a.hits.tolist() == pytest.approx([1.9, 1.9, 0.9, 0.0])
     assert a.trials.tolist() == pytest.approx([1.9, 1.9, 0.9, 0.9])
+    # A draft that stopped (p-min) before position 2 of 4 gave nothing there: a failure at 2.
+    a.add(k=4, accepted=1)
+    assert a.hits.tolist() == pytest.approx([2.71, 1.71, 0.81, 0.0])
+    assert a.trials.tolist() == pytest.approx([2.71, 2.71, 0.81, 0.81])
 
 
 def test_batch_cost_line_through_the_measurements():
