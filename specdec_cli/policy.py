@@ -29,8 +29,11 @@ What is measured, all from the Round events of earlier rounds:
   - T_batch(n): weighted mean, per batch size n, of the round's seconds minus its draft
     seconds (the target pass plus verification and bookkeeping, i.e. what the round really
     costs); sizes not seen yet are interpolated linearly between seen ones, or extrapolated
-    with the fitted slope. The first round is a plain target step: it measures T_batch(1),
-    the yardstick every choice is compared with, and still yields a token.
+    with the fitted slope. T_batch(1) is the yardstick every choice is compared with, so plain
+    target steps measure it: the first two rounds (the first after a prefill runs slow and is
+    not counted), and one whenever the last measurement is REFRESH_ROUNDS rounds old (machine
+    load changes it; this 2-core machine flips between about 9.8 and 12.5 ms a step). A plain
+    step still yields a token; it only forgoes one round's gain.
 
 Fallback and probes. When no k >= 1 beats target-only, the round is a plain target step;
 after `backoff` such rounds the drafter is tried once more at its best k >= 1, and the
@@ -89,6 +92,7 @@ DECAY = 0.9  # forgetting factor per observation: about the last 10 rounds count
 OUTLIER_FACTOR = 2.0  # a timing counts at most this factor away from its running estimate
 FIRST_BACKOFF = 8  # a probe after fallback also pays the draft model's catch-up of the plain steps
 PROBE_BUDGET = 0.05  # those catch-ups may take at most this share of the run's time
+REFRESH_ROUNDS = 16  # a plain step re-measures T_batch(1) when it is older than this many rounds
 MAX_BACKOFF = 64
 
 
@@ -317,6 +321,8 @@ class AdaptivePolicy:
         self.learn_costs = learn_costs
         self.batch = BatchCost(decay)
         self.drafters: dict[str, DrafterRecord] = {}
+        self.rounds = 0  # rounds observed
+        self.yardstick_round = 0  # the round in which T_batch(1) was last measured
         self.elapsed = 0.0  # seconds of all rounds observed
         self.backlog_seconds = 0.0  # of which draft-model catch-ups after rounds it sat out: what probes cost
         self.previous = ""  # the source of the last round observed
@@ -355,8 +361,9 @@ class AdaptivePolicy:
 
     def choose(self, sources: Sequence[str], budget: int) -> tuple[str | None, int]:
         curve = self.curve()
-        if not sources or budget <= 0 or not curve:
-            return None, 0  # (no curve yet: the first round measures the yardstick, a plain target step)
+        stale = self.learn_costs and self.rounds - self.yardstick_round >= REFRESH_ROUNDS
+        if not sources or budget <= 0 or not curve or stale:
+            return None, 0  # (no curve yet, or an old T_batch(1): a plain target step measures it)
         max_k = min(self.max_k, budget)
         plans = {name: self.plan(name, max_k, curve) for name in sources}
         best = max(sources, key=lambda name: plans[name][1])  # first on ties: the preferred one
@@ -375,8 +382,11 @@ class AdaptivePolicy:
         return (chosen, plans[chosen][0]) if chosen is not None else (None, 0)
 
     def observe(self, event: "Round") -> None:
-        if self.learn_costs:
+        self.rounds += 1
+        if self.learn_costs and self.rounds > 1:  # the first step after a prefill runs slow
             self.batch.add(event.drafted + 1, event.seconds - event.draft_seconds)
+            if event.drafted == 0:
+                self.yardstick_round = self.rounds
         self.elapsed += event.seconds
         lagging = event.source != self.previous  # the drafter sat out the last round: its catch-up clears a backlog
         self.previous = event.source

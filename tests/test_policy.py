@@ -13,6 +13,7 @@ from specdec_cli.errors import BadInput
 from specdec_cli.policy import (
     DEFAULT_P_MIN,
     FIRST_BACKOFF,
+    REFRESH_ROUNDS,
     Acceptance,
     AdaptivePolicy,
     BatchCost,
@@ -176,14 +177,24 @@ def frozen(draft_ms: float, t1_ms: float, slope_ms: float, p_min: float = 0.0, m
     return AdaptivePolicy(p_min=p_min, max_k=max_k, costs=costs, learn_costs=False)
 
 
-def test_auto_starts_with_a_plain_step_then_drafts():
+def test_auto_starts_with_plain_steps_then_drafts_and_refreshes_its_yardstick():
     policy = AdaptivePolicy()
     assert policy.choose(["model"], budget=100) == (None, 0)  # no yardstick yet
+    policy.observe(round_event(0, 0, 0, source="", seconds=15 * MS))  # the first step: not counted
+    assert policy.choose(["model"], budget=100) == (None, 0)
     policy.observe(round_event(0, 0, 0, source="", seconds=12 * MS))
+    assert policy.curve()[0] == pytest.approx(12 * MS)
     name, k = policy.choose(["model"], budget=100)
     # Priors: a = 0.8, T_draft = 0.2 T(1), T(n) = T(1) (1 + 0.05 (n - 1)); in tokens per T(1):
     # k=2: 2.44 / 1.5 = 1.627, k=3: 2.952 / 1.75 = 1.687, k=4: 3.362 / 2 = 1.681 -> k = 3.
     assert (name, k) == ("model", 3)
+    for _ in range(REFRESH_ROUNDS - 1):  # drafting rounds; T(1) ages
+        policy.observe(round_event(k, k, k, draft_s=10 * MS, catch_up_s=4 * MS, seconds=30 * MS))
+        assert policy.choose(["model"], budget=100)[1] > 0
+    policy.observe(round_event(k, k, k, draft_s=10 * MS, catch_up_s=4 * MS, seconds=30 * MS))
+    assert policy.choose(["model"], budget=100) == (None, 0)  # a plain step re-measures T(1)
+    policy.observe(round_event(0, 0, 0, source="", seconds=10 * MS))
+    assert policy.choose(["model"], budget=100)[1] > 0 and policy.curve()[0] < 12 * MS
 
 
 def test_auto_lengthens_the_draft_while_everything_is_accepted():
