@@ -96,7 +96,7 @@ def run(
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens to generate at most.")] = 256,
     draft_tokens: Annotated[str, typer.Option("--draft-tokens", "-k", help="Draft tokens per round: 'auto' (chosen each round from this run's acceptance and costs) or a fixed k, e.g. 8.")] = "auto",
     drafter: Annotated[str, typer.Option(help="Who drafts: model (the draft GGUF), lookup (copies from the prompt and output; no draft model), model+lookup.")] = "model",
-    p_min: Annotated[Optional[float], typer.Option(help="Stop drafting before a token the draft model gives less than this probability. Default: 0.5 with auto, off with a fixed k.")] = None,
+    p_min: Annotated[Optional[float], typer.Option(help="Stop drafting before a token the draft model gives less than this probability (llama.cpp's --draft-p-min). Default 0: off.")] = None,
     lookup_ngram_min: Annotated[int, typer.Option(help="Lookup: shortest n-gram to match.")] = 1,
     lookup_ngram_max: Annotated[int, typer.Option(help="Lookup: longest n-gram to match (tried first).")] = 3,
     lookup_max_tokens: Annotated[int, typer.Option(help="Lookup: longest proposal.")] = 10,

@@ -99,7 +99,7 @@ Event = Union[Prefill, Token, Rejected, Round, Finished]
 class GenerationConfig:
     max_tokens: int = 256
     draft_tokens: DraftTokens = 8  # k, or "auto" (policy.AdaptivePolicy)
-    p_min: float | None = None  # draft early-stop threshold; None: auto's default, off for a fixed k
+    p_min: float | None = None  # the draft model's early-stop threshold; None: policy.DEFAULT_P_MIN (off)
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int = 0
     stop: tuple[str, ...] = ()

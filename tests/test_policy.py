@@ -262,8 +262,8 @@ def test_fixed_policy_and_parsing():
     for bad in ("0", "65", "eight", ""):
         with pytest.raises(BadInput):
             parse_draft_tokens(bad, 64)
-    assert draft_policy("auto").p_min == DEFAULT_P_MIN
-    assert draft_policy("auto", p_min=0.0).p_min == 0.0
+    assert draft_policy("auto").p_min == DEFAULT_P_MIN == 0.0
+    assert draft_policy("auto", p_min=0.3).p_min == 0.3
     assert draft_policy(4).p_min == 0.0 and draft_policy(4, p_min=0.3).p_min == 0.3
     with pytest.raises(BadInput):
         draft_policy("fast")
