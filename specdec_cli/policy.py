@@ -41,8 +41,10 @@ back-off doubles (8, 16, .. 64 rounds) until drafting pays again. A drafter pass
 because another one promised more (`model+lookup`) is probed the same way. A draft model's
 probe first catches up on every token it sat out, which costs per token (about 12% of a
 target step on a 2-core CPU with the built-in pair), so spacing probes out does not make
-them cheaper; instead such catch-ups may take at most PROBE_BUDGET of the run's time, and
-probing pauses while they would take more.
+them cheaper; instead such catch-ups (the next one predicted from the rounds sat out) may
+take at most PROBE_BUDGET of the run's time, and probing pauses while they would take more
+(the first probe of each fallback excepted). On that CPU this means a draft model that fell
+back stays off, while lookup, which has no catch-up, keeps being probed.
 
 Why the output stays exact. Speculative sampling emits, at every position, a token whose
 law given everything before it is p, whatever k was, provided two things: whether position
@@ -93,7 +95,7 @@ SLOPE_PRIOR_WEIGHT = 8.0  # the prior slope counts as much as two rounds two tok
 DECAY = 0.9  # forgetting factor per observation: about the last 10 rounds count
 OUTLIER_FACTOR = 2.0  # a timing counts at most this factor away from its running estimate
 FIRST_BACKOFF = 8  # a probe after fallback also pays the draft model's catch-up of the plain steps
-PROBE_BUDGET = 0.03  # those catch-ups may take at most this share of the run's time
+PROBE_BUDGET = 0.05  # those catch-ups may take at most this share of the run's time
 REFRESH_ROUNDS = 16  # a plain step re-measures T_batch(1) when it is older than this many rounds
 MAX_BACKOFF = 64
 
@@ -298,8 +300,10 @@ class DrafterRecord:
     acceptance: Acceptance
     draft_step: WeightedMean = field(default_factory=WeightedMean)
     catch_up: WeightedMean = field(default_factory=WeightedMean)  # the draft model's catch-up per round
+    backlog_per_round: WeightedMean = field(default_factory=WeightedMean)  # catch-up per round sat out
     backoff: int = FIRST_BACKOFF  # rounds passed over before the next probe
     waited: int = 0  # rounds passed over since it last drafted
+    last_round: int = 0  # the round it last drafted in
 
 
 class AdaptivePolicy:
@@ -341,7 +345,7 @@ class AdaptivePolicy:
     def record(self, name: str) -> DrafterRecord:
         if name not in self.drafters:
             prior = PRIOR_ACCEPTANCE.get(kind(name), 0.6)
-            rec = DrafterRecord(Acceptance(self.max_k, prior, decay=self.decay), WeightedMean(self.decay), WeightedMean(self.decay))
+            rec = DrafterRecord(Acceptance(self.max_k, prior, decay=self.decay), *(WeightedMean(self.decay) for _ in range(3)))
             if self._seed_draft_step is not None and name == "model":
                 rec.draft_step.add(self._seed_draft_step)
             self.drafters[name] = rec
@@ -377,11 +381,21 @@ class AdaptivePolicy:
                 rec.waited, rec.backoff = 0, FIRST_BACKOFF
                 continue
             rec.waited += 1
-            if probe is None and rec.waited > rec.backoff and self.backlog_seconds <= PROBE_BUDGET * self.elapsed:
+            if probe is None and rec.waited > rec.backoff and self.affordable(rec):
                 # Its estimate may be stale (the text changed); finding out costs one round.
                 probe, rec.waited, rec.backoff = name, 0, min(2 * rec.backoff, MAX_BACKOFF)
         chosen = probe or chosen
         return (chosen, plans[chosen][0]) if chosen is not None else (None, 0)
+
+    def affordable(self, rec: DrafterRecord) -> bool:
+        """Whether a probe's catch-up (rounds sat out x seconds per round, as measured; a lookup
+        has none) keeps all backlog catch-ups within PROBE_BUDGET of the run's time. The first
+        probe after drafting stopped paying is always allowed: cheap insurance against an early
+        fallback that noise caused."""
+        if rec.backoff == FIRST_BACKOFF:
+            return True
+        per_round = rec.backlog_per_round.value or 0.0
+        return self.backlog_seconds + per_round * (self.rounds - rec.last_round) <= PROBE_BUDGET * self.elapsed
 
     def observe(self, event: "Round") -> None:
         self.rounds += 1
@@ -395,6 +409,7 @@ class AdaptivePolicy:
         if not event.source:
             return  # a plain target step: nothing drafted, nothing to learn about a drafter
         rec = self.record(event.source)
+        sat_out, rec.last_round = self.rounds - rec.last_round - 1, self.rounds
         rec.acceptance.add(event.k, event.accepted)
         if self.learn_costs:
             step = draft_step_seconds(event)
@@ -402,6 +417,7 @@ class AdaptivePolicy:
                 rec.draft_step.add(clamp(step, rec.draft_step.value))
             if event.draft_catch_up_seconds > 0.0 and lagging:
                 self.backlog_seconds += event.draft_catch_up_seconds
+                rec.backlog_per_round.add(event.draft_catch_up_seconds / max(sat_out, 1))
             elif event.draft_catch_up_seconds > 0.0:
                 limit = rec.catch_up.value if rec.catch_up.value is not None else rec.draft_step.value
                 rec.catch_up.add(clamp(event.draft_catch_up_seconds, limit))

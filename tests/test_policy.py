@@ -13,6 +13,7 @@ from specdec_cli.errors import BadInput
 from specdec_cli.policy import (
     DEFAULT_P_MIN,
     FIRST_BACKOFF,
+    PROBE_BUDGET,
     REFRESH_ROUNDS,
     Acceptance,
     AdaptivePolicy,
@@ -238,6 +239,26 @@ def test_auto_recovers_after_a_good_probe():
     # Probes (k = 1, accepted) lift the estimate until drafting pays again; then k climbs.
     assert ks[-1] == 16 and policy.record("model").backoff == FIRST_BACKOFF
     assert ks.index(16) < 50
+
+
+def test_probes_keep_their_catch_up_within_the_budget():
+    # Drafting never pays here (every draft rejected), and a probe's draft model must first
+    # catch up 0.4 ms per round it sat out (4% of a plain step): the probes' catch-ups stay
+    # within PROBE_BUDGET (5%).
+    policy = AdaptivePolicy()
+    last_model_round, probes, biggest = 0, 0, 0.0
+    for i in range(1, 3001):
+        name, k = policy.choose(["model"], budget=1000)
+        if k:
+            catch_up = 0.4 * MS * (i - last_model_round)
+            last_model_round, probes, biggest = i, probes + 1, max(biggest, catch_up)
+            policy.observe(round_event(k, k, 0, draft_s=catch_up + 5 * MS * (k - 1), catch_up_s=catch_up, seconds=catch_up + 5 * MS * k + 15 * MS))
+        else:
+            policy.observe(round_event(0, 0, 0, source="", seconds=10 * MS))
+    # The first round drafts on the priors, the first probe after the fallback is free, and
+    # later probes wait until the budget allows them.
+    assert probes >= 3
+    assert policy.backlog_seconds <= PROBE_BUDGET * policy.elapsed + 2 * biggest
 
 
 def test_auto_prefers_the_drafter_that_promises_more():
