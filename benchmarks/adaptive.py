@@ -106,13 +106,15 @@ def main() -> None:
                 accepted = sum(r.accepted for r in rounds)
                 extra[name].append(f"{len(rounds)} rounds, {accepted}/{drafted} accepted")
             print(f"rep {rep + 1}: CPU busy before it {load:.0%}", file=sys.stderr)
-    base = statistics.median(speeds["target-only"]) if "target-only" in speeds else None
+    # The machine's speed drifts between repetitions, so the speed-up is taken within each one.
+    base = speeds.get("target-only")
     print(f"prompt {args.prompt!r}, {args.tokens} tokens, temperature 0, {args.reps} repetitions")
-    print(f"{'configuration':22} {'tok/s median':>12} {'range':>15} {'vs target':>9}  last run")
+    print(f"{'configuration':22} {'tok/s median':>12} {'range':>15} {'speed-up median (range)':>26}  last run")
     for name in names:
         median = statistics.median(speeds[name])
-        ratio = f"{median / base:.2f}x" if base else ""
-        print(f"{name:22} {median:12.1f} {min(speeds[name]):7.1f}-{max(speeds[name]):<7.1f} {ratio:>9}  {extra[name][-1]}")
+        ratios = [s / b for s, b in zip(speeds[name], base)] if base else []
+        ratio = f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})" if ratios else ""
+        print(f"{name:22} {median:12.1f} {min(speeds[name]):7.1f}-{max(speeds[name]):<7.1f} {ratio:>26}  {extra[name][-1]}")
 
 
 if __name__ == "__main__":

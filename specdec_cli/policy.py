@@ -35,7 +35,8 @@ What is measured, all from the Round events of earlier rounds:
     load changes it; this 2-core machine flips between about 9.8 and 12.5 ms a step). A plain
     step still yields a token; it only forgoes one round's gain.
 
-Fallback and probes. When no k >= 1 beats target-only, the round is a plain target step;
+Fallback and probes. When no k >= 1 beats target-only, and the drafter has been tried on
+MIN_TRIALS positions (one early rejection must not end drafting), the round is a plain target step;
 after `backoff` such rounds the drafter is tried once more at its best k >= 1, and the
 back-off doubles (8, 16, .. 64 rounds) until drafting pays again. A drafter passed over
 because another one promised more (`model+lookup`) is probed the same way. A draft model's
@@ -94,6 +95,7 @@ PRIOR_BATCH_SLOPE = 0.05  # (T_batch(n + 1) - T_batch(n)) / T_batch(1) before me
 SLOPE_PRIOR_WEIGHT = 8.0  # the prior slope counts as much as two rounds two tokens either side of the mean
 DECAY = 0.9  # forgetting factor per observation: about the last 10 rounds count
 OUTLIER_FACTOR = 2.0  # a timing counts at most this factor away from its running estimate
+MIN_TRIALS = 6.0  # drafted positions (exponentially weighted) before a drafter may be given up
 FIRST_BACKOFF = 8  # a probe after fallback also pays the draft model's catch-up of the plain steps
 PROBE_BUDGET = 0.05  # those catch-ups may take at most this share of the run's time
 REFRESH_ROUNDS = 16  # a plain step re-measures T_batch(1) when it is older than this many rounds
@@ -374,6 +376,8 @@ class AdaptivePolicy:
         plans = {name: self.plan(name, max_k, curve) for name in sources}
         best = max(sources, key=lambda name: plans[name][1])  # first on ties: the preferred one
         chosen = best if plans[best][1] > 1.0 / curve[0] else None
+        if chosen is None:  # not before a drafter had a fair trial: one early rejection is noise
+            chosen = next((name for name in sources if self.record(name).acceptance.trials.sum() < MIN_TRIALS), None)
         probe = None
         for name in sources:
             rec = self.record(name)

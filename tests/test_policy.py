@@ -212,13 +212,13 @@ def test_auto_lengthens_the_draft_while_everything_is_accepted():
 def test_auto_falls_back_and_probes_with_growing_back_off():
     policy = frozen(draft_ms=5, t1_ms=12, slope_ms=1.5)
     decisions = []
-    for _ in range(60):
+    for _ in range(100):
         name, k = policy.choose(["model"], budget=1000)
         decisions.append(k)
         policy.observe(round_event(k, k, 0) if k else round_event(0, 0, 0, source=""))
     drafted_at = [i for i, k in enumerate(decisions) if k]
-    # Rejections right away drive a_1 down until drafting cannot pay; then a probe after
-    # FIRST_BACKOFF plain steps, then after twice as many, and so on.
+    # Rejections right away drive a_1 down until drafting cannot pay; once MIN_TRIALS positions
+    # were tried, fallback: a probe after FIRST_BACKOFF plain steps, then after twice as many...
     gaps = np.diff(drafted_at)
     fallback = [g - 1 for g in gaps if g > 1]
     assert fallback[:3] == [FIRST_BACKOFF, 2 * FIRST_BACKOFF, 4 * FIRST_BACKOFF]
@@ -227,7 +227,7 @@ def test_auto_falls_back_and_probes_with_growing_back_off():
 
 def test_auto_recovers_after_a_good_probe():
     policy = frozen(draft_ms=5, t1_ms=12, slope_ms=1.5)
-    for _ in range(8):  # bad text: every draft rejected
+    for _ in range(20):  # bad text: every draft rejected
         name, k = policy.choose(["model"], budget=1000)
         policy.observe(round_event(k, k, 0) if k else round_event(0, 0, 0, source=""))
     assert policy.choose(["model"], budget=1000)[1] == 0
