@@ -249,10 +249,22 @@ class LlamaModel:
         return raw.decode("utf-8", errors="replace") if raw else None
 
     def apply_chat_template(self, messages: Sequence[tuple[str, str]]) -> str:
-        """Format (role, content) messages with the model's own template, ending on the assistant's turn."""
-        template = lc.llama_model_chat_template(self._model, None)
+        """Format (role, content) messages with the model's own template, ending on the assistant's turn.
+
+        The GGUF's Jinja template is rendered as Hugging Face does (so a default system
+        prompt written into the template is kept); llama.cpp's built-in template matcher is
+        the fallback for templates Jinja cannot render.
+        """
+        template = self.chat_template()
         if not template:
             raise SpecdecError(f"{self.path.name} has no chat template; pass --raw to send the prompt as it is")
+        try:
+            return render_jinja_template(template, messages, bos=self.token_text(self.vocab.bos), eos=self.token_text(self.vocab.eos))
+        except Exception as exc:  # jinja2 errors of every kind: fall back to llama.cpp's matcher
+            log.debug("jinja rendering of the chat template failed (%s); using llama.cpp's matcher", exc)
+        return self._apply_builtin_template(template, messages)
+
+    def _apply_builtin_template(self, template: str, messages: Sequence[tuple[str, str]]) -> str:
         keep = [(role.encode(), content.encode()) for role, content in messages]
         chat = (lc.llama_chat_message * len(keep))()
         for i, (role, content) in enumerate(keep):
@@ -260,10 +272,10 @@ class LlamaModel:
             chat[i].content = content
         size = 2 * sum(len(c) + len(r) for r, c in keep) + 256
         buf = ctypes.create_string_buffer(size)
-        n = lc.llama_chat_apply_template(template, chat, len(keep), True, buf, size)
+        n = lc.llama_chat_apply_template(template.encode(), chat, len(keep), True, buf, size)
         if n > size:
             buf = ctypes.create_string_buffer(n)
-            n = lc.llama_chat_apply_template(template, chat, len(keep), True, buf, n)
+            n = lc.llama_chat_apply_template(template.encode(), chat, len(keep), True, buf, n)
         if n < 0:
             raise SpecdecError(
                 f"llama.cpp does not recognise the chat template of {self.path.name}; pass --raw and format the prompt yourself"
@@ -336,6 +348,23 @@ class LlamaModel:
     def reset(self) -> None:
         lc.llama_memory_clear(self._memory, True)
         self.tokens.clear()
+
+
+def render_jinja_template(template: str, messages: Sequence[tuple[str, str]], *, bos: str, eos: str) -> str:
+    """Render a Hugging Face chat template in a sandbox, with the generation prompt added."""
+    import jinja2.sandbox
+
+    def raise_exception(message: str) -> None:
+        raise ValueError(message)
+
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = raise_exception
+    return env.from_string(template).render(
+        messages=[{"role": role, "content": content} for role, content in messages],
+        add_generation_prompt=True,
+        bos_token=bos,
+        eos_token=eos,
+    )
 
 
 def convert_gguf(src: Path, dst: Path, file_type: str = "F32", n_threads: int = 0) -> None:
