@@ -162,6 +162,9 @@ class SettingResult:
     acceptance_by_position: list[float]
     mean_accepted: float
     python_share: float  # median over B runs (stats.RunStats.python_share)
+    draft_step: float  # seconds, from the prompt's cost curve: the inputs of the prediction
+    target_step: float  # T(1)
+    verify_batch: float  # T(k + 1)
     predicted_speedup: float
     native_tps: Spread | None = None
     native_acceptance: float | None = None
@@ -479,7 +482,9 @@ def analyse(
 def _setting_result(setting: Setting, modes: dict[str, list[RunRecord]], cost: CostCurve, piece) -> SettingResult:
     a_runs, b_runs = modes.get(TARGET, []), modes.get(SPECULATIVE, [])
     a_by_repeat = {r.step.repeat: r for r in a_runs}
-    ratios = [b.tokens_per_second / a_by_repeat[b.step.repeat].tokens_per_second for b in b_runs if a_by_repeat.get(b.step.repeat) and a_by_repeat[b.step.repeat].tokens_per_second > 0]
+    # Paired: each B is divided by the A that ran right before it, in the same repeat.
+    pairs = [(a_by_repeat[b.step.repeat], b) for b in b_runs if b.step.repeat in a_by_repeat]
+    ratios = [b.tokens_per_second / a.tokens_per_second for a, b in pairs if a.tokens_per_second > 0]
     pooled = pool(b.stats for b in b_runs)
     natives = modes.get(NATIVE, [])
     native_drafted = sum(r.native.n_drafted or 0 for r in natives)
@@ -499,6 +504,9 @@ def _setting_result(setting: Setting, modes: dict[str, list[RunRecord]], cost: C
         acceptance_by_position=pooled.acceptance_by_position,
         mean_accepted=pooled.mean_accepted,
         python_share=_median(b.stats.python_share for b in b_runs),
+        draft_step=cost.draft_step,
+        target_step=cost.target_step,
+        verify_batch=cost.target_batch[setting.k],
         predicted_speedup=predict(pooled.alpha, setting.k, cost),
         native_tps=Spread.of(r.tokens_per_second for r in natives),
         native_acceptance=native_accepted / native_drafted if native_drafted else None,

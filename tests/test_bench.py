@@ -210,6 +210,7 @@ def test_setting_result_medians_paired_speedups_and_prediction_by_hand():
     assert (result.speedup.low, result.speedup.high) == (pytest.approx(58 / 42), pytest.approx(66 / 41))
     # alpha = 24 / (24 + 6) = 0.8 pooled; E = (1 - 0.8^5) / 0.2 = 3.3616; 3.3616 * 12 / (4 * 5 + 18) = 1.06156
     assert result.alpha == pytest.approx(0.8)
+    assert (result.draft_step, result.target_step, result.verify_batch) == (0.005, 0.012, 0.018)
     assert result.predicted_speedup == pytest.approx(3.3616 * 0.012 / 0.038)
     assert result.measured_over_predicted == pytest.approx(1.5 / (3.3616 * 0.012 / 0.038))
 
@@ -425,6 +426,47 @@ def test_cli_plot_without_matplotlib_fails_early(monkeypatch, capsys, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     code, out, err = _main(monkeypatch, capsys, "--plot", tmp_path / "x.png")
     assert code == 2 and "--plot needs matplotlib" in err and out == ""
+
+
+def _fake_models(monkeypatch, pair):
+    """Make `specdec bench` load `pair` instead of GGUF files."""
+    import contextlib
+
+    import specdec_cli.session
+
+    for model in (pair.target, pair.draft):
+        model.n_threads, model.n_gpu_layers = 1, 0
+
+    @contextlib.contextmanager
+    def open_pair(draft, target, options=None, on_load=None):
+        yield pair
+
+    monkeypatch.setattr(specdec_cli.session, "open_pair", open_pair)
+    monkeypatch.setattr(cli, "resolve_paths", lambda draft, target: (None, None))
+
+
+def test_cli_writes_json_csv_and_tables_on_the_right_streams(monkeypatch, capsys, tmp_path):
+    _fake_models(monkeypatch, FakePair())
+    csv_path = tmp_path / "runs.csv"
+    code, out, err = _main(monkeypatch, capsys, "-n", 10, "-k", "1,3", "--temperature", "0,0.7", "--repeats", 2, "--json", "--csv", csv_path)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["exact"] is True and len(data["runs"]) == 5 * 2 * 2 * 2 * 2  # built-in suite
+    assert len(list(csv.DictReader(csv_path.open()))) == len(data["runs"])
+    assert "summary over prompts" in err and "recommendation: " in err
+
+
+def test_cli_divergence_exits_1_and_says_where(monkeypatch, capsys):
+    pair = FakePair(seed=1)
+    pair.spec_target = MarkovModel(random_markov(VOCAB, np.random.default_rng(99)))
+    _fake_models(monkeypatch, pair)
+    code, out, err = _main(monkeypatch, capsys, "-n", 16, "-k", "2", "--temperature", "0", "--repeats", 1, "--json")
+    assert code == 1
+    data = json.loads(out)  # the measurements are still written
+    assert data["exact"] is False and data["divergences"]
+    first = data["divergences"][0]
+    assert f"differs from target-only at generated token {first['position']} (0-based)" in err
+    assert err.rstrip().splitlines()[-1].startswith("specdec: error: ")
 
 
 @pytest.mark.model
