@@ -168,8 +168,6 @@ def main() -> None:
         raise
 
 
-if __name__ == "__main__":
-    main()
 
 
 @app.command()
@@ -283,3 +281,7 @@ def bench(
             f"{len(report.divergences)} run(s) at temperature 0 where speculative output differs from target-only output; "
             f"first: {first.message()}"
         )
+
+
+if __name__ == "__main__":
+    main()
