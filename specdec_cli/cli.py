@@ -235,7 +235,7 @@ def run(
     out_color = color_enabled(color.value, sys.stdout)
     err_color = color_enabled(color.value, sys.stderr)
     console = stderr_console(err_color)
-    if show_rejected and not (out_color or jsonl):
+    if show_rejected and not (out_color or jsonl or json_out):
         _err("specdec: --show-rejected needs colour (stdout is not a terminal or colour is off); pass --color always to force it")
     seed = secrets.randbits(32) if seed is None else seed
     config = GenerationConfig(
@@ -259,7 +259,12 @@ def run(
             sink = TextRenderer(color=out_color, show_rejected=show_rejected)
             if out_color:
                 typer.echo(legend(err_color, show_rejected), err=True, color=err_color)  # echo strips codes unless told
-        result = drive(pair.engine().generate(prompt_ids, config), sink or (lambda event: None))
+        try:
+            result = drive(pair.engine().generate(prompt_ids, config), sink or (lambda event: None))
+        except BaseException:
+            if isinstance(sink, TextRenderer) and sink.started:
+                sink.close()  # end the partial line, so the error message starts on its own
+            raise
         if isinstance(sink, TextRenderer):
             sink.close()  # the final newline comes right after the text, before anything slow
         after = Afterwards(interrupted=result.interrupted)

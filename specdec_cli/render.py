@@ -98,6 +98,7 @@ class TextRenderer:
         self.out = out or sys.stdout
         self.color = color
         self.show_rejected = show_rejected and color  # struck-out text only makes sense in colour
+        self.started = False  # anything written yet
         self._order = InPlace()
 
     def __call__(self, event: Event) -> None:
@@ -111,6 +112,7 @@ class TextRenderer:
                 wrote = True
         if wrote:
             self.out.flush()
+            self.started = True
 
     def close(self) -> None:
         self.out.write("\n")
@@ -171,7 +173,7 @@ class Activity:
     def show(self, message: str, *, note: bool = False) -> None:
         if not self.animate:
             if note:
-                self.console.print(f"specdec: {message}", markup=False)
+                self.console.print(f"specdec: {message}", markup=False, soft_wrap=True)
             return
         if self._status is None:
             self._status = self.console.status(message, spinner="dots")

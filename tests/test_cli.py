@@ -306,6 +306,14 @@ def test_runtime_failure_is_one_line_and_exit_1(tmp_path, monkeypatch):
     assert result.stdout == ""
 
 
+def test_runtime_failure_mid_stream_ends_the_partial_line(tmp_path, monkeypatch):
+    pair = ToyPair(tmp_path, monkeypatch, fail_on_decode=3, error=SpecdecError("llama_decode failed with code -3"))
+    result = invoke(pair, "--raw", "-n", "20", "a")
+    assert result.exit_code == 1
+    assert result.stdout == "bcdef\n"
+    assert one_line(result.stderr) == "specdec: error: llama_decode failed with code -3"
+
+
 def test_prompt_longer_than_the_context_names_both_numbers_and_the_option(tmp_path, monkeypatch):
     pair = ToyPair(tmp_path, monkeypatch, n_ctx=8)
     result = invoke(pair, "--raw", "abcdefghijkl")
@@ -510,16 +518,22 @@ def test_real_draft_context_smaller_than_targets(builtin_paths):
 
 
 @pytest.mark.model
-def test_real_truncated_gguf(builtin_paths, tmp_path):
+@pytest.mark.parametrize(
+    "size, reason",
+    [
+        (2_000_000, "tensor 'token_embd.weight' data is not within the file bounds"),  # tensor data cut off
+        (100, "failed to read key-value pairs"),  # cut inside the metadata
+    ],
+)
+def test_real_truncated_gguf(builtin_paths, tmp_path, size, reason):
     draft, target = builtin_paths
     truncated = tmp_path / "truncated.gguf"
     with open(draft, "rb") as f:
-        truncated.write_bytes(f.read(2_000_000))  # header and metadata intact, tensor data cut off
+        truncated.write_bytes(f.read(size))
     result = runner.invoke(app, ["run", "--draft", str(truncated), "--target", str(target), "x"])
     assert result.exit_code == 2 and result.stdout == ""
-    line = one_line(result.stderr)
-    assert line.startswith(f"specdec: error: llama.cpp could not load {truncated}: ")
-    assert "not within the file bounds" in line
+    line = one_line(result.stderr)  # llama.cpp's reason, not its whole log
+    assert line.startswith(f"specdec: error: llama.cpp could not load {truncated}: {reason}")
 
 
 @pytest.mark.model

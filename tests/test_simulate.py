@@ -6,7 +6,12 @@ Statistical tests use fixed seeds; each states its sample size and false-failure
 from __future__ import annotations
 
 import io
+import os
+import pty
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -114,3 +119,33 @@ def test_bad_arguments_exit_2(args, needle):
     result = runner.invoke(app, ["simulate", *args])
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr.strip() == f"specdec: error: {needle}"
+
+
+def run_on_a_terminal(*args: str, no_color: bool) -> str:
+    """Run `specdec` with stdout on a pseudo-terminal (as in an interactive shell); return what it printed."""
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    env["TERM"] = "xterm"
+    if no_color:
+        env["NO_COLOR"] = "1"
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "specdec_cli.cli", *args], stdout=slave, stderr=subprocess.DEVNULL, env=env)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # the other end closed
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    assert proc.wait(timeout=60) == 0
+    return b"".join(chunks).decode()
+
+
+def test_colour_on_a_terminal_unless_no_color():
+    args = ("simulate", "--rounds", "3", "--seed", "4", "--delay", "0")  # no delay: colour without animation
+    assert "\x1b[32m" in run_on_a_terminal(*args, no_color=False)
+    assert "\x1b[" not in run_on_a_terminal(*args, no_color=True)
