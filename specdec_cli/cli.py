@@ -40,6 +40,9 @@ if TYPE_CHECKING:  # the real imports happen inside commands, keeping --help fas
 
 log = logging.getLogger("specdec")
 
+MAX_DRAFT_TOKENS = 64
+EXIT_INTERRUPTED = 130
+
 
 class _Group(TyperGroup):
     """Every command's SpecdecError becomes one stderr line and its exit code; Ctrl-C exits 130."""
@@ -52,7 +55,7 @@ class _Group(TyperGroup):
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             _err("specdec: interrupted")
-            raise typer.Exit(130) from None
+            raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
 app = typer.Typer(
@@ -63,10 +66,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_show_locals=False,
 )
-
-MAX_DRAFT_TOKENS = 64
-EXIT_INTERRUPTED = 130
-
 
 class ColorMode(str, enum.Enum):
     auto = "auto"
@@ -94,9 +93,13 @@ def read_prompt(prompt: str | None) -> str:
     return prompt
 
 
-def check_sampling_options(draft_tokens: int, temperature: float, top_k: int, top_p: float, min_p: float, max_tokens: int) -> None:
+def check_draft_tokens(draft_tokens: int) -> None:
     if not 1 <= draft_tokens <= MAX_DRAFT_TOKENS:
         raise BadInput(f"--draft-tokens must be between 1 and {MAX_DRAFT_TOKENS}, got {draft_tokens}")
+
+
+def check_sampling_options(draft_tokens: int, temperature: float, top_k: int, top_p: float, min_p: float, max_tokens: int) -> None:
+    check_draft_tokens(draft_tokens)
     if not (math.isfinite(temperature) and temperature >= 0):
         raise BadInput(f"--temperature must be 0 (greedy) or more, got {temperature}")
     if top_k < 0:
@@ -376,8 +379,7 @@ def simulate(
     """
     if not (math.isfinite(accept_rate) and 0 <= accept_rate <= 1):
         raise BadInput(f"--accept-rate must be between 0 and 1, got {accept_rate}")
-    if not 1 <= draft_tokens <= MAX_DRAFT_TOKENS:
-        raise BadInput(f"--draft-tokens must be between 1 and {MAX_DRAFT_TOKENS}, got {draft_tokens}")
+    check_draft_tokens(draft_tokens)
     if not 1 <= rounds <= 1_000_000:
         raise BadInput(f"--rounds must be between 1 and 1000000, got {rounds}")
     if not (math.isfinite(delay) and delay >= 0):
