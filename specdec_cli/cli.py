@@ -3,36 +3,74 @@
     specdec run "Write a haiku about the sea"            # built-in pair, text on stdout
     echo "Summarise: ..." | specdec run --json -n 64     # prompt from stdin, JSON on stdout
     specdec run --draft tiny.gguf --target big.gguf -k 6 --baseline "prompt"
+    specdec simulate --accept-rate 0.7 --draft-tokens 4  # the acceptance model, no models
 
-stdout carries only the generated text (or the JSON object); everything else goes to
-stderr. A `SpecdecError` becomes one stderr line and its exit code (2 for bad input);
-Ctrl-C exits 130. llama_cpp is imported only inside commands, so `--help` stays fast.
+stdout carries only the generated text (or the JSON); everything else goes to stderr.
+Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input, 130 interrupted. A
+`SpecdecError` becomes one stderr line and its exit code wherever it is raised (the app's
+group class converts it for every command); click's usage errors keep click's own message.
+llama_cpp is imported only inside commands, so `--help` stays fast.
 
-Left out: the maths (sampling.py), the loop (engine.py), the table layout (render.py).
+Left out: the maths (sampling.py, stats.py), the loop (engine.py), the layout (render.py).
 """
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import json
 import logging
+import math
+import re
 import secrets
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Callable, Optional
 
 import typer
+from typer.core import TyperGroup
 
 from .errors import BadInput, SpecdecError
 
+if TYPE_CHECKING:  # the real imports happen inside commands, keeping --help fast
+    from .engine import CostCurve
+    from .session import LoadedPair
+    from .stats import RunStats
+
+log = logging.getLogger("specdec")
+
+MAX_DRAFT_TOKENS = 64
+EXIT_INTERRUPTED = 130
+
+
+class _Group(TyperGroup):
+    """Every command's SpecdecError becomes one stderr line and its exit code; Ctrl-C exits 130."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except SpecdecError as exc:
+            _err(f"specdec: error: {exc}")
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            _err("specdec: interrupted")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
 app = typer.Typer(
     name="specdec",
+    cls=_Group,
     help="Exact speculative decoding for llama.cpp models: a small draft proposes, the big target verifies.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,
 )
 
-MAX_DRAFT_TOKENS = 64
+class ColorMode(str, enum.Enum):
+    auto = "auto"
+    always = "always"
+    never = "never"
 
 
 @app.callback()
@@ -55,10 +93,14 @@ def read_prompt(prompt: str | None) -> str:
     return prompt
 
 
-def check_sampling_options(draft_tokens: int, temperature: float, top_k: int, top_p: float, min_p: float, max_tokens: int) -> None:
+def check_draft_tokens(draft_tokens: int) -> None:
     if not 1 <= draft_tokens <= MAX_DRAFT_TOKENS:
         raise BadInput(f"--draft-tokens must be between 1 and {MAX_DRAFT_TOKENS}, got {draft_tokens}")
-    if temperature < 0:
+
+
+def check_sampling_options(draft_tokens: int, temperature: float, top_k: int, top_p: float, min_p: float, max_tokens: int) -> None:
+    check_draft_tokens(draft_tokens)
+    if not (math.isfinite(temperature) and temperature >= 0):
         raise BadInput(f"--temperature must be 0 (greedy) or more, got {temperature}")
     if top_k < 0:
         raise BadInput(f"--top-k must be 0 (off) or more, got {top_k}")
@@ -70,7 +112,23 @@ def check_sampling_options(draft_tokens: int, temperature: float, top_k: int, to
         raise BadInput(f"--max-tokens must be at least 1, got {max_tokens}")
 
 
-def resolve_paths(draft: Path | None, target: Path | None) -> tuple[Path, Path]:
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
+
+
+def parse_stops(stops: list[str] | None) -> tuple[str, ...]:
+    """--stop values with \\n, \\t, \\r and \\\\ understood (as llama.cpp does). Example: 'a\\\\n' -> 'a' + newline."""
+    out = []
+    for raw in stops or []:
+        text = re.sub(r"\\([ntr\\])", lambda m: _ESCAPES[m.group(1)], raw)
+        if not text:
+            raise BadInput("a --stop string must not be empty")
+        out.append(text)
+    return tuple(out)
+
+
+def resolve_paths(
+    draft: Path | None, target: Path | None, on_convert: Callable[[Path], None] | None = None
+) -> tuple[Path, Path]:
     """Both given: use them; neither: the built-in pair (converting its target once)."""
     if (draft is None) != (target is None):
         raise BadInput("give both --draft and --target, or neither to use the built-in pair")
@@ -78,7 +136,53 @@ def resolve_paths(draft: Path | None, target: Path | None) -> tuple[Path, Path]:
         return draft, target
     from .registry import builtin_pair
 
-    return builtin_pair(on_convert=lambda dst: _err(f"specdec: converting the built-in target to F32 once, into {dst} ..."))
+    return builtin_pair(on_convert=on_convert)
+
+
+def gpu_layers_to_load(gpu_layers: int, draft_gpu_layers: int) -> tuple[int, int]:
+    """The layer counts to load with. Asking for GPU layers without a GPU backend warns once, then runs on the CPU."""
+    from .backend import gpu_offload_supported
+
+    asked = [f"{flag} {n}" for flag, n in (("--gpu-layers", gpu_layers), ("--draft-gpu-layers", draft_gpu_layers)) if n > 0]
+    if asked and not gpu_offload_supported():
+        log.warning("llama.cpp was built without a GPU backend; ignoring %s and running on the CPU", " and ".join(asked))
+        return 0, 0
+    return gpu_layers, draft_gpu_layers
+
+
+@dataclass
+class Outcome:
+    """What one pass over the engine's events left behind (also when Ctrl-C cut it short)."""
+
+    stats: RunStats
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stats.finish_reason == "interrupted"
+
+
+def drive(events, on_event: Callable = lambda event: None) -> Outcome:
+    """Run the engine's event generator to the end, or to Ctrl-C; the generator's `finally` rolls back."""
+    from .engine import Token
+    from .stats import RunStats
+
+    outcome = Outcome(RunStats())
+    pieces = []
+    try:
+        for event in events:
+            outcome.stats.add(event)
+            if isinstance(event, Token):
+                outcome.tokens.append(event.id)
+                pieces.append(event.text)
+            on_event(event)
+    except KeyboardInterrupt:
+        outcome.stats.finish_reason = "interrupted"
+    finally:
+        events.close()  # runs the engine's rollback now, not at garbage collection
+        outcome.text = "".join(pieces)
+    return outcome
 
 
 @app.command()
@@ -93,79 +197,209 @@ def run(
     top_p: Annotated[float, typer.Option(help="Nucleus mass; 1 is off.")] = 0.95,
     min_p: Annotated[float, typer.Option(help="Drop tokens below min-p x the top probability; 0 is off.")] = 0.05,
     seed: Annotated[Optional[int], typer.Option(help="Random seed (default: a fresh one, reported in the stats).")] = None,
+    stop: Annotated[
+        Optional[list[str]], typer.Option("--stop", help="End the output just before this text; repeatable; \\n and \\t understood.")
+    ] = None,
     ctx: Annotated[int, typer.Option(help="Context size in tokens (prompt + output).")] = 2048,
     draft_ctx: Annotated[Optional[int], typer.Option(help="Draft context size (default: --ctx).")] = None,
     threads: Annotated[Optional[int], typer.Option(help="CPU threads (default: all cores).")] = None,
     gpu_layers: Annotated[int, typer.Option(help="Target layers on the GPU; -1 all when llama.cpp has a GPU backend.")] = -1,
     draft_gpu_layers: Annotated[int, typer.Option(help="Draft layers on the GPU; -1 as for the target.")] = -1,
-    raw: Annotated[bool, typer.Option("--raw", help="Send the prompt as it is, without the chat template.")] = False,
-    system: Annotated[Optional[str], typer.Option(help="System message for the chat template.")] = None,
+    chat: Annotated[bool, typer.Option("--chat/--raw", help="Wrap the prompt in the target's chat template, or send it as it is.")] = True,
+    system: Annotated[Optional[str], typer.Option(help="System message (with --raw: text put before the prompt).")] = None,
     baseline: Annotated[bool, typer.Option(help="Also decode target-only and report the measured speed-up.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of text.")] = False,
+    jsonl: Annotated[bool, typer.Option("--jsonl", help="Stream one JSON object per token on stdout, then a stats object.")] = False,
+    color: Annotated[ColorMode, typer.Option(help="Colour the stream by provenance: auto (stdout is a terminal, no NO_COLOR), always, never.")] = ColorMode.auto,
+    show_rejected: Annotated[bool, typer.Option(help="Also show each rejected draft token, dim and struck out, where it was rejected (needs colour).")] = False,
+    stats: Annotated[bool, typer.Option("--stats/--no-stats", help="Print the statistics table on stderr.")] = True,
 ) -> None:
-    """Generate with speculative decoding; text streams to stdout, statistics to stderr."""
-    from .engine import GenerationConfig
-    from .render import TextRenderer, stats_summary
-    from .sampling import SamplingParams
-    from .session import LoadOptions, open_pair
-    from .stats import RunStats
+    """Generate with speculative decoding; text streams to stdout, statistics to stderr.
 
+    Colours: green = accepted draft token, yellow = the target's correction, cyan = the
+    bonus token after a fully accepted draft, plain = a target-only step.
+    """
     check_sampling_options(draft_tokens, temperature, top_k, top_p, min_p, max_tokens)
+    if json_out and jsonl:
+        raise BadInput("--json and --jsonl exclude each other; pick one")
+    if ctx < 1:
+        raise BadInput(f"--ctx must be at least 1 token, got {ctx}")
+    if threads is not None and threads < 1:
+        raise BadInput(f"--threads must be at least 1, got {threads}")
+    stops = parse_stops(stop)
     text = read_prompt(prompt)
-    draft_path, target_path = resolve_paths(draft, target)
+
+    from .engine import GenerationConfig
+    from .render import Activity, JsonlRenderer, TextRenderer, color_enabled, legend, stats_table, stderr_console
+    from .sampling import SamplingParams
+    from .session import LoadOptions
+    from .stats import measured_speedup
+
+    out_color = color_enabled(color.value, sys.stdout)
+    err_color = color_enabled(color.value, sys.stderr)
+    console = stderr_console(err_color)
+    if show_rejected and not (out_color or jsonl or json_out):
+        _err("specdec: --show-rejected needs colour (stdout is not a terminal or colour is off); pass --color always to force it")
     seed = secrets.randbits(32) if seed is None else seed
     config = GenerationConfig(
         max_tokens=max_tokens,
         draft_tokens=draft_tokens,
         sampling=SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
         seed=seed,
+        stop=stops,
     )
+    gpu_layers, draft_gpu_layers = gpu_layers_to_load(gpu_layers, draft_gpu_layers)
     options = LoadOptions(n_ctx=ctx, draft_ctx=draft_ctx, n_threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers)
-    with open_pair(draft_path, target_path, options) as pair:
-        prompt_ids = pair.prompt_tokens(text, chat=not raw, system=system)
-        renderer = None if json_out else TextRenderer()
-        stats = RunStats()
-        finished = None
-        for event in pair.engine().generate(prompt_ids, config):
-            stats.add(event)
-            if renderer:
-                renderer(event)
-            finished = event
-        if renderer:
-            renderer.close()
-        base_stats = None
-        if baseline:
-            base_stats = RunStats.from_events(pair.engine(speculative=False).generate(prompt_ids, config))
+
+    with contextlib.ExitStack() as stack:
+        pair = load_pair(stack, draft, target, options, Activity(console))
+        prompt_ids = pair.prompt_tokens(text, chat=chat, system=system)
+        if jsonl:
+            sink = JsonlRenderer(show_rejected=show_rejected)
+        elif json_out:
+            sink = None
+        else:
+            sink = TextRenderer(color=out_color, show_rejected=show_rejected)
+            if out_color:
+                typer.echo(legend(err_color, show_rejected), err=True, color=err_color)  # echo strips codes unless told
+        try:
+            result = drive(pair.engine().generate(prompt_ids, config), sink or (lambda event: None))
+        except BaseException:
+            if isinstance(sink, TextRenderer) and sink.started:
+                sink.close()  # end the partial line, so the error message starts on its own
+            raise
+        if isinstance(sink, TextRenderer):
+            sink.close()  # the final newline comes right after the text, before anything slow
+        after = Afterwards(interrupted=result.interrupted)
+        if not after.interrupted and (stats or json_out or jsonl):
+            after = measure_afterwards(pair, prompt_ids, config, result, baseline, Activity(console))
+
+    summary = result.stats.to_dict()
+    if after.predicted is not None:
+        summary["predicted_speedup"] = after.predicted
+    if after.baseline is not None:
+        summary["baseline_tokens_per_second"] = after.baseline.tokens_per_second
+        summary["speedup"] = measured_speedup(result.stats, after.baseline)
     if json_out:
-        out = {"text": finished.text, "tokens": list(finished.tokens), "seed": seed, "stats": stats.to_dict()}
-        if base_stats is not None:
-            out["stats"]["baseline_tokens_per_second"] = base_stats.tokens_per_second
-            out["stats"]["speedup"] = stats.tokens_per_second / base_stats.tokens_per_second
-        typer.echo(json.dumps(out))
-    _err(stats_summary(stats, base_stats))
+        typer.echo(json.dumps({"text": result.text, "tokens": result.tokens, "seed": seed, "stats": summary}, ensure_ascii=False))
+    elif jsonl:
+        sink.close({"seed": seed, "stats": summary})
+    if stats:
+        console.print(
+            stats_table(
+                result.stats,
+                k=draft_tokens,
+                seed=seed,
+                baseline=after.baseline,
+                predicted=after.predicted,
+                costs=after.costs,
+                note=after.note,
+            )
+        )
+    if after.interrupted:
+        _err("specdec: interrupted")
+        raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def load_pair(stack: contextlib.ExitStack, draft: Path | None, target: Path | None, options, activity) -> LoadedPair:
+    """Resolve and check both files, then load them (a spinner on stderr meanwhile); closed with `stack`."""
+    from .backend import check_gguf_file
+    from .session import open_pair
+
+    with activity:
+        draft_path, target_path = resolve_paths(
+            draft, target, on_convert=lambda dst: activity.show(f"converting the built-in target to F32 once, into {dst} ...", note=True)
+        )
+        for path in (target_path, draft_path):  # fail before a long load, not after it
+            check_gguf_file(path)
+        return stack.enter_context(
+            open_pair(draft_path, target_path, options, on_load=lambda kind, path: activity.show(f"loading the {kind} {path.name} ..."))
+        )
+
+
+@dataclass
+class Afterwards:
+    """What is measured after generation: the target-only run and the predicted speed-up."""
+
+    baseline: RunStats | None = None
+    costs: CostCurve | None = None
+    predicted: float | None = None
+    note: str | None = None  # why there is no prediction
+    interrupted: bool = False
+
+
+def measure_afterwards(pair, prompt_ids: list[int], config, result: Outcome, baseline: bool, activity) -> Afterwards:
+    """Decode target-only (with --baseline), then time draft and target steps on the loaded pair.
+
+    The predicted speed-up is Leviathan et al.'s formula at the measured alpha and costs;
+    measure_cost_curve rewinds both caches itself. Ctrl-C here keeps what was measured.
+    """
+    from .engine import measure_cost_curve
+    from .stats import predicted_speedup
+
+    after = Afterwards()
+    k = config.draft_tokens
+    context = list(prompt_ids) + result.tokens
+    try:
+        with activity:
+            if baseline:
+                activity.show("decoding target-only for the baseline ...")
+                base = drive(pair.engine(speculative=False).generate(prompt_ids, config))
+                if base.interrupted:
+                    after.interrupted = True
+                    return after
+                after.baseline = base.stats
+            if not result.stats.drafted:
+                after.note = "n/a (nothing was drafted)"
+            elif len(context) + k + 1 > pair.target.n_ctx:
+                after.note = f"n/a (the context has no room left for a verify batch of {k + 1} tokens)"
+            else:
+                activity.show("measuring the cost of draft and target steps ...")
+                after.costs = measure_cost_curve(pair.target, pair.draft, context, k + 1)
+                after.predicted = predicted_speedup(
+                    result.stats.alpha, k, after.costs.draft_step, after.costs.target_step, after.costs.target_batch[k]
+                )
+    except KeyboardInterrupt:
+        after.interrupted = True
+    return after
+
+
+@app.command()
+def simulate(
+    accept_rate: Annotated[float, typer.Option("--accept-rate", "-a", help="Chance that each draft token is accepted (alpha), 0..1.")] = 0.7,
+    draft_tokens: Annotated[int, typer.Option("--draft-tokens", "-k", help="Draft tokens per round (k).")] = 4,
+    rounds: Annotated[int, typer.Option(help="Rounds (big-model steps) to play.")] = 12,
+    seed: Annotated[Optional[int], typer.Option(help="Random seed (default: a fresh one, printed at the end).")] = None,
+    delay: Annotated[float, typer.Option(help="Seconds per animation step on a terminal.")] = 0.08,
+    color: Annotated[ColorMode, typer.Option(help="auto (stdout is a terminal, no NO_COLOR), always, never.")] = ColorMode.auto,
+) -> None:
+    """Play the i.i.d. acceptance model round by round: no models, the colours of `specdec run`.
+
+    Example: specdec simulate --accept-rate 0.7 --draft-tokens 4 --rounds 20
+    """
+    if not (math.isfinite(accept_rate) and 0 <= accept_rate <= 1):
+        raise BadInput(f"--accept-rate must be between 0 and 1, got {accept_rate}")
+    check_draft_tokens(draft_tokens)
+    if not 1 <= rounds <= 1_000_000:
+        raise BadInput(f"--rounds must be between 1 and 1000000, got {rounds}")
+    if not (math.isfinite(delay) and delay >= 0):
+        raise BadInput(f"--delay must be 0 or more seconds, got {delay}")
+    from .render import color_enabled
+    from .simulate import play
+
+    animate = sys.stdout.isatty() and delay > 0
+    seed = secrets.randbits(32) if seed is None else seed
+    play(accept_rate, draft_tokens, rounds, seed, sys.stdout, color=color_enabled(color.value, sys.stdout), animate=animate, delay=delay)
 
 
 def main() -> None:
+    """The `specdec` script. Usage errors exit 2 with click's message; commands convert their own errors (see _Group)."""
     logging.basicConfig(level=logging.WARNING, format="specdec: %(message)s", stream=sys.stderr)
     try:
-        app(standalone_mode=False)
-    except SpecdecError as exc:
+        app(prog_name="specdec")
+    except SpecdecError as exc:  # raised while parsing, outside any command
         _err(f"specdec: error: {exc}")
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        _err("specdec: interrupted")
-        sys.exit(130)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except Exception as exc:  # click's usage errors and aborts
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
-            sys.exit(130)
-        raise
 
 
 
