@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Annotated, Callable, Optional
 import typer
 from typer.core import TyperGroup
 
+from .cli_models import models_app
 from .errors import BadInput, SpecdecError
 
 if TYPE_CHECKING:  # the real imports happen inside commands, keeping --help fast
@@ -66,6 +67,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_show_locals=False,
 )
+app.add_typer(models_app, name="models")
 
 class ColorMode(str, enum.Enum):
     auto = "auto"
@@ -127,16 +129,18 @@ def parse_stops(stops: list[str] | None) -> tuple[str, ...]:
 
 
 def resolve_paths(
-    draft: Path | None, target: Path | None, on_convert: Callable[[Path], None] | None = None
+    draft: str | Path | None,
+    target: str | Path | None,
+    on_convert: Callable[[Path], None] | None = None,
+    *,
+    pair: str | None = None,
+    notify: Callable[[str], None] | None = None,
 ) -> tuple[Path, Path]:
-    """Both given: use them; neither: the built-in pair (converting its target once)."""
-    if (draft is None) != (target is None):
-        raise BadInput("give both --draft and --target, or neither to use the built-in pair")
-    if draft is not None and target is not None:
-        return draft, target
-    from .registry import builtin_pair
+    """Local paths, hf:OWNER/REPO/PATTERN (downloaded once), --pair NAME, or nothing (the built-in pair)."""
+    from .registry import resolve_pair
 
-    return builtin_pair(on_convert=on_convert)
+    notify = notify or (lambda message: _err(f"specdec: {message}"))
+    return resolve_pair(draft, target, pair, notify=notify, on_convert=on_convert)
 
 
 def gpu_layers_to_load(gpu_layers: int, draft_gpu_layers: int) -> tuple[int, int]:
@@ -188,8 +192,9 @@ def drive(events, on_event: Callable = lambda event: None) -> Outcome:
 @app.command()
 def run(
     prompt: Annotated[Optional[str], typer.Argument(help="The prompt; '-' or a piped stdin reads it from stdin.")] = None,
-    draft: Annotated[Optional[Path], typer.Option(help="Draft GGUF (small, fast).")] = None,
-    target: Annotated[Optional[Path], typer.Option(help="Target GGUF (the model whose output you want).")] = None,
+    draft: Annotated[Optional[str], typer.Option(help="Draft GGUF (small, fast): a path or hf:OWNER/REPO/PATTERN.")] = None,
+    target: Annotated[Optional[str], typer.Option(help="Target GGUF (the model whose output you want): a path or hf:OWNER/REPO/PATTERN.")] = None,
+    pair_name: Annotated[Optional[str], typer.Option("--pair", help="A named pair from `specdec models list`, e.g. qwen2.5-0.5b-7b.")] = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens to generate at most.")] = 256,
     draft_tokens: Annotated[int, typer.Option("--draft-tokens", "-k", help="Draft tokens per round (k).")] = 8,
     temperature: Annotated[float, typer.Option(help="0 is greedy.")] = 0.8,
@@ -252,7 +257,7 @@ def run(
     options = LoadOptions(n_ctx=ctx, draft_ctx=draft_ctx, n_threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers)
 
     with contextlib.ExitStack() as stack:
-        pair = load_pair(stack, draft, target, options, Activity(console))
+        pair = load_pair(stack, draft, target, options, Activity(console), pair_name=pair_name)
         prompt_ids = pair.prompt_tokens(text, chat=chat, system=system)
         if jsonl:
             sink = JsonlRenderer(show_rejected=show_rejected)
@@ -301,14 +306,24 @@ def run(
         raise typer.Exit(EXIT_INTERRUPTED)
 
 
-def load_pair(stack: contextlib.ExitStack, draft: Path | None, target: Path | None, options, activity) -> LoadedPair:
+def load_pair(
+    stack: contextlib.ExitStack, draft: str | None, target: str | None, options, activity, pair_name: str | None = None
+) -> LoadedPair:
     """Resolve and check both files, then load them (a spinner on stderr meanwhile); closed with `stack`."""
     from .backend import check_gguf_file
     from .session import open_pair
 
+    def download_notice(message: str) -> None:
+        activity.stop()  # plain lines and huggingface-hub's progress bars, no spinner over them
+        _err(f"specdec: {message}")
+
     with activity:
         draft_path, target_path = resolve_paths(
-            draft, target, on_convert=lambda dst: activity.show(f"converting the built-in target to F32 once, into {dst} ...", note=True)
+            draft,
+            target,
+            on_convert=lambda dst: activity.show(f"converting the built-in target to F32 once, into {dst} ...", note=True),
+            pair=pair_name,
+            notify=download_notice,
         )
         for path in (target_path, draft_path):  # fail before a long load, not after it
             check_gguf_file(path)
@@ -406,8 +421,9 @@ def main() -> None:
 
 @app.command()
 def bench(
-    draft: Annotated[Optional[Path], typer.Option(help="Draft GGUF (give both --draft and --target, or neither for the built-in pair).")] = None,
-    target: Annotated[Optional[Path], typer.Option(help="Target GGUF.")] = None,
+    draft: Annotated[Optional[str], typer.Option(help="Draft GGUF: a path or hf:OWNER/REPO/PATTERN (give both --draft and --target, --pair, or neither for the built-in pair).")] = None,
+    target: Annotated[Optional[str], typer.Option(help="Target GGUF: a path or hf:OWNER/REPO/PATTERN.")] = None,
+    pair_name: Annotated[Optional[str], typer.Option("--pair", help="A named pair from `specdec models list`, e.g. qwen2.5-0.5b-7b.")] = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens to generate per run.")] = 128,
     draft_tokens: Annotated[str, typer.Option("--draft-tokens", "-k", help="Values of k to sweep, e.g. 1,2,4,8,12.")] = "1,2,4,8,12",
     temperature: Annotated[str, typer.Option(help="Temperatures to sweep, e.g. 0,0.7 (0 is greedy and checks exactness).")] = "0,0.7",
@@ -473,7 +489,7 @@ def bench(
         chat=not raw,
         warmup_tokens=warmup,
     )
-    draft_path, target_path = resolve_paths(draft, target)
+    draft_path, target_path = resolve_paths(draft, target, pair=pair_name)
     console = bench_console()
     options = LoadOptions(n_ctx=ctx, draft_ctx=draft_ctx, n_threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers)
     with open_pair(draft_path, target_path, options) as pair:
