@@ -43,8 +43,10 @@ def _notice(message: str) -> None:
     typer.echo(f"specdec: {message}", err=True)
 
 
-def _gb(size: int | None) -> str:
-    return "?" if size is None else f"{size / 1e9:.2f} GB"
+def _size(size: int | None) -> str:
+    from .download import human_size
+
+    return "?" if size is None else human_size(size)
 
 
 def _status(entry, remote: bool) -> dict:
@@ -112,7 +114,7 @@ def table_lines(rows: list[dict]) -> list[str]:
         on_disk = {(True, True): "yes", (True, False): "draft only", (False, True): "target only", (False, False): "no"}[
             (d["path"] is not None, t["path"] is not None)
         ]
-        size = f"{_gb(d['size'])} + {_gb(t['size'])}"
+        size = f"{_size(d['size'])} + {_size(t['size'])}"
         lines.append(f"{row['name']:<{width}}{on_disk:<13}{size:<24}{row['k']:>3}  {row['ctx']:>6}")
         lines.append(f"  draft   {d['model']}")
         lines.append(f"  target  {t['model']}")

@@ -253,7 +253,7 @@ def pull(
 
     chosen = remote_model(repo, pattern, endpoint=endpoint, token=token)
     if notify:
-        size = f" ({chosen.size / 1e9:.2f} GB)" if chosen.size else ""
+        size = f" ({human_size(chosen.size)})" if chosen.size else ""
         what = chosen.files[0] if len(chosen.files) == 1 else f"{chosen.files[0]} and {len(chosen.files) - 1} more parts"
         notify(f"{repo}: {what}{size}")
     paths = []
@@ -317,6 +317,15 @@ class hub_errors:
                 "then run the same command again: finished files are kept"
             ) from exc
         return False
+
+
+def human_size(size: int) -> str:
+    """Bytes as text: 675710848 -> '676 MB', 4683073536 -> '4.68 GB'."""
+    if size >= 1e9:
+        return f"{size / 1e9:.2f} GB"
+    if size >= 1e6:
+        return f"{size / 1e6:.0f} MB"
+    return f"{size / 1e3:.1f} kB"
 
 
 def first_line(exc: BaseException) -> str:
