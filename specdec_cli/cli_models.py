@@ -1,7 +1,7 @@
 """`specdec models ...`: list the catalogue, pull a pair, check that two models fit together.
 
-    specdec models list                       # table: name, draft, target, sizes, on disk
-    specdec models list --json                # the same as JSON on stdout
+    specdec models list                       # name, on disk, sizes, k, ctx; then draft, target, note
+    specdec models list --json --remote       # as JSON, with Hub sizes of models not downloaded yet
     specdec models pull qwen2.5-0.5b-7b       # both models into huggingface-hub's cache
     specdec models check --pair smollm2-135m-q4_1-f32
     specdec models check --draft small.gguf --target hf:Qwen/Qwen2.5-7B-Instruct-GGUF/*q4_k_m*.gguf
@@ -22,7 +22,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .errors import IncompatiblePair
+from .errors import IncompatiblePair, SpecdecError
 
 models_app = typer.Typer(
     name="models",
@@ -64,10 +64,13 @@ def _status(entry, remote: bool) -> dict:
         for side in ("draft", "target"):
             model = getattr(entry, side)
             local = download.cached_model(model.repo, model.pattern)
-            size = local.size if local else None
+            sides[side] = {"model": model.spec, "path": str(local.path) if local else None, "size": local.size if local else None}
             if local is None and remote:
-                size = download.remote_model(model.repo, model.pattern).size
-            sides[side] = {"model": model.spec, "path": str(local.path) if local else None, "size": size}
+                try:
+                    sides[side]["size"] = download.remote_model(model.repo, model.pattern).size
+                except SpecdecError as exc:  # one unreachable or renamed model does not hide the others
+                    sides[side]["remote_error"] = str(exc)
+                    _notice(f"{entry.name} {side}: {exc}")
     return sides
 
 

@@ -261,6 +261,14 @@ def test_models_pull_and_list_honour_hf_environment(hub, tmp_path, user_catalogu
         "HF_HUB_DISABLE_PROGRESS_BARS": "1",
         "SPECDEC_MODELS": str(user_catalogue),
     }
+    remote = run_specdec(["models", "list", "--json", "--remote"], env)
+    assert remote.returncode == 0, remote.stderr
+    rows = {row["name"]: row for row in json.loads(remote.stdout)}
+    assert rows["tiny-pair"]["draft"] == {"model": "hf:me/tiny-GGUF/*Q4_K_M.gguf", "path": None, "size": len(b"GGUF-q4km")}
+    assert rows["tiny-pair"]["target"]["size"] == len(b"GGUF-part-one") + len(b"part-two")
+    assert "me/other-GGUF not found" in rows["elsewhere"]["target"]["remote_error"]
+    assert rows["elsewhere"]["target"]["size"] is None
+
     done = run_specdec(["models", "pull", "tiny-pair"], env)
     assert done.returncode == 0, done.stderr
     lines = dict(line.split("\t") for line in done.stdout.strip().splitlines())
