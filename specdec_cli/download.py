@@ -194,7 +194,7 @@ def cached_model(
     check_repo(repo)
     repo_dir = hub_cache_dir(cache_dir) / ("models--" + repo.replace("/", "--"))
     for snapshot in _snapshots(repo_dir, revision):
-        names = [p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*.gguf") if p.is_file()]
+        names = [p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*") if p.suffix.lower() == ".gguf" and p.is_file()]
         if not any(matches(name, pattern) for name in names):
             continue
         try:

@@ -347,7 +347,7 @@ def model_path(ref: ModelRef, notify: Notify | None = None) -> Path:
     found = download.cached_model(ref.repo, ref.pattern)
     if found is not None:
         return found.path
-    if notify:
+    if notify and not download.offline():
         notify(f"downloading {ref.spec} from Hugging Face into {download.hub_cache_dir()} ...")
     return download.pull(ref.repo, ref.pattern, notify=notify).path
 

@@ -92,6 +92,12 @@ def test_report_text_ends_with_a_verdict():
 # -- real files and the command ---------------------------------------------------------------------
 
 
+@pytest.fixture(autouse=True)
+def no_user_catalogue(monkeypatch, tmp_path):
+    monkeypatch.delenv("SPECDEC_MODELS", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+
+
 def run_cli(args: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
     """`specdec ARGS` through cli.main, as the console script runs it: (exit code, stdout, stderr)."""
     from specdec_cli.cli import main

@@ -226,6 +226,7 @@ def test_cache_lookup_prefers_refs_main_and_skips_incomplete_splits(cache):
 def run_specdec(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "SPECDEC_"))}
     base["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + base.get("PYTHONPATH", "")
+    base["XDG_CONFIG_HOME"] = str(REPO_ROOT / "tests" / "no-such-config-dir")  # no user models.toml
     code = "import sys; from specdec_cli.cli import main; sys.argv = ['specdec'] + sys.argv[1:]; main()"
     return subprocess.run([sys.executable, "-c", code, *args], env={**base, **env}, capture_output=True, text=True, timeout=120)
 
