@@ -27,12 +27,13 @@ Left out: the catalogue of pairs (registry.py) and loading (backend.py).
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Iterator, Mapping
 
 from .errors import DownloadError, ModelNotFound
 
@@ -265,58 +266,39 @@ def pull(
     return LocalModel(repo=repo, files=chosen.files, path=paths[0], size=sum(p.stat().st_size for p in paths))
 
 
-def ensure(
-    repo: str,
-    pattern: str,
-    *,
-    cache_dir: str | os.PathLike[str] | None = None,
-    notify: Callable[[str], None] | None = None,
-) -> LocalModel:
-    """The cached model if there is one (no network), else `pull` it."""
-    return cached_model(repo, pattern, cache_dir=cache_dir) or pull(repo, pattern, cache_dir=cache_dir, notify=notify)
-
-
-class hub_errors:
+@contextlib.contextmanager
+def hub_errors(repo: str, filename: str | None = None) -> Iterator[None]:
     """Turn huggingface-hub and HTTP failures into specdec errors that say what to do."""
+    from huggingface_hub import errors as hub
 
-    def __init__(self, repo: str, filename: str | None = None) -> None:
-        self.repo = repo
-        self.filename = filename
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind, exc, tb) -> bool:
-        if exc is None or not isinstance(exc, Exception):
-            return False
-        from huggingface_hub import errors as hub
-
-        where = f"{self.repo}/{self.filename}" if self.filename else self.repo
-        if isinstance(exc, hub.GatedRepoError):
-            raise DownloadError(
-                f"{self.repo} is gated: accept its licence at https://huggingface.co/{self.repo} "
-                "and set HF_TOKEN to a token of that account"
-            ) from exc
-        if isinstance(exc, hub.RepositoryNotFoundError):
-            raise ModelNotFound(
-                f"Hugging Face repository {self.repo} not found (if it is private, set HF_TOKEN)"
-            ) from exc
-        if isinstance(exc, hub.LocalEntryNotFoundError):  # the Hub could not be asked, and no cached copy
-            cause = exc.__cause__ or exc
-            raise DownloadError(
-                f"cannot reach the Hub for {where} ({first_line(cause)}); check the network (or HF_ENDPOINT), "
-                "then run the same command again: finished files are kept"
-            ) from exc
-        if isinstance(exc, (hub.RevisionNotFoundError, hub.RemoteEntryNotFoundError)):
-            raise ModelNotFound(f"{where} not found on the Hub: {first_line(exc)}") from exc
-        if isinstance(exc, hub.OfflineModeIsEnabled):
-            raise DownloadError(f"HF_HUB_OFFLINE is set, so {where} cannot be downloaded; unset it or pull the model first") from exc
-        if isinstance(exc, (hub.HfHubHTTPError, OSError)) or type(exc).__module__.startswith(("httpx", "httpcore")):
+    where = f"{repo}/{filename}" if filename else repo
+    try:
+        yield
+    except hub.GatedRepoError as exc:  # before RepositoryNotFoundError, its base class
+        raise DownloadError(
+            f"{repo} is gated: accept its licence at https://huggingface.co/{repo} "
+            "and set HF_TOKEN to a token of that account"
+        ) from exc
+    except hub.RepositoryNotFoundError as exc:
+        raise ModelNotFound(f"Hugging Face repository {repo} not found (if it is private, set HF_TOKEN)") from exc
+    except hub.LocalEntryNotFoundError as exc:  # the Hub could not be asked, and there is no cached copy
+        raise DownloadError(
+            f"cannot reach the Hub for {where} ({first_line(exc.__cause__ or exc)}); check the network "
+            "(or HF_ENDPOINT), then run the same command again: finished files are kept"
+        ) from exc
+    except (hub.RevisionNotFoundError, hub.RemoteEntryNotFoundError) as exc:
+        raise ModelNotFound(f"{where} not found on the Hub: {first_line(exc)}") from exc
+    except hub.OfflineModeIsEnabled as exc:
+        raise DownloadError(f"HF_HUB_OFFLINE is set, so {where} cannot be downloaded; unset it or pull the model first") from exc
+    except Exception as exc:
+        if isinstance(exc, hub.HfHubHTTPError) or type(exc).__module__.startswith(("httpx", "httpcore")):
             raise DownloadError(
                 f"downloading {where} failed: {first_line(exc)}; check the network (or HF_ENDPOINT), "
                 "then run the same command again: finished files are kept"
             ) from exc
-        return False
+        if isinstance(exc, OSError):  # disk full, permissions, a consistency check on the bytes
+            raise DownloadError(f"downloading {where} failed: {first_line(exc)}; finished files are kept") from exc
+        raise
 
 
 def human_size(size: int) -> str:
