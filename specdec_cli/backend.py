@@ -24,6 +24,7 @@ import ctypes
 import functools
 import logging
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,7 @@ class LlamaLog:
 
     def __init__(self, keep: int = 200) -> None:
         self.lines: collections.deque[str] = collections.deque(maxlen=keep)
+        self.count = 0  # lines seen so far, kept or not: `since(mark)` finds the newer ones
         self.echo = os.environ.get("SPECDEC_LLAMA_LOG", "") not in ("", "0")
         self._partial = ""
         # The ctypes callback must outlive every call into llama.cpp, so this object holds it.
@@ -59,10 +61,47 @@ class LlamaLog:
             sys.stderr.write(piece)
         self._partial += piece
         *done, self._partial = self._partial.split("\n")
-        self.lines.extend(line for line in done if line.strip())
+        for line in done:
+            if line.strip():
+                self.lines.append(line)
+                self.count += 1
 
     def tail(self, n: int = 12) -> str:
         return "\n".join(list(self.lines)[-n:])
+
+    def since(self, mark: int) -> list[str]:
+        """The kept lines logged after `count` was `mark`."""
+        n = min(self.count - mark, len(self.lines))
+        return list(self.lines)[len(self.lines) - n :] if n > 0 else []
+
+    def reason(self, mark: int) -> str:
+        """llama.cpp's error lines since `mark` as one line, without function-name prefixes.
+
+        Example: "llama_model_load: error loading model: tensor 'x' data is not within the
+        file bounds, model is corrupted or incomplete" -> "tensor 'x' data is not within ...".
+        Falls back to the last line logged when none mentions an error.
+        """
+        found: list[str] = []
+        for line in self.since(mark):
+            if not _ERROR_LINE.search(line) or _GENERIC_FAILURE.search(line):
+                continue
+            text = line.strip()
+            while True:
+                shorter = _LOG_PREFIX.sub("", text, count=1)
+                if shorter == text:
+                    break
+                text = shorter
+            if text and text not in found:
+                found.append(text)
+        if found:
+            return "; ".join(found)
+        recent = self.since(mark)
+        return recent[-1].strip() if recent else "no reason given in llama.cpp's log"
+
+
+_ERROR_LINE = re.compile(r"error|fail|invalid|corrupt", re.IGNORECASE)
+_GENERIC_FAILURE = re.compile(r"^\s*llama_model_load_from_file\w*: failed to load model\s*$")
+_LOG_PREFIX = re.compile(r"^(?:[A-Za-z_][\w:]*: |error loading model: )")
 
 
 @functools.lru_cache(maxsize=1)
@@ -140,9 +179,13 @@ class LlamaModel:
         mparams.n_gpu_layers = 0 if vocab_only else resolve_gpu_layers(n_gpu_layers)
         mparams.vocab_only = vocab_only
         self.n_gpu_layers = mparams.n_gpu_layers
+        mark = self._log.count
         self._model = lc.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self._model:
-            raise ModelLoadError(f"llama.cpp could not load {self.path}:\n{self._log.tail()}")
+            raise ModelLoadError(
+                f"llama.cpp could not load {self.path}: {self._log.reason(mark)} "
+                "(SPECDEC_LLAMA_LOG=1 shows llama.cpp's full log)"
+            )
         self._vocab = lc.llama_model_get_vocab(self._model)
         self.n_vocab = int(lc.llama_vocab_n_tokens(self._vocab))
         if vocab_only:
@@ -157,10 +200,11 @@ class LlamaModel:
         cparams.n_seq_max = 1
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
+        mark = self._log.count
         self._ctx = lc.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             self.close()
-            raise ModelLoadError(f"llama.cpp could not create a context of {n_ctx} tokens for {self.path}:\n{self._log.tail()}")
+            raise ModelLoadError(f"llama.cpp could not create a context of {n_ctx} tokens for {self.path}: {self._log.reason(mark)}")
         self.n_ctx = int(lc.llama_n_ctx(self._ctx))
         self.n_batch = int(cparams.n_batch)
         self.n_threads = threads
@@ -249,10 +293,22 @@ class LlamaModel:
         return raw.decode("utf-8", errors="replace") if raw else None
 
     def apply_chat_template(self, messages: Sequence[tuple[str, str]]) -> str:
-        """Format (role, content) messages with the model's own template, ending on the assistant's turn."""
-        template = lc.llama_model_chat_template(self._model, None)
+        """Format (role, content) messages with the model's own template, ending on the assistant's turn.
+
+        The GGUF's Jinja template is rendered as Hugging Face does (so a default system
+        prompt written into the template is kept); llama.cpp's built-in template matcher is
+        the fallback for templates Jinja cannot render.
+        """
+        template = self.chat_template()
         if not template:
             raise SpecdecError(f"{self.path.name} has no chat template; pass --raw to send the prompt as it is")
+        try:
+            return render_jinja_template(template, messages, bos=self.token_text(self.vocab.bos), eos=self.token_text(self.vocab.eos))
+        except Exception as exc:  # jinja2 errors of every kind: fall back to llama.cpp's matcher
+            log.debug("jinja rendering of the chat template failed (%s); using llama.cpp's matcher", exc)
+        return self._apply_builtin_template(template, messages)
+
+    def _apply_builtin_template(self, template: str, messages: Sequence[tuple[str, str]]) -> str:
         keep = [(role.encode(), content.encode()) for role, content in messages]
         chat = (lc.llama_chat_message * len(keep))()
         for i, (role, content) in enumerate(keep):
@@ -260,10 +316,10 @@ class LlamaModel:
             chat[i].content = content
         size = 2 * sum(len(c) + len(r) for r, c in keep) + 256
         buf = ctypes.create_string_buffer(size)
-        n = lc.llama_chat_apply_template(template, chat, len(keep), True, buf, size)
+        n = lc.llama_chat_apply_template(template.encode(), chat, len(keep), True, buf, size)
         if n > size:
             buf = ctypes.create_string_buffer(n)
-            n = lc.llama_chat_apply_template(template, chat, len(keep), True, buf, n)
+            n = lc.llama_chat_apply_template(template.encode(), chat, len(keep), True, buf, n)
         if n < 0:
             raise SpecdecError(
                 f"llama.cpp does not recognise the chat template of {self.path.name}; pass --raw and format the prompt yourself"
@@ -336,6 +392,23 @@ class LlamaModel:
     def reset(self) -> None:
         lc.llama_memory_clear(self._memory, True)
         self.tokens.clear()
+
+
+def render_jinja_template(template: str, messages: Sequence[tuple[str, str]], *, bos: str, eos: str) -> str:
+    """Render a Hugging Face chat template in a sandbox, with the generation prompt added."""
+    import jinja2.sandbox
+
+    def raise_exception(message: str) -> None:
+        raise ValueError(message)
+
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = raise_exception
+    return env.from_string(template).render(
+        messages=[{"role": role, "content": content} for role, content in messages],
+        add_generation_prompt=True,
+        bos_token=bos,
+        eos_token=eos,
+    )
 
 
 def convert_gguf(src: Path, dst: Path, file_type: str = "F32", n_threads: int = 0) -> None:

@@ -1,19 +1,27 @@
 """Can this draft speak for this target? llama.cpp's vocabulary rule, as a report.
 
-llama.cpp (common/speculative.cpp) accepts a draft/target pair when the vocabularies have
-the same type, the same BOS/EOS ids and add-BOS/add-EOS flags, sizes that differ by at
-most 128, and identical token text for every id from 5 up to the smaller size. This module
-applies the same rule and explains a failure by naming the first token that differs.
+llama.cpp (common/speculative.cpp, `common_speculative_are_compatible`) accepts a
+draft/target pair when the vocabularies have the same type, the same add-BOS and add-EOS
+flags, the same BOS id when BOS is added and the same EOS id when EOS is added, sizes that
+differ by at most 128, and identical token text for every id from 5 up to the smaller
+size. This module applies the same rule, explains a failure by naming the first token
+that differs, and counts how many token texts agree.
 
-    report = compare_vocabularies(draft_facts, target_facts)
-    report.compatible, report.problems   # False, ["token 5 differs: draft '<s>' vs target 'a'"]
+    report = compare_vocabularies(draft.vocab, target.vocab, draft.token_text, target.token_text)
+    report.compatible, report.problems   # False, ["token 5 differs: draft '<file_sep>', target '[multimodal]'"]
+    report = check_files(Path("draft.gguf"), Path("target.gguf"))   # loads vocabularies only
 
-Left out: reading the facts from a file (backend.LlamaModel gives `vocab` and `token_text`).
+When the sizes differ within the margin (Qwen2.5 pads its vocabularies differently per
+size), the engine works over the shared ids only: `report.shared_vocab` is the limit below
+which drafts and outputs stay.
+
+Left out: loading weights (only the vocabulary is read), printing (cli_models.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from .backend import VocabInfo
@@ -26,9 +34,12 @@ FIRST_CHECKED_TOKEN = 5  # llama.cpp's SPEC_VOCAB_CHECK_START_TOKEN_ID
 class PairReport:
     draft: VocabInfo
     target: VocabInfo
-    problems: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # each one makes llama.cpp refuse the pair
+    notes: list[str] = field(default_factory=list)  # differences llama.cpp tolerates
     first_differing_token: int | None = None
-    identical_share: float = 0.0  # share of ids checked whose texts match
+    first_difference: tuple[str, str] | None = None  # (draft text, target text) of that token
+    checked: int = 0  # ids compared: FIRST_CHECKED_TOKEN .. shared_vocab - 1
+    identical: int = 0  # of which with the same text
 
     @property
     def compatible(self) -> bool:
@@ -37,6 +48,34 @@ class PairReport:
     @property
     def shared_vocab(self) -> int:
         return min(self.draft.n_vocab, self.target.n_vocab)
+
+    @property
+    def size_difference(self) -> int:
+        return self.target.n_vocab - self.draft.n_vocab
+
+    @property
+    def identical_share(self) -> float:
+        """Share of the compared ids whose texts match (1.0 when there is nothing to compare)."""
+        return self.identical / self.checked if self.checked else 1.0
+
+    def to_dict(self) -> dict:
+        side = lambda v: {  # noqa: E731
+            "n_vocab": v.n_vocab, "vocab_type": v.vocab_type, "bos": v.bos, "eos": v.eos,
+            "add_bos": v.add_bos, "add_eos": v.add_eos,
+        }
+        return {
+            "compatible": self.compatible,
+            "draft": side(self.draft),
+            "target": side(self.target),
+            "size_difference": self.size_difference,
+            "shared_vocab": self.shared_vocab,
+            "first_differing_token": self.first_differing_token,
+            "first_difference": list(self.first_difference) if self.first_difference else None,
+            "identical_share": self.identical_share,
+            "checked": self.checked,
+            "problems": list(self.problems),
+            "notes": list(self.notes),
+        }
 
 
 def compare_vocabularies(
@@ -48,24 +87,83 @@ def compare_vocabularies(
     report = PairReport(draft=draft, target=target)
     if draft.vocab_type != target.vocab_type:
         report.problems.append(f"vocabulary types differ: draft {draft.vocab_type}, target {target.vocab_type}")
-    for name in ("bos", "eos", "add_bos", "add_eos"):
-        a, b = getattr(draft, name), getattr(target, name)
+    for flag, token in (("add_bos", "bos"), ("add_eos", "eos")):
+        label = flag.upper().replace("_", "-")
+        if getattr(draft, flag) != getattr(target, flag):
+            report.problems.append(f"{label} differs: draft {getattr(draft, flag)}, target {getattr(target, flag)}")
+        a, b = getattr(draft, token), getattr(target, token)
         if a != b:
-            report.problems.append(f"{name.upper().replace('_', '-')} differs: draft {a}, target {b}")
+            message = f"{token.upper()} id differs: draft {a}, target {b}"
+            # llama.cpp compares the id only when the token is added to every prompt
+            (report.problems if getattr(target, flag) else report.notes).append(message)
     diff = abs(draft.n_vocab - target.n_vocab)
     if diff > MAX_SIZE_DIFFERENCE:
         report.problems.append(
             f"vocabulary sizes differ by {diff} (draft {draft.n_vocab}, target {target.n_vocab}); "
             f"llama.cpp allows at most {MAX_SIZE_DIFFERENCE}"
         )
-    checked = range(FIRST_CHECKED_TOKEN, report.shared_vocab)
-    same = 0
-    for i in checked:
+    elif diff:
+        report.notes.append(
+            f"vocabulary sizes differ by {diff} (draft {draft.n_vocab}, target {target.n_vocab}): "
+            f"padding; drafts and outputs stay below id {report.shared_vocab}"
+        )
+    for i in range(FIRST_CHECKED_TOKEN, report.shared_vocab):
         a, b = draft_text(i), target_text(i)
+        report.checked += 1
         if a == b:
-            same += 1
+            report.identical += 1
         elif report.first_differing_token is None:
             report.first_differing_token = i
+            report.first_difference = (a, b)
             report.problems.append(f"token {i} differs: draft {a!r}, target {b!r}")
-    report.identical_share = same / len(checked) if len(checked) else 1.0
     return report
+
+
+def check_files(draft_path: Path, target_path: Path) -> PairReport:
+    """Compare two GGUF files' vocabularies, loading nothing but the vocabularies (no lock needed)."""
+    from .backend import LlamaModel
+
+    with LlamaModel(draft_path, vocab_only=True) as draft, LlamaModel(target_path, vocab_only=True) as target:
+        return compare_vocabularies(draft.vocab, target.vocab, draft.token_text, target.token_text)
+
+
+def report_lines(report: PairReport, draft_name: str, target_name: str) -> list[str]:
+    """The report as aligned text lines, ending with the verdict. Example line:
+    'vocabulary type   bpe        spm        differs'
+    """
+    d, t = report.draft, report.target
+    yes_no = lambda flag: "yes" if flag else "no"  # noqa: E731
+    rows = [
+        ("vocabulary type", d.vocab_type, t.vocab_type),
+        ("tokens", str(d.n_vocab), str(t.n_vocab)),
+        ("BOS id", str(d.bos), str(t.bos)),
+        ("EOS id", str(d.eos), str(t.eos)),
+        ("adds BOS", yes_no(d.add_bos), yes_no(t.add_bos)),
+        ("adds EOS", yes_no(d.add_eos), yes_no(t.add_eos)),
+    ]
+    width = 12
+    lines = [f"draft   {draft_name}", f"target  {target_name}", "", f"{'':18}{'draft':<{width}}  target"]
+    for label, a, b in rows:
+        mark = "" if a == b else "differs"
+        lines.append(f"{label:<18}{a:<{width}}  {b:<{width}}  {mark}".rstrip())
+    diff = report.size_difference
+    lines.append(f"size difference   {diff:+d} (llama.cpp allows {MAX_SIZE_DIFFERENCE} either way)")
+    if report.first_differing_token is None:
+        lines.append(f"first differing token: none among ids {FIRST_CHECKED_TOKEN}..{report.shared_vocab - 1}")
+    else:
+        a, b = report.first_difference
+        lines.append(f"first differing token: id {report.first_differing_token}: draft {a!r}, target {b!r}")
+    lines.append(
+        f"identical token texts: {report.identical} of {report.checked} ids checked ({100 * report.identical_share:.1f}%)"
+    )
+    lines.append("")
+    if report.compatible:
+        lines.append(
+            f"verdict: COMPATIBLE: llama.cpp's rule accepts this pair; specdec drafts and emits ids below {report.shared_vocab}"
+        )
+        lines += [f"  note: {n}" for n in report.notes]
+    else:
+        lines.append(f"verdict: INCOMPATIBLE: {len(report.problems)} reason(s) llama.cpp would refuse this pair:")
+        lines += [f"  - {p}" for p in report.problems]
+        lines += [f"  note: {n}" for n in report.notes]
+    return lines

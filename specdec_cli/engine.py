@@ -145,9 +145,14 @@ class TextStream:
                 self.stopped = True
             elif not final:
                 limit -= self._held_back()
+        # The newest token waits while the decoder holds its unfinished UTF-8 bytes: if the
+        # text ends there, flush() gives it the replacement character those bytes decode to.
+        unfinished = not final and not self.stopped and self._decoder.getstate()[0] != b""
         out: list[Token] = []
         while self._pending:
             tok, src, pos, end = self._pending[0]
+            if unfinished and len(self._pending) == 1:
+                break
             if end > limit and not self.stopped:
                 break
             if self.stopped and self.released >= limit and end > limit:

@@ -115,7 +115,7 @@ def parse_draft_tokens(text: str, max_k: int) -> DraftTokens:
     except ValueError:
         raise BadInput(f"--draft-tokens must be 'auto' or a number of tokens, got {text!r}") from None
     if not 1 <= k <= max_k:
-        raise BadInput(f"--draft-tokens must be 'auto' or between 1 and {max_k}, got {k}")
+        raise BadInput(f"--draft-tokens must be between 1 and {max_k}, got {k}")
     return k
 
 

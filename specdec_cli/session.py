@@ -76,9 +76,13 @@ def check_pair(draft: LlamaModel, target: LlamaModel) -> int:
     """Raise IncompatiblePair unless llama.cpp's rule accepts the pair; return the shared vocabulary size."""
     report = compare_vocabularies(draft.vocab, target.vocab, draft.token_text, target.token_text)
     if not report.compatible:
+        # The first problem, and the first differing token whenever there is one (it is the
+        # most concrete evidence that the two tokenizers disagree).
+        shown = report.problems[:1] + [p for p in report.problems[1:] if p.startswith("token ")][:1]
+        more = len(report.problems) - len(shown)
         raise IncompatiblePair(
-            f"{draft.path.name} cannot draft for {target.path.name}: {report.problems[0]}"
-            + (f" (and {len(report.problems) - 1} more problems)" if len(report.problems) > 1 else "")
+            f"{draft.path.name} cannot draft for {target.path.name}: {'; '.join(shown)}"
+            + (f" (and {more} more problems)" if more else "")
         )
     return report.shared_vocab
 

@@ -38,6 +38,11 @@ def predicted_speedup(alpha: float, k: int, draft_step: float, target_step: floa
     return expected_tokens_per_round(alpha, k) * target_step / (k * draft_step + verify_batch)
 
 
+def measured_speedup(run: "RunStats", baseline: "RunStats") -> float:
+    """Speculative tokens/s over target-only tokens/s (0 when the baseline made no tokens)."""
+    return run.tokens_per_second / baseline.tokens_per_second if baseline.tokens_per_second else 0.0
+
+
 @dataclass
 class RunStats:
     prompt_tokens: int = 0

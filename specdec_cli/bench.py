@@ -1,0 +1,681 @@
+"""The honest A/B: target-only against speculative decoding on the same loaded models.
+
+For every setting (prompt, temperature, k) the bench decodes the prompt target-only (A) and
+speculatively (B) with the same sampling settings, seed and token budget, one right after
+the other, and repeats the whole sweep `repeats` times: A B A B ..., so that drift on a
+noisy machine (thermal limits, another process) hits both sides and every k alike. Each
+run is folded into a `stats.RunStats`; the bench reports per setting:
+
+- tokens/s both ways (median, min, max) and the speed-up, taken per A/B pair, then the median;
+- acceptance overall and by draft position, alpha, and the mean accepted length (pooled);
+- the target's measured cost curve (one batch of n = 1..k+1 tokens) and a draft step
+  (engine.measure_cost_curve, once per prompt and repeat, medians), and from it the speed-up
+  that Leviathan et al. 2022, Theorem 3.8, predicts with the run's own alpha
+  (stats.predicted_speedup), to be read next to the measured one;
+- at temperature 0, the position of any token where B's output differs from A's (exactness).
+
+Across prompts it summarises each (temperature, k) by the geometric mean of the per-prompt
+speed-ups and recommends the k with the best mean over temperatures. Worked example: at
+k = 4, repeats give A = 40, 42, 41 tokens/s and B = 60, 58, 66 tokens/s; the paired speed-ups
+are 1.50, 1.38, 1.61, so the setting reports 1.50x (1.38-1.61). With alpha = 0.8, a draft step
+of 5 ms and target batches of 12 ms (n = 1) and 18 ms (n = 5) the prediction is
+3.36 * 12 / (4 * 5 + 18) = 1.06x.
+
+    report = run_bench(pair, builtin_prompts(), BenchConfig(draft_tokens=(2, 4)), progress=cb)
+    report.recommendation.line   # "best k = 4: 1.50x at T=0 (predicted 1.06x)"
+
+Nothing here prints: progress goes to the `progress` callback, results to the caller.
+Left out: tables and plots (render_bench.py), options (cli.py), llama.cpp's own binary
+(native.py, reached through the `native` callback).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterable, Protocol, Sequence, TextIO
+
+from .drafters import CausalModel
+from .engine import CostCurve, Engine, Finished, GenerationConfig, measure_cost_curve
+from .errors import BadInput
+from .native import NativeResult
+from .prompts import Prompt
+from .sampling import SamplingParams
+from .stats import RunStats, predicted_speedup
+
+TARGET, SPECULATIVE, NATIVE = "target", "speculative", "native"
+SCHEMA = "specdec-bench/1"
+MAX_DRAFT_TOKENS = 64
+
+
+class Pair(Protocol):
+    """What the bench needs from session.LoadedPair (tests pass a pair of fake models)."""
+
+    target: CausalModel
+    draft: CausalModel | None
+
+    def prompt_tokens(self, prompt: str, *, chat: bool = True) -> list[int]: ...
+
+    def engine(self, speculative: bool = True) -> Engine: ...
+
+
+ProgressCallback = Callable[[int, int, str], None]  # (done, total, what just finished)
+NativeRunner = Callable[[Prompt, "Setting"], NativeResult]
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    draft_tokens: tuple[int, ...] = (1, 2, 4, 8, 12)
+    temperatures: tuple[float, ...] = (0.0, 0.7)
+    max_tokens: int = 128
+    repeats: int = 3
+    seed: int = 0  # repeat r uses seed + r, the same for A and B
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    chat: bool = True  # wrap prompts in the target's chat template
+    cost_repeats: int = 3  # timings per batch size inside one cost-curve measurement
+    warmup_tokens: int = 16  # one unrecorded A and B run first (0: none)
+
+    def generation(self, temperature: float, k: int, repeat: int) -> GenerationConfig:
+        sampling = SamplingParams(temperature=temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p)
+        return GenerationConfig(max_tokens=self.max_tokens, draft_tokens=k, sampling=sampling, seed=self.seed + repeat)
+
+
+@dataclass(frozen=True)
+class Setting:
+    prompt: str  # Prompt.name
+    temperature: float
+    k: int
+
+
+@dataclass(frozen=True)
+class Step:
+    """One planned run."""
+
+    repeat: int
+    setting: Setting
+    mode: str  # TARGET, SPECULATIVE or NATIVE
+
+
+@dataclass
+class RunRecord:
+    step: Step
+    new_tokens: int
+    generation_seconds: float  # as RunStats counts it (prefill excluded); llama.cpp's own for NATIVE
+    wall_seconds: float  # the whole call, prefill and Python included
+    tokens_per_second: float
+    stats: RunStats | None = None  # None for NATIVE
+    tokens: tuple[int, ...] = ()
+    native: NativeResult | None = None
+    divergence: int | None = None  # SPECULATIVE at temperature 0: first position differing from A
+
+
+@dataclass(frozen=True)
+class Spread:
+    median: float
+    low: float
+    high: float
+    n: int
+
+    @classmethod
+    def of(cls, values: Iterable[float]) -> "Spread | None":
+        values = [v for v in values if v is not None and math.isfinite(v)]
+        if not values:
+            return None
+        return cls(statistics.median(values), min(values), max(values), len(values))
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Speculative output that differs from target-only output at temperature 0."""
+
+    setting: Setting
+    repeat: int
+    position: int  # 0-based index into the generated tokens
+    target_token: int | None  # None: target-only output ended here
+    speculative_token: int | None
+    target_text: str = ""
+    speculative_text: str = ""
+
+    def message(self) -> str:
+        s = self.setting
+        return (
+            f"prompt {s.prompt!r}, k={s.k}, repeat {self.repeat + 1}: speculative output differs from "
+            f"target-only at generated token {self.position} (0-based): "
+            f"target {_describe(self.target_token, self.target_text)}, "
+            f"speculative {_describe(self.speculative_token, self.speculative_text)}"
+        )
+
+
+@dataclass
+class SettingResult:
+    setting: Setting
+    target_tps: Spread
+    speculative_tps: Spread
+    speedup: Spread  # per repeat: B's tokens/s over A's in the same repeat
+    acceptance_rate: float
+    alpha: float
+    acceptance_by_position: list[float]
+    mean_accepted: float
+    python_share: float  # median over B runs (stats.RunStats.python_share)
+    draft_step: float  # seconds, from the prompt's cost curve: the inputs of the prediction
+    target_step: float  # T(1)
+    verify_batch: float  # T(k + 1)
+    predicted_speedup: float
+    native_tps: Spread | None = None
+    native_acceptance: float | None = None
+    divergences: list[Divergence] = field(default_factory=list)
+
+    @property
+    def measured_over_predicted(self) -> float:
+        return self.speedup.median / self.predicted_speedup if self.predicted_speedup else float("nan")
+
+
+@dataclass
+class SummaryRow:
+    """One (temperature, k) over all prompts."""
+
+    temperature: float
+    k: int
+    speedup: float  # geometric mean of the per-prompt median speed-ups
+    speedup_low: float  # the lowest and highest per-prompt median
+    speedup_high: float
+    predicted_speedup: float  # geometric mean of the per-prompt predictions
+    target_tps: float  # median of the per-prompt medians
+    speculative_tps: float
+    acceptance_rate: float  # pooled over prompts and repeats
+    alpha: float
+    acceptance_by_position: list[float]
+    mean_accepted: float
+    native_tps: float | None = None
+    divergences: int = 0
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    k: int
+    worthwhile: bool  # the best k beats target-only decoding
+    speedups: dict[float, float]  # temperature -> measured speed-up at k
+    predicted: dict[float, float]
+    line: str
+
+
+@dataclass
+class BenchReport:
+    config: BenchConfig
+    prompts: list[Prompt]
+    models: dict
+    runs: list[RunRecord]
+    cost_curves: dict[str, CostCurve]  # prompt name -> medians over repeats
+    results: list[SettingResult]
+    summary: list[SummaryRow]
+    recommendation: Recommendation
+    seconds: float = 0.0
+
+    @property
+    def divergences(self) -> list[Divergence]:
+        return [d for r in self.results for d in r.divergences]
+
+    def to_dict(self) -> dict:
+        return _finite(
+            {
+                "schema": SCHEMA,
+                "config": asdict(self.config),
+                "models": self.models,
+                "prompts": [asdict(p) for p in self.prompts],
+                "seconds": self.seconds,
+                "exact": not self.divergences,
+                "recommendation": asdict(self.recommendation),
+                "summary": [asdict(row) for row in self.summary],
+                "results": [_result_dict(r) for r in self.results],
+                "cost_curves": {
+                    name: {"draft_step": c.draft_step, "target_batch": list(c.target_batch)} for name, c in self.cost_curves.items()
+                },
+                "divergences": [asdict(d) for d in self.divergences],
+                "runs": [_run_dict(run) for run in self.runs],
+            }
+        )
+
+
+# -- options ----------------------------------------------------------------------------
+
+
+def parse_draft_tokens(text: str) -> tuple[int, ...]:
+    """'1,2,4' -> (1, 2, 4): sorted, without repeats, each in 1..64."""
+    try:
+        values = sorted({int(v) for v in _items(text)})
+    except ValueError:
+        raise BadInput(f"--draft-tokens takes a comma-separated list of whole numbers such as 1,2,4,8, got {text!r}") from None
+    if not values or not all(1 <= v <= MAX_DRAFT_TOKENS for v in values):
+        raise BadInput(f"--draft-tokens values must be between 1 and {MAX_DRAFT_TOKENS}, got {text!r}")
+    return tuple(values)
+
+
+def parse_temperatures(text: str) -> tuple[float, ...]:
+    """'0,0.7' -> (0.0, 0.7): in the order given, without repeats, each 0 or more."""
+    try:
+        values = list(dict.fromkeys(float(v) for v in _items(text)))
+    except ValueError:
+        raise BadInput(f"--temperature takes a comma-separated list of numbers such as 0,0.7, got {text!r}") from None
+    if not values or not all(math.isfinite(v) and v >= 0 for v in values):
+        raise BadInput(f"--temperature values must be 0 (greedy) or more, got {text!r}")
+    return tuple(values)
+
+
+def _items(text: str) -> list[str]:
+    return [v.strip() for v in text.split(",") if v.strip()]
+
+
+# -- the measurement ----------------------------------------------------------------------
+
+
+def plan(prompts: Sequence[str], config: BenchConfig, native: bool = False) -> list[Step]:
+    """Every run in the order it happens: repeats outermost, then prompt, temperature, k, and A B (C)."""
+    modes = (TARGET, SPECULATIVE) + ((NATIVE,) if native else ())
+    return [
+        Step(repeat, Setting(prompt, temperature, k), mode)
+        for repeat in range(config.repeats)
+        for prompt in prompts
+        for temperature in config.temperatures
+        for k in config.draft_tokens
+        for mode in modes
+    ]
+
+
+def decode_once(engine: Engine, prompt_ids: Sequence[int], config: GenerationConfig) -> tuple[RunStats, tuple[int, ...], float]:
+    """One generation folded into RunStats; returns (stats, generated ids, wall seconds)."""
+    stats = RunStats()
+    tokens: tuple[int, ...] = ()
+    start = time.perf_counter()
+    for event in engine.generate(prompt_ids, config):
+        stats.add(event)
+        if isinstance(event, Finished):
+            tokens = event.tokens
+    return stats, tokens, time.perf_counter() - start
+
+
+def run_bench(
+    pair: Pair,
+    prompts: Sequence[Prompt],
+    config: BenchConfig,
+    *,
+    progress: ProgressCallback | None = None,
+    native: NativeRunner | None = None,
+    models: dict | None = None,
+) -> BenchReport:
+    """Measure every planned run on `pair` (models loaded once) and analyse them."""
+    assert pair.draft is not None, "the bench compares against a draft model"
+    assert config.repeats >= 1 and config.draft_tokens and config.temperatures
+    started = time.perf_counter()
+    by_name = {p.name: p for p in prompts}
+    assert len(by_name) == len(prompts), "prompt names must be unique"
+    ids = {p.name: pair.prompt_tokens(p.text, chat=config.chat) for p in prompts}
+    engines = {TARGET: pair.engine(speculative=False), SPECULATIVE: pair.engine(speculative=True)}
+    steps = plan(list(by_name), config, native=native is not None)
+    max_batch = max(config.draft_tokens) + 1
+    warmup = 2 if config.warmup_tokens > 0 else 0
+    total = warmup + config.repeats * len(prompts) + len(steps)
+    done = 0
+
+    def advance(label: str) -> None:
+        nonlocal done
+        done += 1
+        if progress:
+            progress(done, total, label)
+
+    if warmup:
+        first = prompts[0].name
+        warm = GenerationConfig(
+            max_tokens=min(config.warmup_tokens, config.max_tokens),
+            draft_tokens=max(config.draft_tokens),
+            sampling=config.generation(config.temperatures[0], 1, 0).sampling,
+            seed=config.seed,
+        )
+        for mode in (TARGET, SPECULATIVE):
+            decode_once(engines[mode], ids[first], warm)
+            advance(f"warm-up ({mode})")
+
+    curves: dict[str, list[CostCurve]] = {p.name: [] for p in prompts}
+    runs: list[RunRecord] = []
+    last_a: dict[tuple[int, Setting], RunRecord] = {}
+    measured: set[tuple[int, str]] = set()
+    for step in steps:
+        name = step.setting.prompt
+        if (step.repeat, name) not in measured:
+            measured.add((step.repeat, name))
+            curves[name].append(measure_cost_curve(pair.target, pair.draft, ids[name], max_batch, config.cost_repeats))
+            advance(f"cost curve, {name} (repeat {step.repeat + 1}/{config.repeats})")
+        record = _run_step(step, engines, ids[name], by_name[name], config, native)
+        if step.mode == TARGET:
+            last_a[(step.repeat, step.setting)] = record
+        elif step.mode == SPECULATIVE and step.setting.temperature == 0:
+            record.divergence = first_divergence(last_a[(step.repeat, step.setting)].tokens, record.tokens)
+        runs.append(record)
+        s = step.setting
+        advance(f"{name} T={s.temperature:g} k={s.k} {step.mode} (repeat {step.repeat + 1}/{config.repeats})")
+
+    cost = {name: median_curve(c) for name, c in curves.items()}
+    piece = getattr(engines[TARGET], "piece", None)
+    results = analyse(runs, cost, config, [p.name for p in prompts], piece)
+    summary = summarise(results, runs, config)
+    return BenchReport(
+        config=config,
+        prompts=list(prompts),
+        models=models or {},
+        runs=runs,
+        cost_curves=cost,
+        results=results,
+        summary=summary,
+        recommendation=recommend(summary),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _run_step(
+    step: Step, engines: dict[str, Engine], prompt_ids: list[int], prompt: Prompt, config: BenchConfig, native: NativeRunner | None
+) -> RunRecord:
+    if step.mode == NATIVE:
+        assert native is not None
+        t0 = time.perf_counter()
+        result = native(prompt, step.setting)
+        return RunRecord(
+            step=step,
+            new_tokens=result.decoded_tokens,
+            generation_seconds=result.seconds,
+            wall_seconds=time.perf_counter() - t0,
+            tokens_per_second=result.tokens_per_second,
+            native=result,
+        )
+    s = step.setting
+    stats, tokens, wall = decode_once(engines[step.mode], prompt_ids, config.generation(s.temperature, s.k, step.repeat))
+    return RunRecord(
+        step=step,
+        new_tokens=stats.new_tokens,
+        generation_seconds=stats.generation_seconds,
+        wall_seconds=wall,
+        tokens_per_second=stats.tokens_per_second,
+        stats=stats,
+        tokens=tokens,
+    )
+
+
+# -- the analysis ---------------------------------------------------------------------------
+
+
+def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """First index where two outputs differ (a length difference counts); None if equal.
+
+    Example: [5, 6, 7], [5, 6, 9] -> 2; [5, 6], [5, 6, 7] -> 2; [5], [5] -> None.
+    """
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def median_curve(curves: Sequence[CostCurve]) -> CostCurve:
+    """Element-wise median of several measurements of the same cost curve."""
+    assert curves, "at least one cost curve"
+    return CostCurve(
+        draft_step=statistics.median(c.draft_step for c in curves),
+        target_batch=tuple(statistics.median(col) for col in zip(*(c.target_batch for c in curves))),
+    )
+
+
+def predict(alpha: float, k: int, cost: CostCurve) -> float:
+    """Theorem 3.8 with the measured verify cost T_target(k + 1) (see stats.predicted_speedup)."""
+    return predicted_speedup(alpha, k, cost.draft_step, cost.target_step, cost.target_batch[k])
+
+
+def pool(stats: Iterable[RunStats]) -> RunStats:
+    """Several runs' counters and timings summed, as if they were one run."""
+    out = RunStats()
+    for s in stats:
+        for name in ("new_tokens", "target_passes", "rounds_with_draft", "drafted", "accepted", "rejections"):
+            setattr(out, name, getattr(out, name) + getattr(s, name))
+        for name in ("draft_seconds", "draft_decode_seconds", "verify_seconds", "generation_seconds"):
+            setattr(out, name, getattr(out, name) + getattr(s, name))
+        for i, (d, a) in enumerate(zip(s.drafted_by_position, s.accepted_by_position)):
+            if i == len(out.drafted_by_position):
+                out.drafted_by_position.append(0)
+                out.accepted_by_position.append(0)
+            out.drafted_by_position[i] += d
+            out.accepted_by_position[i] += a
+    return out
+
+
+def _median(values: Iterable[float]) -> float:
+    values = list(values)
+    return statistics.median(values) if values else float("nan")
+
+
+def geometric_mean(values: Iterable[float]) -> float:
+    values = [v for v in values if v is not None and math.isfinite(v) and v > 0]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
+
+
+def analyse(
+    runs: Sequence[RunRecord],
+    cost: dict[str, CostCurve],
+    config: BenchConfig,
+    prompt_order: Sequence[str],
+    piece: Callable[[int], bytes] | None = None,
+) -> list[SettingResult]:
+    """One SettingResult per (prompt, temperature, k), in the order of the sweep."""
+    groups: dict[Setting, dict[str, list[RunRecord]]] = {}
+    for run in runs:
+        groups.setdefault(run.step.setting, {}).setdefault(run.step.mode, []).append(run)
+    results = []
+    for prompt in prompt_order:
+        for temperature in config.temperatures:
+            for k in config.draft_tokens:
+                setting = Setting(prompt, temperature, k)
+                if setting in groups:
+                    results.append(_setting_result(setting, groups[setting], cost[prompt], piece))
+    return results
+
+
+def _setting_result(setting: Setting, modes: dict[str, list[RunRecord]], cost: CostCurve, piece) -> SettingResult:
+    a_runs, b_runs = modes.get(TARGET, []), modes.get(SPECULATIVE, [])
+    a_by_repeat = {r.step.repeat: r for r in a_runs}
+    # Paired: each B is divided by the A that ran right before it, in the same repeat.
+    pairs = [(a_by_repeat[b.step.repeat], b) for b in b_runs if b.step.repeat in a_by_repeat]
+    ratios = [b.tokens_per_second / a.tokens_per_second for a, b in pairs if a.tokens_per_second > 0]
+    pooled = pool(b.stats for b in b_runs)
+    natives = modes.get(NATIVE, [])
+    native_drafted = sum(r.native.n_drafted or 0 for r in natives)
+    native_accepted = sum(r.native.n_accept or 0 for r in natives)
+    divergences = []
+    for b in b_runs:
+        if b.divergence is not None:
+            a = a_by_repeat[b.step.repeat]
+            divergences.append(_divergence(setting, b.step.repeat, b.divergence, a.tokens, b.tokens, piece))
+    return SettingResult(
+        setting=setting,
+        target_tps=Spread.of(r.tokens_per_second for r in a_runs),
+        speculative_tps=Spread.of(r.tokens_per_second for r in b_runs),
+        speedup=Spread.of(ratios),
+        acceptance_rate=pooled.acceptance_rate,
+        alpha=pooled.alpha,
+        acceptance_by_position=pooled.acceptance_by_position,
+        mean_accepted=pooled.mean_accepted,
+        python_share=_median(b.stats.python_share for b in b_runs),
+        draft_step=cost.draft_step,
+        target_step=cost.target_step,
+        verify_batch=cost.target_batch[setting.k],
+        predicted_speedup=predict(pooled.alpha, setting.k, cost),
+        native_tps=Spread.of(r.tokens_per_second for r in natives),
+        native_acceptance=native_accepted / native_drafted if native_drafted else None,
+        divergences=divergences,
+    )
+
+
+def _divergence(setting: Setting, repeat: int, position: int, a: Sequence[int], b: Sequence[int], piece) -> Divergence:
+    x = a[position] if position < len(a) else None
+    y = b[position] if position < len(b) else None
+
+    def text(token: int | None) -> str:
+        return piece(token).decode("utf-8", "replace") if (piece and token is not None) else ""
+
+    return Divergence(setting, repeat, position, x, y, text(x), text(y))
+
+
+def summarise(results: Sequence[SettingResult], runs: Sequence[RunRecord], config: BenchConfig) -> list[SummaryRow]:
+    """One row per (temperature, k) over all prompts."""
+    rows = []
+    for temperature in config.temperatures:
+        for k in config.draft_tokens:
+            group = [r for r in results if r.setting.temperature == temperature and r.setting.k == k]
+            if not group:
+                continue
+            b_stats = [
+                run.stats for run in runs if run.step.mode == SPECULATIVE and run.step.setting.temperature == temperature and run.step.setting.k == k
+            ]
+            pooled = pool(b_stats)
+            medians = [r.speedup.median for r in group if r.speedup]
+            natives = [r.native_tps.median for r in group if r.native_tps]
+            rows.append(
+                SummaryRow(
+                    temperature=temperature,
+                    k=k,
+                    speedup=geometric_mean(medians),
+                    speedup_low=min(medians, default=float("nan")),
+                    speedup_high=max(medians, default=float("nan")),
+                    predicted_speedup=geometric_mean(r.predicted_speedup for r in group),
+                    target_tps=_median(r.target_tps.median for r in group if r.target_tps),
+                    speculative_tps=_median(r.speculative_tps.median for r in group if r.speculative_tps),
+                    acceptance_rate=pooled.acceptance_rate,
+                    alpha=pooled.alpha,
+                    acceptance_by_position=pooled.acceptance_by_position,
+                    mean_accepted=pooled.mean_accepted,
+                    native_tps=_median(natives) if natives else None,
+                    divergences=sum(len(r.divergences) for r in group),
+                )
+            )
+    return rows
+
+
+def recommend(summary: Sequence[SummaryRow]) -> Recommendation:
+    """The k whose speed-ups, geometric mean over temperatures, are best (ties: the smaller k)."""
+    by_k: dict[int, list[SummaryRow]] = {}
+    for row in summary:
+        by_k.setdefault(row.k, []).append(row)
+    assert by_k, "nothing to recommend from"
+    best_k, best_score = None, -math.inf
+    for k in sorted(by_k):
+        score = geometric_mean(row.speedup for row in by_k[k])
+        if math.isfinite(score) and score > best_score:
+            best_k, best_score = k, score
+    if best_k is None:
+        k = min(by_k)
+        return Recommendation(k, False, {}, {}, "no speed-up could be measured (every run produced no tokens?)")
+    rows = by_k[best_k]
+    speedups = {row.temperature: row.speedup for row in rows}
+    predicted = {row.temperature: row.predicted_speedup for row in rows}
+    detail = ", ".join(f"{row.speedup:.2f}x at T={row.temperature:g} (predicted {row.predicted_speedup:.2f}x)" for row in rows)
+    worthwhile = best_score > 1.0
+    if worthwhile:
+        line = f"best k = {best_k}: {detail}"
+    else:
+        line = f"no k beats target-only decoding for this pair on this machine (best: k = {best_k}, {detail}); decode target-only"
+    return Recommendation(best_k, worthwhile, speedups, predicted, line)
+
+
+# -- writing ------------------------------------------------------------------------------
+
+CSV_COLUMNS = (
+    "repeat",
+    "prompt",
+    "temperature",
+    "k",
+    "mode",
+    "new_tokens",
+    "generation_seconds",
+    "wall_seconds",
+    "tokens_per_second",
+    "target_passes",
+    "drafted",
+    "accepted",
+    "acceptance_rate",
+    "alpha",
+    "mean_accepted",
+    "python_share",
+    "finish_reason",
+    "divergence_position",
+)
+
+
+def csv_rows(report: BenchReport) -> list[dict]:
+    """One row per run (every measurement), with the columns of CSV_COLUMNS."""
+    rows = []
+    for run in report.runs:
+        s, stats, nat = run.step.setting, run.stats, run.native
+        row = {
+            "repeat": run.step.repeat + 1,
+            "prompt": s.prompt,
+            "temperature": s.temperature,
+            "k": s.k,
+            "mode": run.step.mode,
+            "new_tokens": run.new_tokens,
+            "generation_seconds": run.generation_seconds,
+            "wall_seconds": run.wall_seconds,
+            "tokens_per_second": run.tokens_per_second,
+            "target_passes": stats.target_passes if stats else "",
+            "drafted": stats.drafted if stats else (nat.n_drafted if nat and nat.n_drafted is not None else ""),
+            "accepted": stats.accepted if stats else (nat.n_accept if nat and nat.n_accept is not None else ""),
+            "acceptance_rate": stats.acceptance_rate if stats else (nat.acceptance_rate if nat and nat.acceptance_rate is not None else ""),
+            "alpha": stats.alpha if stats else "",
+            "mean_accepted": stats.mean_accepted if stats else "",
+            "python_share": stats.python_share if stats else "",
+            "finish_reason": stats.finish_reason if stats else "",
+            "divergence_position": "" if run.divergence is None else run.divergence,
+        }
+        rows.append(row)
+    return rows
+
+
+def write_csv(report: BenchReport, out: TextIO) -> None:
+    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS)
+    writer.writeheader()
+    writer.writerows(csv_rows(report))
+
+
+def _result_dict(r: SettingResult) -> dict:
+    out = asdict(r)
+    out["measured_over_predicted"] = r.measured_over_predicted
+    return out
+
+
+def _run_dict(run: RunRecord) -> dict:
+    return {
+        "repeat": run.step.repeat + 1,
+        **asdict(run.step.setting),
+        "mode": run.step.mode,
+        "new_tokens": run.new_tokens,
+        "generation_seconds": run.generation_seconds,
+        "wall_seconds": run.wall_seconds,
+        "tokens_per_second": run.tokens_per_second,
+        "divergence_position": run.divergence,
+        "stats": run.stats.to_dict() if run.stats else None,
+        "native": run.native.to_dict() if run.native else None,
+        "tokens": list(run.tokens),
+    }
+
+
+def _finite(value):
+    """JSON has no NaN or infinity: write null instead."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {(k if isinstance(k, str) else str(k)): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _describe(token: int | None, text: str) -> str:
+    return "(end of output)" if token is None else f"{token} {text!r}"
