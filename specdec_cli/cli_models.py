@@ -16,7 +16,6 @@ Left out: the catalogue itself (registry.py), transfers (download.py), the rule 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 

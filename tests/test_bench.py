@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from fakes import MarkovModel, random_markov
-from specdec_cli import cli
+from specdec_cli import cli, cli_bench
 from specdec_cli.bench import (
     CSV_COLUMNS,
     NATIVE,
@@ -442,7 +442,7 @@ def _fake_models(monkeypatch, pair):
         yield pair
 
     monkeypatch.setattr(specdec_cli.session, "open_pair", open_pair)
-    monkeypatch.setattr(cli, "resolve_paths", lambda draft, target, **options: (None, None))
+    monkeypatch.setattr(cli_bench, "resolve_paths", lambda draft, target, **options: (None, None))
 
 
 def test_cli_writes_json_csv_and_tables_on_the_right_streams(monkeypatch, capsys, tmp_path):

@@ -32,7 +32,8 @@ from typer.testing import CliRunner
 
 from fakes import MarkovModel
 from specdec_cli import session
-from specdec_cli.cli import app, parse_stops
+from specdec_cli.cli import app
+from specdec_cli.cli_options import parse_stops
 from specdec_cli.engine import Engine, GenerationConfig, Source, Token
 from specdec_cli.drafters import ModelDrafter
 from specdec_cli.errors import SpecdecError

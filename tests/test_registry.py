@@ -286,7 +286,7 @@ def test_resolve_pair_offline_and_not_cached_says_so(tmp_path, monkeypatch, hf_c
 
 
 def test_cli_resolve_paths_delegates_to_the_registry(tmp_path, monkeypatch, hf_cache, capsys):
-    from specdec_cli.cli import resolve_paths
+    from specdec_cli.cli_options import resolve_paths
 
     snapshot = put_in_cache(hf_cache, "me/tiny-GGUF", {"tiny-Q8_0.gguf": b"GGUF"})
     assert resolve_paths("hf:me/tiny-GGUF/tiny-q8_0.gguf", "t.gguf") == (snapshot / "tiny-Q8_0.gguf", Path("t.gguf"))

@@ -1,0 +1,133 @@
+"""`specdec bench`: the interleaved A/B of target-only against speculative decoding.
+
+    specdec bench --draft-tokens 1,2,4,8,12 --temperature 0,0.7 --csv runs.csv --plot bench.png
+
+The measuring is bench.py's; the tables and plot are render_bench.py's; this module only
+turns options into a BenchConfig, loads the pair once and writes the outputs.
+
+Left out: everything that measures or formats (bench.py, render_bench.py, native.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .cli_options import _err, check_sampling_options, resolve_paths
+from .errors import BadInput, SpecdecError
+
+
+def bench(
+    draft: Annotated[Optional[str], typer.Option(help="Draft GGUF: a path or hf:OWNER/REPO/PATTERN (give both --draft and --target, --pair, or neither for the built-in pair).")] = None,
+    target: Annotated[Optional[str], typer.Option(help="Target GGUF: a path or hf:OWNER/REPO/PATTERN.")] = None,
+    pair_name: Annotated[Optional[str], typer.Option("--pair", help="A named pair from `specdec models list`, e.g. qwen2.5-0.5b-7b.")] = None,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens to generate per run.")] = 128,
+    draft_tokens: Annotated[str, typer.Option("--draft-tokens", "-k", help="Values of k to sweep, e.g. 1,2,4,8,12.")] = "1,2,4,8,12",
+    temperature: Annotated[str, typer.Option(help="Temperatures to sweep, e.g. 0,0.7 (0 is greedy and checks exactness).")] = "0,0.7",
+    repeats: Annotated[int, typer.Option(help="Interleaved A/B repetitions of the whole sweep; medians are reported.")] = 3,
+    prompts: Annotated[
+        Optional[Path],
+        typer.Option(exists=True, dir_okay=False, help="Your prompts: JSONL with a \"prompt\" key, or one prompt per line (default: the built-in suite)."),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of repeat 1 (repeat r uses seed + r - 1, the same for both sides).")] = 0,
+    top_k: Annotated[int, typer.Option(help="Keep the k likeliest tokens; 0 is off.")] = 40,
+    top_p: Annotated[float, typer.Option(help="Nucleus mass; 1 is off.")] = 0.95,
+    min_p: Annotated[float, typer.Option(help="Drop tokens below min-p x the top probability; 0 is off.")] = 0.05,
+    ctx: Annotated[int, typer.Option(help="Context size in tokens (prompt + output).")] = 2048,
+    draft_ctx: Annotated[Optional[int], typer.Option(help="Draft context size (default: --ctx).")] = None,
+    threads: Annotated[Optional[int], typer.Option(help="CPU threads (default: all cores).")] = None,
+    gpu_layers: Annotated[int, typer.Option(help="Target layers on the GPU; -1 all when llama.cpp has a GPU backend.")] = -1,
+    draft_gpu_layers: Annotated[int, typer.Option(help="Draft layers on the GPU; -1 as for the target.")] = -1,
+    raw: Annotated[bool, typer.Option("--raw", help="Send prompts as they are, without the chat template.")] = False,
+    warmup: Annotated[int, typer.Option(help="Tokens of one unrecorded warm-up run per side; 0 skips it.")] = 16,
+    json_out: Annotated[bool, typer.Option("--json", help="Write every measurement as one JSON object on stdout.")] = False,
+    csv_path: Annotated[Optional[Path], typer.Option("--csv", dir_okay=False, help="Write one CSV row per run to this file.")] = None,
+    plot: Annotated[Optional[Path], typer.Option(dir_okay=False, help="Draw speed-up and acceptance against k into this PNG (needs matplotlib).")] = None,
+    native: Annotated[Optional[str], typer.Option(help="Also run llama.cpp's llama-speculative-simple (path or name on PATH) with the same settings.")] = None,
+    native_args: Annotated[str, typer.Option(help="Extra arguments for --native, e.g. \"--draft-p-min 0\".")] = "",
+) -> None:
+    """Measure speculative against target-only decoding on the same models, interleaved, and recommend k.
+
+    Example: specdec bench -n 64 --draft-tokens 2,4,8 --temperature 0 --repeats 3 --csv bench.csv
+    """
+    import shlex
+
+    from .bench import BenchConfig, parse_draft_tokens, parse_temperatures, run_bench, write_csv
+    from .native import find_binary, native_command, run_native
+    from .prompts import builtin_prompts, load_prompts
+    from .render_bench import bench_console, print_report, progress_bar, require_matplotlib, write_plot
+    from .session import LoadOptions, open_pair
+
+    ks = parse_draft_tokens(draft_tokens)
+    temperatures = parse_temperatures(temperature)
+    check_sampling_options(max(ks), min(temperatures), top_k, top_p, min_p, max_tokens)
+    if repeats < 1:
+        raise BadInput(f"--repeats must be at least 1, got {repeats}")
+    if warmup < 0:
+        raise BadInput(f"--warmup must be 0 (none) or more tokens, got {warmup}")
+    # Fail before the models load, not after a long bench.
+    for option, path in (("--csv", csv_path), ("--plot", plot)):
+        if path is not None and not path.expanduser().resolve().parent.is_dir():
+            raise BadInput(f"{option}: the folder of {path} does not exist; create it first")
+    if plot is not None:
+        require_matplotlib()
+    binary = find_binary(native) if native else None
+    extra = shlex.split(native_args)
+    suite = load_prompts(prompts) if prompts else builtin_prompts()
+    config = BenchConfig(
+        draft_tokens=ks,
+        temperatures=temperatures,
+        max_tokens=max_tokens,
+        repeats=repeats,
+        seed=seed,
+        top_k=top_k,
+        top_p=top_p,
+        min_p=min_p,
+        chat=not raw,
+        warmup_tokens=warmup,
+    )
+    draft_path, target_path = resolve_paths(draft, target, pair=pair_name)
+    console = bench_console()
+    options = LoadOptions(n_ctx=ctx, draft_ctx=draft_ctx, n_threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers)
+    with open_pair(draft_path, target_path, options) as pair:
+
+        def run_llama_cpp(prompt, setting):
+            text = pair.target.apply_chat_template([("user", prompt.text)]) if config.chat else prompt.text
+            command = native_command(
+                binary, draft_path, target_path, text,
+                draft_tokens=setting.k, max_tokens=max_tokens, temperature=setting.temperature,
+                top_k=top_k, top_p=top_p, min_p=min_p, seed=seed, ctx=ctx, threads=threads,
+                gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, extra=extra,
+            )  # fmt: skip
+            return run_native(command)
+
+        models = {
+            "draft": str(draft_path),
+            "target": str(target_path),
+            "threads": pair.target.n_threads,
+            "gpu_layers": pair.target.n_gpu_layers,
+            "draft_gpu_layers": pair.draft.n_gpu_layers,
+            "ctx": ctx,
+            "native": str(binary) if binary else None,
+        }
+        with progress_bar(console) as update:
+            report = run_bench(pair, suite, config, progress=update, native=run_llama_cpp if binary else None, models=models)
+    print_report(report, console)
+    if json_out:
+        typer.echo(json.dumps(report.to_dict()))
+    if csv_path is not None:
+        with open(csv_path, "w", newline="", encoding="utf-8") as f:
+            write_csv(report, f)
+        _err(f"specdec: wrote {len(report.runs)} runs to {csv_path}")
+    if plot is not None:
+        write_plot(report, plot)
+        _err(f"specdec: wrote the plot to {plot}")
+    if report.divergences:
+        first = report.divergences[0]
+        raise SpecdecError(
+            f"{len(report.divergences)} run(s) at temperature 0 where speculative output differs from target-only output; "
+            f"first: {first.message()}"
+        )

@@ -1,0 +1,107 @@
+"""Option parsing and checks shared by the `specdec` commands (run, bench, simulate).
+
+Each check raises BadInput with the value given and the range expected, e.g.
+"--top-p must be in (0, 1], got 1.5"; cli.py turns that into one stderr line and exit 2.
+`resolve_paths` turns --draft/--target/--pair into two local files (downloading once).
+
+Left out: the commands themselves (cli.py, cli_run.py, cli_bench.py, cli_models.py).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Callable
+
+import typer
+
+from .errors import BadInput
+
+log = logging.getLogger("specdec")
+
+MAX_DRAFT_TOKENS = 64
+EXIT_INTERRUPTED = 130
+
+
+class ColorMode(str, enum.Enum):
+    auto = "auto"
+    always = "always"
+    never = "never"
+
+
+def _err(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+def read_prompt(prompt: str | None) -> str:
+    """The prompt argument, or stdin when the argument is '-' or absent and stdin is piped."""
+    if prompt == "-" or (prompt is None and not sys.stdin.isatty()):
+        prompt = sys.stdin.read()
+    if prompt is None:
+        raise BadInput('no prompt: give one as an argument, or pipe it on stdin (specdec run - < prompt.txt)')
+    if not prompt.strip():
+        raise BadInput("the prompt is empty")
+    return prompt
+
+
+def check_draft_tokens(draft_tokens: int | str) -> None:
+    if draft_tokens != "auto" and not 1 <= draft_tokens <= MAX_DRAFT_TOKENS:
+        raise BadInput(f"--draft-tokens must be between 1 and {MAX_DRAFT_TOKENS}, got {draft_tokens}")
+
+
+def check_sampling_options(draft_tokens: int | str, temperature: float, top_k: int, top_p: float, min_p: float, max_tokens: int) -> None:
+    check_draft_tokens(draft_tokens)
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise BadInput(f"--temperature must be 0 (greedy) or more, got {temperature}")
+    if top_k < 0:
+        raise BadInput(f"--top-k must be 0 (off) or more, got {top_k}")
+    if not 0 < top_p <= 1:
+        raise BadInput(f"--top-p must be in (0, 1], got {top_p}")
+    if not 0 <= min_p < 1:
+        raise BadInput(f"--min-p must be in [0, 1), got {min_p}")
+    if max_tokens < 1:
+        raise BadInput(f"--max-tokens must be at least 1, got {max_tokens}")
+
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
+
+
+def parse_stops(stops: list[str] | None) -> tuple[str, ...]:
+    """--stop values with \\n, \\t, \\r and \\\\ understood (as llama.cpp does). Example: 'a\\\\n' -> 'a' + newline."""
+    out = []
+    for raw in stops or []:
+        text = re.sub(r"\\([ntr\\])", lambda m: _ESCAPES[m.group(1)], raw)
+        if not text:
+            raise BadInput("a --stop string must not be empty")
+        out.append(text)
+    return tuple(out)
+
+
+def resolve_paths(
+    draft: str | Path | None,
+    target: str | Path | None,
+    on_convert: Callable[[Path], None] | None = None,
+    *,
+    pair: str | None = None,
+    notify: Callable[[str], None] | None = None,
+) -> tuple[Path, Path]:
+    """Local paths, hf:OWNER/REPO/PATTERN (downloaded once), --pair NAME, or nothing (the built-in pair)."""
+    from .registry import resolve_pair
+
+    notify = notify or (lambda message: _err(f"specdec: {message}"))
+    return resolve_pair(draft, target, pair, notify=notify, on_convert=on_convert)
+
+
+def gpu_layers_to_load(gpu_layers: int, draft_gpu_layers: int) -> tuple[int, int]:
+    """The layer counts to load with. Asking for GPU layers without a GPU backend warns once, then runs on the CPU."""
+    from .backend import gpu_offload_supported
+
+    asked = [f"{flag} {n}" for flag, n in (("--gpu-layers", gpu_layers), ("--draft-gpu-layers", draft_gpu_layers)) if n > 0]
+    if asked and not gpu_offload_supported():
+        log.warning("llama.cpp was built without a GPU backend; ignoring %s and running on the CPU", " and ".join(asked))
+        return 0, 0
+    return gpu_layers, draft_gpu_layers

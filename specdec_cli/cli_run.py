@@ -1,0 +1,297 @@
+"""`specdec run`: one generation on a loaded pair, streamed to stdout, statistics to stderr.
+
+    specdec run "Write a haiku about the sea"            # built-in pair, text on stdout
+    echo "Summarise: ..." | specdec run --json -n 64     # prompt from stdin, JSON on stdout
+    specdec run --draft tiny.gguf --target big.gguf -k 6 --baseline "prompt"
+
+`drive` runs the engine's event generator to its end or to Ctrl-C; `measure_afterwards`
+decodes target-only (--baseline) and times the costs behind the predicted speed-up.
+
+Left out: option checks (cli_options.py), the layout (render.py), the loop (engine.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Callable, Optional
+
+import typer
+
+from .cli_options import (
+    EXIT_INTERRUPTED,
+    MAX_DRAFT_TOKENS,
+    ColorMode,
+    _err,
+    check_sampling_options,
+    gpu_layers_to_load,
+    parse_stops,
+    read_prompt,
+    resolve_paths,
+)
+from .errors import BadInput
+
+if TYPE_CHECKING:  # the real imports happen inside the command, keeping --help fast
+    from .engine import CostCurve
+    from .session import LoadedPair
+    from .stats import RunStats
+
+
+@dataclass
+class Outcome:
+    """What one pass over the engine's events left behind (also when Ctrl-C cut it short)."""
+
+    stats: RunStats
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stats.finish_reason == "interrupted"
+
+
+def drive(events, on_event: Callable = lambda event: None) -> Outcome:
+    """Run the engine's event generator to the end, or to Ctrl-C; the generator's `finally` rolls back."""
+    from .engine import Token
+    from .stats import RunStats
+
+    outcome = Outcome(RunStats())
+    pieces = []
+    try:
+        for event in events:
+            outcome.stats.add(event)
+            if isinstance(event, Token):
+                outcome.tokens.append(event.id)
+                pieces.append(event.text)
+            on_event(event)
+    except KeyboardInterrupt:
+        outcome.stats.finish_reason = "interrupted"
+    finally:
+        events.close()  # runs the engine's rollback now, not at garbage collection
+        outcome.text = "".join(pieces)
+    return outcome
+
+
+def run(
+    prompt: Annotated[Optional[str], typer.Argument(help="The prompt; '-' or a piped stdin reads it from stdin.")] = None,
+    draft: Annotated[Optional[str], typer.Option(help="Draft GGUF (small, fast): a path or hf:OWNER/REPO/PATTERN.")] = None,
+    target: Annotated[Optional[str], typer.Option(help="Target GGUF (the model whose output you want): a path or hf:OWNER/REPO/PATTERN.")] = None,
+    pair_name: Annotated[Optional[str], typer.Option("--pair", help="A named pair from `specdec models list`, e.g. qwen2.5-0.5b-7b.")] = None,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens to generate at most.")] = 256,
+    draft_tokens: Annotated[str, typer.Option("--draft-tokens", "-k", help="Draft tokens per round: 'auto' (chosen each round from this run's acceptance and costs) or a fixed k, e.g. 8.")] = "auto",
+    drafter: Annotated[str, typer.Option(help="Who drafts: model (the draft GGUF), lookup (copies from the prompt and output; no draft model), model+lookup.")] = "model",
+    p_min: Annotated[Optional[float], typer.Option(help="Stop drafting before a token the draft model gives less than this probability (llama.cpp's --draft-p-min). Default 0: off.")] = None,
+    lookup_ngram_min: Annotated[int, typer.Option(help="Lookup: shortest n-gram to match.")] = 1,
+    lookup_ngram_max: Annotated[int, typer.Option(help="Lookup: longest n-gram to match (tried first).")] = 3,
+    lookup_max_tokens: Annotated[int, typer.Option(help="Lookup: longest proposal.")] = 10,
+    temperature: Annotated[float, typer.Option(help="0 is greedy.")] = 0.8,
+    top_k: Annotated[int, typer.Option(help="Keep the k likeliest tokens; 0 is off.")] = 40,
+    top_p: Annotated[float, typer.Option(help="Nucleus mass; 1 is off.")] = 0.95,
+    min_p: Annotated[float, typer.Option(help="Drop tokens below min-p x the top probability; 0 is off.")] = 0.05,
+    seed: Annotated[Optional[int], typer.Option(help="Random seed (default: a fresh one, reported in the stats).")] = None,
+    stop: Annotated[
+        Optional[list[str]], typer.Option("--stop", help="End the output just before this text; repeatable; \\n and \\t understood.")
+    ] = None,
+    ctx: Annotated[int, typer.Option(help="Context size in tokens (prompt + output).")] = 2048,
+    draft_ctx: Annotated[Optional[int], typer.Option(help="Draft context size (default: --ctx).")] = None,
+    threads: Annotated[Optional[int], typer.Option(help="CPU threads (default: all cores).")] = None,
+    gpu_layers: Annotated[int, typer.Option(help="Target layers on the GPU; -1 all when llama.cpp has a GPU backend.")] = -1,
+    draft_gpu_layers: Annotated[int, typer.Option(help="Draft layers on the GPU; -1 as for the target.")] = -1,
+    chat: Annotated[bool, typer.Option("--chat/--raw", help="Wrap the prompt in the target's chat template, or send it as it is.")] = True,
+    system: Annotated[Optional[str], typer.Option(help="System message (with --raw: text put before the prompt).")] = None,
+    baseline: Annotated[bool, typer.Option(help="Also decode target-only and report the measured speed-up.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of text.")] = False,
+    jsonl: Annotated[bool, typer.Option("--jsonl", help="Stream one JSON object per token on stdout, then a stats object.")] = False,
+    color: Annotated[ColorMode, typer.Option(help="Colour the stream by provenance: auto (stdout is a terminal, no NO_COLOR), always, never.")] = ColorMode.auto,
+    show_rejected: Annotated[bool, typer.Option(help="Also show each rejected draft token, dim and struck out, where it was rejected (needs colour).")] = False,
+    stats: Annotated[bool, typer.Option("--stats/--no-stats", help="Print the statistics table on stderr.")] = True,
+) -> None:
+    """Generate with speculative decoding; text streams to stdout, statistics to stderr.
+
+    Colours: green = accepted draft token, yellow = the target's correction, cyan = the
+    bonus token after a fully accepted draft, plain = a target-only step.
+    """
+    from .drafters import LookupOptions
+    from .policy import parse_draft_tokens
+    from .session import DRAFTERS
+
+    if drafter not in DRAFTERS:
+        raise BadInput(f"--drafter must be one of {', '.join(DRAFTERS)}, got {drafter!r}")
+    draft_tokens = parse_draft_tokens(draft_tokens, MAX_DRAFT_TOKENS)
+    check_sampling_options(draft_tokens, temperature, top_k, top_p, min_p, max_tokens)
+    if p_min is not None and not 0 <= p_min <= 1:
+        raise BadInput(f"--p-min must be in [0, 1], got {p_min}")
+    lookup = LookupOptions.from_range(lookup_ngram_min, lookup_ngram_max, lookup_max_tokens)
+    if json_out and jsonl:
+        raise BadInput("--json and --jsonl exclude each other; pick one")
+    if ctx < 1:
+        raise BadInput(f"--ctx must be at least 1 token, got {ctx}")
+    if threads is not None and threads < 1:
+        raise BadInput(f"--threads must be at least 1, got {threads}")
+    stops = parse_stops(stop)
+    text = read_prompt(prompt)
+
+    from .engine import GenerationConfig
+    from .render import Activity, JsonlRenderer, TextRenderer, color_enabled, legend, stats_table, stderr_console
+    from .sampling import SamplingParams
+    from .session import LoadOptions
+    from .stats import measured_speedup
+
+    out_color = color_enabled(color.value, sys.stdout)
+    err_color = color_enabled(color.value, sys.stderr)
+    console = stderr_console(err_color)
+    if show_rejected and not (out_color or jsonl or json_out):
+        _err("specdec: --show-rejected needs colour (stdout is not a terminal or colour is off); pass --color always to force it")
+    seed = secrets.randbits(32) if seed is None else seed
+    config = GenerationConfig(
+        max_tokens=max_tokens,
+        draft_tokens=draft_tokens,
+        p_min=p_min,
+        sampling=SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
+        seed=seed,
+        stop=stops,
+    )
+    gpu_layers, draft_gpu_layers = gpu_layers_to_load(gpu_layers, draft_gpu_layers)
+    options = LoadOptions(n_ctx=ctx, draft_ctx=draft_ctx, n_threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers)
+
+    with contextlib.ExitStack() as stack:
+        pair = load_pair(stack, draft, target, options, Activity(console), pair_name=pair_name, need_draft=drafter != "lookup")
+        prompt_ids = pair.prompt_tokens(text, chat=chat, system=system)
+        if jsonl:
+            sink = JsonlRenderer(show_rejected=show_rejected)
+        elif json_out:
+            sink = None
+        else:
+            sink = TextRenderer(color=out_color, show_rejected=show_rejected)
+            if out_color:
+                typer.echo(legend(err_color, show_rejected), err=True, color=err_color)  # echo strips codes unless told
+        try:
+            result = drive(pair.engine(drafter=drafter, lookup=lookup).generate(prompt_ids, config), sink or (lambda event: None))
+        except BaseException:
+            if isinstance(sink, TextRenderer) and sink.started:
+                sink.close()  # end the partial line, so the error message starts on its own
+            raise
+        if isinstance(sink, TextRenderer):
+            sink.close()  # the final newline comes right after the text, before anything slow
+        after = Afterwards(interrupted=result.interrupted)
+        if not after.interrupted and (stats or json_out or jsonl):
+            after = measure_afterwards(pair, prompt_ids, config, result, baseline, Activity(console))
+
+    summary = result.stats.to_dict()
+    if after.predicted is not None:
+        summary["predicted_speedup"] = after.predicted
+    if after.baseline is not None:
+        summary["baseline_tokens_per_second"] = after.baseline.tokens_per_second
+        summary["speedup"] = measured_speedup(result.stats, after.baseline)
+    if json_out:
+        typer.echo(json.dumps({"text": result.text, "tokens": result.tokens, "seed": seed, "stats": summary}, ensure_ascii=False))
+    elif jsonl:
+        sink.close({"seed": seed, "stats": summary})
+    if stats:
+        console.print(
+            stats_table(
+                result.stats,
+                k=draft_tokens,
+                seed=seed,
+                baseline=after.baseline,
+                predicted=after.predicted,
+                costs=after.costs,
+                note=after.note,
+            )
+        )
+    if after.interrupted:
+        _err("specdec: interrupted")
+        raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def load_pair(
+    stack: contextlib.ExitStack,
+    draft: str | None,
+    target: str | None,
+    options,
+    activity,
+    pair_name: str | None = None,
+    need_draft: bool = True,
+) -> LoadedPair:
+    """Resolve and check both files, then load them (a spinner on stderr meanwhile); closed with `stack`.
+
+    Without need_draft (--drafter lookup) only the target is loaded: --target alone, or the
+    target of --pair (its draft is resolved too) or of the built-in pair.
+    """
+    from .backend import check_gguf_file
+    from .session import open_pair
+
+    def download_notice(message: str) -> None:
+        activity.stop()  # plain lines and huggingface-hub's progress bars, no spinner over them
+        _err(f"specdec: {message}")
+
+    with activity:
+        if not need_draft and draft is not None:
+            _err("specdec: --drafter lookup loads no draft model; ignoring --draft")
+        draft_path, target_path = resolve_paths(
+            draft if need_draft else target,  # lookup with --target alone: resolved in both places
+            target,
+            on_convert=lambda dst: activity.show(f"converting the built-in target to F32 once, into {dst} ...", note=True),
+            pair=pair_name,
+            notify=download_notice,
+        )
+        if not need_draft:
+            draft_path = None
+        for path in (target_path, draft_path):  # fail before a long load, not after it
+            if path is not None:
+                check_gguf_file(path)
+        return stack.enter_context(
+            open_pair(draft_path, target_path, options, on_load=lambda kind, path: activity.show(f"loading the {kind} {path.name} ..."))
+        )
+
+
+@dataclass
+class Afterwards:
+    """What is measured after generation: the target-only run and the predicted speed-up."""
+
+    baseline: RunStats | None = None
+    costs: CostCurve | None = None
+    predicted: float | None = None
+    note: str | None = None  # why there is no prediction
+    interrupted: bool = False
+
+
+def measure_afterwards(pair, prompt_ids: list[int], config, result: Outcome, baseline: bool, activity) -> Afterwards:
+    """Decode target-only (with --baseline), then time draft and target steps on the loaded pair.
+
+    The predicted speed-up is Leviathan et al.'s formula at the measured alpha and costs;
+    measure_cost_curve rewinds both caches itself. Ctrl-C here keeps what was measured.
+    """
+    from .engine import measure_cost_curve
+    from .stats import predicted_speedup
+
+    after = Afterwards()
+    k = config.draft_tokens
+    context = list(prompt_ids) + result.tokens
+    try:
+        with activity:
+            if baseline:
+                activity.show("decoding target-only for the baseline ...")
+                base = drive(pair.engine(speculative=False).generate(prompt_ids, config))
+                if base.interrupted:
+                    after.interrupted = True
+                    return after
+                after.baseline = base.stats
+            if not result.stats.drafted:
+                after.note = "n/a (nothing was drafted)"
+            elif k == "auto" or pair.draft is None:
+                after.note = "n/a (k chosen each round)" if k == "auto" else "n/a (no draft model)"
+            elif len(context) + k + 1 > pair.target.n_ctx:
+                after.note = f"n/a (the context has no room left for a verify batch of {k + 1} tokens)"
+            else:
+                activity.show("measuring the cost of draft and target steps ...")
+                after.costs = measure_cost_curve(pair.target, pair.draft, context, k + 1)
+                after.predicted = predicted_speedup(
+                    result.stats.alpha, k, after.costs.draft_step, after.costs.target_step, after.costs.target_batch[k]
+                )
+    except KeyboardInterrupt:
+        after.interrupted = True
+    return after
