@@ -16,7 +16,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .cli_options import _err, check_sampling_options, resolve_paths
+from .cli_options import _err, context_size, check_sampling_options, resolve_paths
 from .errors import BadInput, SpecdecError
 
 
@@ -36,7 +36,7 @@ def bench(
     top_k: Annotated[int, typer.Option(help="Keep the k likeliest tokens; 0 is off.")] = 40,
     top_p: Annotated[float, typer.Option(help="Nucleus mass; 1 is off.")] = 0.95,
     min_p: Annotated[float, typer.Option(help="Drop tokens below min-p x the top probability; 0 is off.")] = 0.05,
-    ctx: Annotated[int, typer.Option(help="Context size in tokens (prompt + output).")] = 2048,
+    ctx: Annotated[Optional[int], typer.Option(help="Context size in tokens (prompt + output); default the --pair's, else 2048.")] = None,
     draft_ctx: Annotated[Optional[int], typer.Option(help="Draft context size (default: --ctx).")] = None,
     threads: Annotated[Optional[int], typer.Option(help="CPU threads (default: all cores).")] = None,
     gpu_layers: Annotated[int, typer.Option(help="Target layers on the GPU; -1 all when llama.cpp has a GPU backend.")] = -1,
@@ -91,6 +91,7 @@ def bench(
     )
     draft_path, target_path = resolve_paths(draft, target, pair=pair_name)
     console = bench_console()
+    ctx = context_size(ctx, pair_name)
     options = LoadOptions(n_ctx=ctx, draft_ctx=draft_ctx, n_threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers)
     with open_pair(draft_path, target_path, options) as pair:
 

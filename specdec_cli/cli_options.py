@@ -105,3 +105,19 @@ def gpu_layers_to_load(gpu_layers: int, draft_gpu_layers: int) -> tuple[int, int
         log.warning("llama.cpp was built without a GPU backend; ignoring %s and running on the CPU", " and ".join(asked))
         return 0, 0
     return gpu_layers, draft_gpu_layers
+
+
+DEFAULT_CTX = 2048
+
+
+def context_size(ctx: int | None, pair_name: str | None) -> int:
+    """--ctx if given, else the named pair's suggested context, else 2048."""
+    if ctx is None:
+        if pair_name is None:
+            return DEFAULT_CTX
+        from .registry import find_pair
+
+        return find_pair(pair_name).ctx
+    if ctx < 1:
+        raise BadInput(f"--ctx must be at least 1 token, got {ctx}")
+    return ctx

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Callable, Optional
 import typer
 
 from .cli_options import (
+    context_size,
     EXIT_INTERRUPTED,
     MAX_DRAFT_TOKENS,
     ColorMode,
@@ -95,7 +96,7 @@ def run(
     stop: Annotated[
         Optional[list[str]], typer.Option("--stop", help="End the output just before this text; repeatable; \\n and \\t understood.")
     ] = None,
-    ctx: Annotated[int, typer.Option(help="Context size in tokens (prompt + output).")] = 2048,
+    ctx: Annotated[Optional[int], typer.Option(help="Context size in tokens (prompt + output); default the --pair's, else 2048.")] = None,
     draft_ctx: Annotated[Optional[int], typer.Option(help="Draft context size (default: --ctx).")] = None,
     threads: Annotated[Optional[int], typer.Option(help="CPU threads (default: all cores).")] = None,
     gpu_layers: Annotated[int, typer.Option(help="Target layers on the GPU; -1 all when llama.cpp has a GPU backend.")] = -1,
@@ -127,8 +128,6 @@ def run(
     lookup = LookupOptions.from_range(lookup_ngram_min, lookup_ngram_max, lookup_max_tokens)
     if json_out and jsonl:
         raise BadInput("--json and --jsonl exclude each other; pick one")
-    if ctx < 1:
-        raise BadInput(f"--ctx must be at least 1 token, got {ctx}")
     if threads is not None and threads < 1:
         raise BadInput(f"--threads must be at least 1, got {threads}")
     stops = parse_stops(stop)
@@ -155,6 +154,7 @@ def run(
         stop=stops,
     )
     gpu_layers, draft_gpu_layers = gpu_layers_to_load(gpu_layers, draft_gpu_layers)
+    ctx = context_size(ctx, pair_name)
     options = LoadOptions(n_ctx=ctx, draft_ctx=draft_ctx, n_threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers)
 
     with contextlib.ExitStack() as stack:

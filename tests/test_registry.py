@@ -292,3 +292,14 @@ def test_cli_resolve_paths_delegates_to_the_registry(tmp_path, monkeypatch, hf_c
     assert resolve_paths("hf:me/tiny-GGUF/tiny-q8_0.gguf", "t.gguf") == (snapshot / "tiny-Q8_0.gguf", Path("t.gguf"))
     with pytest.raises(BadInput):
         resolve_paths(None, "t.gguf")
+
+
+def test_context_size_takes_the_pairs_suggestion_unless_ctx_is_given():
+    from specdec_cli.cli_options import DEFAULT_CTX, context_size
+
+    entry = registry.find_pair("qwen2.5-0.5b-7b")
+    assert context_size(None, "qwen2.5-0.5b-7b") == entry.ctx != DEFAULT_CTX
+    assert context_size(None, None) == DEFAULT_CTX
+    assert context_size(512, "qwen2.5-0.5b-7b") == 512
+    with pytest.raises(BadInput, match="--ctx must be at least 1"):
+        context_size(0, None)
