@@ -49,7 +49,7 @@ def peak_rss_mib() -> float:
 
 
 def measure(args: argparse.Namespace) -> dict:
-    from specdec_cli.cli import resolve_paths
+    from specdec_cli.cli_options import resolve_paths
     from specdec_cli.session import LoadOptions, open_pair
 
     draft, target = resolve_paths(args.draft, args.target)
