@@ -14,15 +14,23 @@ run is folded into a `stats.RunStats`; the bench reports per setting:
   (stats.predicted_speedup), to be read next to the measured one;
 - at temperature 0, the position of any token where B's output differs from A's (exactness).
 
-Across prompts it summarises each (temperature, k) by the geometric mean of the per-prompt
-speed-ups and recommends the k with the best mean over temperatures. Worked example: at
+k is a number or "auto" (policy.AdaptivePolicy chooses each round's length); B drafts with
+each of `drafters`: "model" (the draft GGUF), "lookup" (prompt lookup, no draft model) or
+"model+lookup". Every (drafter, k) is a setting like any other, with its own A right
+before its B. Theorem 3.8 assumes k drafts every round, so the prediction is given only for
+the model drafter at a fixed k; `auto` (k varies per round) and lookup (drafts only when the
+context repeats itself) show NaN there, and `mean_k`, the drafts per target pass actually
+made, says how long their drafts were.
+
+Across prompts it summarises each (temperature, drafter, k) by the geometric mean of the
+per-prompt speed-ups and recommends the (drafter, k) with the best mean over temperatures. Worked example: at
 k = 4, repeats give A = 40, 42, 41 tokens/s and B = 60, 58, 66 tokens/s; the paired speed-ups
 are 1.50, 1.38, 1.61, so the setting reports 1.50x (1.38-1.61). With alpha = 0.8, a draft step
 of 5 ms and target batches of 12 ms (n = 1) and 18 ms (n = 5) the prediction is
 3.36 * 12 / (4 * 5 + 18) = 1.06x.
 
     report = run_bench(pair, builtin_prompts(), BenchConfig(draft_tokens=(2, 4)), progress=cb)
-    report.recommendation.line   # "best k = 4: 1.50x at T=0 (predicted 1.06x)"
+    report.recommendation.line   # "best: --drafter model --draft-tokens 4: 1.50x at T=0 (predicted 1.06x)"
 
 Nothing here prints: progress goes to the `progress` callback, results to the caller.
 Left out: tables and plots (render_bench.py), options (cli.py), llama.cpp's own binary
@@ -40,15 +48,25 @@ from typing import Callable, Iterable, Protocol, Sequence, TextIO
 
 from .drafters import CausalModel
 from .engine import CostCurve, Engine, Finished, GenerationConfig, measure_cost_curve
+from .drafters import LookupOptions
 from .errors import BadInput
 from .native import NativeResult
+from .policy import AUTO, DraftTokens
 from .prompts import Prompt
 from .sampling import SamplingParams
 from .stats import RunStats, predicted_speedup
 
 TARGET, SPECULATIVE, NATIVE = "target", "speculative", "native"
-SCHEMA = "specdec-bench/1"
+SCHEMA = "specdec-bench/2"  # 2: settings carry a drafter, and k may be "auto"
 MAX_DRAFT_TOKENS = 64
+# The default sweep: 7 prompts x 2 temperatures x 2 drafters x 5 k x (A, B) = 280 runs a repeat,
+# about 1.5 s each at 128 tokens on the 2-core machine with the built-in pair (7 min). Three
+# repeats would take 21 min, so the default is two (14 min), and k = 1 (never the best on CPU,
+# where a round's overhead is paid per token) is left out.
+DEFAULT_DRAFT_TOKENS: tuple[DraftTokens, ...] = (2, 4, 8, 12, AUTO)
+DEFAULT_DRAFTERS: tuple[str, ...] = ("model", "lookup")
+DEFAULT_REPEATS = 2
+BENCH_DRAFTERS = ("model", "lookup", "model+lookup")
 
 
 class Pair(Protocol):
@@ -59,7 +77,7 @@ class Pair(Protocol):
 
     def prompt_tokens(self, prompt: str, *, chat: bool = True) -> list[int]: ...
 
-    def engine(self, speculative: bool = True) -> Engine: ...
+    def engine(self, speculative: bool = True, drafter: str = "model", lookup: LookupOptions = LookupOptions()) -> Engine: ...
 
 
 ProgressCallback = Callable[[int, int, str], None]  # (done, total, what just finished)
@@ -68,10 +86,11 @@ NativeRunner = Callable[[Prompt, "Setting"], NativeResult]
 
 @dataclass(frozen=True)
 class BenchConfig:
-    draft_tokens: tuple[int, ...] = (1, 2, 4, 8, 12)
+    draft_tokens: tuple[DraftTokens, ...] = DEFAULT_DRAFT_TOKENS  # numbers and/or "auto"
+    drafters: tuple[str, ...] = DEFAULT_DRAFTERS  # "model", "lookup", "model+lookup"
     temperatures: tuple[float, ...] = (0.0, 0.7)
     max_tokens: int = 128
-    repeats: int = 3
+    repeats: int = DEFAULT_REPEATS
     seed: int = 0  # repeat r uses seed + r, the same for A and B
     top_k: int = 40
     top_p: float = 0.95
@@ -80,7 +99,21 @@ class BenchConfig:
     cost_repeats: int = 3  # timings per batch size inside one cost-curve measurement
     warmup_tokens: int = 16  # one unrecorded A and B run first (0: none)
 
-    def generation(self, temperature: float, k: int, repeat: int) -> GenerationConfig:
+    @property
+    def fixed_k(self) -> tuple[int, ...]:
+        return tuple(k for k in self.draft_tokens if k != AUTO)
+
+    @property
+    def max_batch(self) -> int:
+        """The largest target batch a fixed k scores (k + 1): the cost curve's length."""
+        return max(self.fixed_k, default=1) + 1
+
+    @property
+    def lookup(self) -> LookupOptions:
+        """Lookup proposals as long as the largest fixed k, so that k (not the cap) decides."""
+        return LookupOptions(max_tokens=max(self.fixed_k + (LookupOptions().max_tokens,)))
+
+    def generation(self, temperature: float, k: DraftTokens, repeat: int) -> GenerationConfig:
         sampling = SamplingParams(temperature=temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p)
         return GenerationConfig(max_tokens=self.max_tokens, draft_tokens=k, sampling=sampling, seed=self.seed + repeat)
 
@@ -89,7 +122,8 @@ class BenchConfig:
 class Setting:
     prompt: str  # Prompt.name
     temperature: float
-    k: int
+    k: DraftTokens  # a number, or "auto"
+    drafter: str = "model"  # who drafts on the speculative side
 
 
 @dataclass(frozen=True)
@@ -144,7 +178,7 @@ class Divergence:
     def message(self) -> str:
         s = self.setting
         return (
-            f"prompt {s.prompt!r}, k={s.k}, repeat {self.repeat + 1}: speculative output differs from "
+            f"prompt {s.prompt!r}, drafter {s.drafter}, k={s.k}, repeat {self.repeat + 1}: speculative output differs from "
             f"target-only at generated token {self.position} (0-based): "
             f"target {_describe(self.target_token, self.target_text)}, "
             f"speculative {_describe(self.speculative_token, self.speculative_text)}"
@@ -161,11 +195,12 @@ class SettingResult:
     alpha: float
     acceptance_by_position: list[float]
     mean_accepted: float
+    mean_k: float  # drafted tokens per target pass (plain steps count 0): the length auto chose
     python_share: float  # median over B runs (stats.RunStats.python_share)
     draft_step: float  # seconds, from the prompt's cost curve: the inputs of the prediction
     target_step: float  # T(1)
-    verify_batch: float  # T(k + 1)
-    predicted_speedup: float
+    verify_batch: float  # T(k + 1); NaN when k is auto
+    predicted_speedup: float  # NaN unless the model drafter at a fixed k (see the module docstring)
     native_tps: Spread | None = None
     native_acceptance: float | None = None
     divergences: list[Divergence] = field(default_factory=list)
@@ -177,10 +212,11 @@ class SettingResult:
 
 @dataclass
 class SummaryRow:
-    """One (temperature, k) over all prompts."""
+    """One (temperature, drafter, k) over all prompts."""
 
     temperature: float
-    k: int
+    drafter: str
+    k: DraftTokens
     speedup: float  # geometric mean of the per-prompt median speed-ups
     speedup_low: float  # the lowest and highest per-prompt median
     speedup_high: float
@@ -191,14 +227,16 @@ class SummaryRow:
     alpha: float
     acceptance_by_position: list[float]
     mean_accepted: float
+    mean_k: float = float("nan")
     native_tps: float | None = None
     divergences: int = 0
 
 
 @dataclass(frozen=True)
 class Recommendation:
-    k: int
-    worthwhile: bool  # the best k beats target-only decoding
+    drafter: str
+    k: DraftTokens
+    worthwhile: bool  # the best (drafter, k) beats target-only decoding
     speedups: dict[float, float]  # temperature -> measured speed-up at k
     predicted: dict[float, float]
     line: str
@@ -244,14 +282,24 @@ class BenchReport:
 # -- options ----------------------------------------------------------------------------
 
 
-def parse_draft_tokens(text: str) -> tuple[int, ...]:
-    """'1,2,4' -> (1, 2, 4): sorted, without repeats, each in 1..64."""
+def parse_draft_tokens(text: str) -> tuple[DraftTokens, ...]:
+    """'auto,4,1,2' -> (1, 2, 4, 'auto'): numbers sorted, then auto; without repeats, each in 1..64."""
+    items = [v.lower() for v in _items(text)]
     try:
-        values = sorted({int(v) for v in _items(text)})
+        values: list[DraftTokens] = sorted({int(v) for v in items if v != AUTO})
     except ValueError:
-        raise BadInput(f"--draft-tokens takes a comma-separated list of whole numbers such as 1,2,4,8, got {text!r}") from None
-    if not values or not all(1 <= v <= MAX_DRAFT_TOKENS for v in values):
-        raise BadInput(f"--draft-tokens values must be between 1 and {MAX_DRAFT_TOKENS}, got {text!r}")
+        raise BadInput(f"--draft-tokens takes a comma-separated list of whole numbers and/or auto, such as 1,2,4,8,auto, got {text!r}") from None
+    if not items or not all(1 <= v <= MAX_DRAFT_TOKENS for v in values):
+        raise BadInput(f"--draft-tokens values must be between 1 and {MAX_DRAFT_TOKENS} (or auto), got {text!r}")
+    return tuple(values) + ((AUTO,) if AUTO in items else ())
+
+
+def parse_drafters(text: str) -> tuple[str, ...]:
+    """'lookup,model' -> ('lookup', 'model'): in the order given, without repeats."""
+    values = list(dict.fromkeys(v.lower() for v in _items(text)))
+    unknown = [v for v in values if v not in BENCH_DRAFTERS]
+    if not values or unknown:
+        raise BadInput(f"--drafter takes a comma-separated list of {', '.join(BENCH_DRAFTERS)}, got {text!r}")
     return tuple(values)
 
 
@@ -274,15 +322,18 @@ def _items(text: str) -> list[str]:
 
 
 def plan(prompts: Sequence[str], config: BenchConfig, native: bool = False) -> list[Step]:
-    """Every run in the order it happens: repeats outermost, then prompt, temperature, k, and A B (C)."""
-    modes = (TARGET, SPECULATIVE) + ((NATIVE,) if native else ())
+    """Every run in the order it happens: repeats outermost, then prompt, temperature, drafter, k, and A B (C).
+
+    llama.cpp's binary (C) only runs the model drafter at a fixed k, the only thing it can do.
+    """
     return [
-        Step(repeat, Setting(prompt, temperature, k), mode)
+        Step(repeat, Setting(prompt, temperature, k, drafter), mode)
         for repeat in range(config.repeats)
         for prompt in prompts
         for temperature in config.temperatures
+        for drafter in config.drafters
         for k in config.draft_tokens
-        for mode in modes
+        for mode in (TARGET, SPECULATIVE) + ((NATIVE,) if native and drafter == "model" and k != AUTO else ())
     ]
 
 
@@ -308,15 +359,17 @@ def run_bench(
     models: dict | None = None,
 ) -> BenchReport:
     """Measure every planned run on `pair` (models loaded once) and analyse them."""
-    assert pair.draft is not None, "the bench compares against a draft model"
-    assert config.repeats >= 1 and config.draft_tokens and config.temperatures
+    assert pair.draft is not None or config.drafters == ("lookup",), "the model drafters need a draft model"
+    assert config.repeats >= 1 and config.draft_tokens and config.temperatures and config.drafters
     started = time.perf_counter()
     by_name = {p.name: p for p in prompts}
     assert len(by_name) == len(prompts), "prompt names must be unique"
     ids = {p.name: pair.prompt_tokens(p.text, chat=config.chat) for p in prompts}
-    engines = {TARGET: pair.engine(speculative=False), SPECULATIVE: pair.engine(speculative=True)}
+    engines = {TARGET: pair.engine(speculative=False)}
+    for drafter in config.drafters:
+        engines[drafter] = pair.engine(speculative=True, drafter=drafter, lookup=config.lookup)
     steps = plan(list(by_name), config, native=native is not None)
-    max_batch = max(config.draft_tokens) + 1
+    max_batch = config.max_batch
     warmup = 2 if config.warmup_tokens > 0 else 0
     total = warmup + config.repeats * len(prompts) + len(steps)
     done = 0
@@ -331,12 +384,12 @@ def run_bench(
         first = prompts[0].name
         warm = GenerationConfig(
             max_tokens=min(config.warmup_tokens, config.max_tokens),
-            draft_tokens=max(config.draft_tokens),
+            draft_tokens=max(config.fixed_k, default=AUTO),
             sampling=config.generation(config.temperatures[0], 1, 0).sampling,
             seed=config.seed,
         )
-        for mode in (TARGET, SPECULATIVE):
-            decode_once(engines[mode], ids[first], warm)
+        for mode, engine in ((TARGET, engines[TARGET]), (SPECULATIVE, engines[config.drafters[0]])):
+            decode_once(engine, ids[first], warm)
             advance(f"warm-up ({mode})")
 
     curves: dict[str, list[CostCurve]] = {p.name: [] for p in prompts}
@@ -356,7 +409,7 @@ def run_bench(
             record.divergence = first_divergence(last_a[(step.repeat, step.setting)].tokens, record.tokens)
         runs.append(record)
         s = step.setting
-        advance(f"{name} T={s.temperature:g} k={s.k} {step.mode} (repeat {step.repeat + 1}/{config.repeats})")
+        advance(f"{name} T={s.temperature:g} {s.drafter} k={s.k} {step.mode} (repeat {step.repeat + 1}/{config.repeats})")
 
     cost = {name: median_curve(c) for name, c in curves.items()}
     piece = getattr(engines[TARGET], "piece", None)
@@ -391,7 +444,8 @@ def _run_step(
             native=result,
         )
     s = step.setting
-    stats, tokens, wall = decode_once(engines[step.mode], prompt_ids, config.generation(s.temperature, s.k, step.repeat))
+    engine = engines[TARGET] if step.mode == TARGET else engines[s.drafter]
+    stats, tokens, wall = decode_once(engine, prompt_ids, config.generation(s.temperature, s.k, step.repeat))
     return RunRecord(
         step=step,
         new_tokens=stats.new_tokens,
@@ -431,6 +485,11 @@ def predict(alpha: float, k: int, cost: CostCurve) -> float:
     return predicted_speedup(alpha, k, cost.draft_step, cost.target_step, cost.target_batch[k])
 
 
+def predictable(setting: Setting) -> bool:
+    """Theorem 3.8 assumes k drafts from a draft model every round: the model drafter at a fixed k."""
+    return setting.drafter == "model" and setting.k != AUTO
+
+
 def pool(stats: Iterable[RunStats]) -> RunStats:
     """Several runs' counters and timings summed, as if they were one run."""
     out = RunStats()
@@ -465,15 +524,14 @@ def analyse(
     prompt_order: Sequence[str],
     piece: Callable[[int], bytes] | None = None,
 ) -> list[SettingResult]:
-    """One SettingResult per (prompt, temperature, k), in the order of the sweep."""
+    """One SettingResult per (prompt, temperature, drafter, k), in the order of the sweep."""
     groups: dict[Setting, dict[str, list[RunRecord]]] = {}
     for run in runs:
         groups.setdefault(run.step.setting, {}).setdefault(run.step.mode, []).append(run)
     results = []
     for prompt in prompt_order:
         for temperature in config.temperatures:
-            for k in config.draft_tokens:
-                setting = Setting(prompt, temperature, k)
+            for setting in (Setting(prompt, temperature, k, d) for d in config.drafters for k in config.draft_tokens):
                 if setting in groups:
                     results.append(_setting_result(setting, groups[setting], cost[prompt], piece))
     return results
@@ -503,11 +561,12 @@ def _setting_result(setting: Setting, modes: dict[str, list[RunRecord]], cost: C
         alpha=pooled.alpha,
         acceptance_by_position=pooled.acceptance_by_position,
         mean_accepted=pooled.mean_accepted,
+        mean_k=mean_k(pooled),
         python_share=_median(b.stats.python_share for b in b_runs),
         draft_step=cost.draft_step,
         target_step=cost.target_step,
-        verify_batch=cost.target_batch[setting.k],
-        predicted_speedup=predict(pooled.alpha, setting.k, cost),
+        verify_batch=cost.target_batch[setting.k] if setting.k != AUTO else math.nan,
+        predicted_speedup=predict(pooled.alpha, setting.k, cost) if predictable(setting) else math.nan,
         native_tps=Spread.of(r.tokens_per_second for r in natives),
         native_acceptance=native_accepted / native_drafted if native_drafted else None,
         divergences=divergences,
@@ -524,65 +583,88 @@ def _divergence(setting: Setting, repeat: int, position: int, a: Sequence[int], 
     return Divergence(setting, repeat, position, x, y, text(x), text(y))
 
 
+def mean_k(stats: RunStats) -> float:
+    """Drafted tokens per target pass, plain steps counting 0. Example: 3 rounds drafting 4, 4, 0 -> 2.67."""
+    return stats.drafted / stats.target_passes if stats.target_passes else math.nan
+
+
 def summarise(results: Sequence[SettingResult], runs: Sequence[RunRecord], config: BenchConfig) -> list[SummaryRow]:
-    """One row per (temperature, k) over all prompts."""
+    """One row per (temperature, drafter, k) over all prompts."""
     rows = []
-    for temperature in config.temperatures:
-        for k in config.draft_tokens:
-            group = [r for r in results if r.setting.temperature == temperature and r.setting.k == k]
-            if not group:
-                continue
-            b_stats = [
-                run.stats for run in runs if run.step.mode == SPECULATIVE and run.step.setting.temperature == temperature and run.step.setting.k == k
-            ]
-            pooled = pool(b_stats)
-            medians = [r.speedup.median for r in group if r.speedup]
-            natives = [r.native_tps.median for r in group if r.native_tps]
-            rows.append(
-                SummaryRow(
-                    temperature=temperature,
-                    k=k,
-                    speedup=geometric_mean(medians),
-                    speedup_low=min(medians, default=float("nan")),
-                    speedup_high=max(medians, default=float("nan")),
-                    predicted_speedup=geometric_mean(r.predicted_speedup for r in group),
-                    target_tps=_median(r.target_tps.median for r in group if r.target_tps),
-                    speculative_tps=_median(r.speculative_tps.median for r in group if r.speculative_tps),
-                    acceptance_rate=pooled.acceptance_rate,
-                    alpha=pooled.alpha,
-                    acceptance_by_position=pooled.acceptance_by_position,
-                    mean_accepted=pooled.mean_accepted,
-                    native_tps=_median(natives) if natives else None,
-                    divergences=sum(len(r.divergences) for r in group),
-                )
+    for temperature, drafter, k in ((t, d, k) for t in config.temperatures for d in config.drafters for k in config.draft_tokens):
+
+        def same(s: Setting) -> bool:
+            return s.temperature == temperature and s.drafter == drafter and s.k == k
+
+        group = [r for r in results if same(r.setting)]
+        if not group:
+            continue
+        pooled = pool(run.stats for run in runs if run.step.mode == SPECULATIVE and same(run.step.setting))
+        medians = [r.speedup.median for r in group if r.speedup]
+        natives = [r.native_tps.median for r in group if r.native_tps]
+        rows.append(
+            SummaryRow(
+                temperature=temperature,
+                drafter=drafter,
+                k=k,
+                speedup=geometric_mean(medians),
+                speedup_low=min(medians, default=float("nan")),
+                speedup_high=max(medians, default=float("nan")),
+                predicted_speedup=geometric_mean(r.predicted_speedup for r in group),
+                target_tps=_median(r.target_tps.median for r in group if r.target_tps),
+                speculative_tps=_median(r.speculative_tps.median for r in group if r.speculative_tps),
+                acceptance_rate=pooled.acceptance_rate,
+                alpha=pooled.alpha,
+                acceptance_by_position=pooled.acceptance_by_position,
+                mean_accepted=pooled.mean_accepted,
+                mean_k=mean_k(pooled),
+                native_tps=_median(natives) if natives else None,
+                divergences=sum(len(r.divergences) for r in group),
             )
+        )
     return rows
 
 
+def _k_order(k: DraftTokens) -> tuple[int, int]:
+    """Numbers in order, then auto. Example: sorted([auto, 4, 2], key=_k_order) -> [2, 4, auto]."""
+    return (1, 0) if k == AUTO else (0, int(k))
+
+
 def recommend(summary: Sequence[SummaryRow]) -> Recommendation:
-    """The k whose speed-ups, geometric mean over temperatures, are best (ties: the smaller k)."""
-    by_k: dict[int, list[SummaryRow]] = {}
+    """The (drafter, k) whose speed-ups, geometric mean over temperatures, are best.
+
+    Ties go to the drafter listed first, then the smaller k (auto after every number).
+    """
+    by_setting: dict[tuple[str, DraftTokens], list[SummaryRow]] = {}
     for row in summary:
-        by_k.setdefault(row.k, []).append(row)
-    assert by_k, "nothing to recommend from"
-    best_k, best_score = None, -math.inf
-    for k in sorted(by_k):
-        score = geometric_mean(row.speedup for row in by_k[k])
+        by_setting.setdefault((row.drafter, row.k), []).append(row)
+    assert by_setting, "nothing to recommend from"
+    drafters = list(dict.fromkeys(row.drafter for row in summary))
+    order = sorted(by_setting, key=lambda key: (drafters.index(key[0]), _k_order(key[1])))
+    best, best_score = None, -math.inf
+    for key in order:
+        score = geometric_mean(row.speedup for row in by_setting[key])
         if math.isfinite(score) and score > best_score:
-            best_k, best_score = k, score
-    if best_k is None:
-        k = min(by_k)
-        return Recommendation(k, False, {}, {}, "no speed-up could be measured (every run produced no tokens?)")
-    rows = by_k[best_k]
+            best, best_score = key, score
+    if best is None:
+        drafter, k = order[0]
+        return Recommendation(drafter, k, False, {}, {}, "no speed-up could be measured (every run produced no tokens?)")
+    drafter, k = best
+    rows = by_setting[best]
     speedups = {row.temperature: row.speedup for row in rows}
     predicted = {row.temperature: row.predicted_speedup for row in rows}
-    detail = ", ".join(f"{row.speedup:.2f}x at T={row.temperature:g} (predicted {row.predicted_speedup:.2f}x)" for row in rows)
+    detail = ", ".join(f"{row.speedup:.2f}x at T={row.temperature:g}{_predicted_note(row)}" for row in rows)
     worthwhile = best_score > 1.0
+    options = f"--drafter {drafter} --draft-tokens {k}"
     if worthwhile:
-        line = f"best k = {best_k}: {detail}"
+        line = f"best: {options}: {detail}"
     else:
-        line = f"no k beats target-only decoding for this pair on this machine (best: k = {best_k}, {detail}); decode target-only"
-    return Recommendation(best_k, worthwhile, speedups, predicted, line)
+        line = f"no drafter and k beats target-only decoding for this pair on this machine (best: {options}, {detail}); decode target-only"
+    return Recommendation(drafter, k, worthwhile, speedups, predicted, line)
+
+
+def _predicted_note(row: SummaryRow) -> str:
+    return f" (predicted {row.predicted_speedup:.2f}x)" if math.isfinite(row.predicted_speedup) else ""
 
 
 # -- writing ------------------------------------------------------------------------------
@@ -591,6 +673,7 @@ CSV_COLUMNS = (
     "repeat",
     "prompt",
     "temperature",
+    "drafter",
     "k",
     "mode",
     "new_tokens",
@@ -603,6 +686,7 @@ CSV_COLUMNS = (
     "acceptance_rate",
     "alpha",
     "mean_accepted",
+    "mean_k",
     "python_share",
     "finish_reason",
     "divergence_position",
@@ -618,6 +702,7 @@ def csv_rows(report: BenchReport) -> list[dict]:
             "repeat": run.step.repeat + 1,
             "prompt": s.prompt,
             "temperature": s.temperature,
+            "drafter": s.drafter,
             "k": s.k,
             "mode": run.step.mode,
             "new_tokens": run.new_tokens,
@@ -630,6 +715,7 @@ def csv_rows(report: BenchReport) -> list[dict]:
             "acceptance_rate": stats.acceptance_rate if stats else (nat.acceptance_rate if nat and nat.acceptance_rate is not None else ""),
             "alpha": stats.alpha if stats else "",
             "mean_accepted": stats.mean_accepted if stats else "",
+            "mean_k": mean_k(stats) if stats else "",
             "python_share": stats.python_share if stats else "",
             "finish_reason": stats.finish_reason if stats else "",
             "divergence_position": "" if run.divergence is None else run.divergence,

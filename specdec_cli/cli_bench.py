@@ -1,6 +1,6 @@
 """`specdec bench`: the interleaved A/B of target-only against speculative decoding.
 
-    specdec bench --draft-tokens 1,2,4,8,12 --temperature 0,0.7 --csv runs.csv --plot bench.png
+    specdec bench --draft-tokens 1,2,4,8,12,auto --drafter model,lookup --temperature 0,0.7 --csv runs.csv --plot bench.png
 
 The measuring is bench.py's; the tables and plot are render_bench.py's; this module only
 turns options into a BenchConfig, loads the pair once and writes the outputs.
@@ -19,15 +19,23 @@ import typer
 from .cli_options import _err, context_size, check_sampling_options, resolve_paths
 from .errors import BadInput, SpecdecError
 
+# The defaults as option strings (bench.py holds them as values, with the runtime that sized
+# them: about 14 minutes on 2 cores; a test checks the two agree). Kept here so that --help
+# does not import the bench.
+DEFAULT_DRAFT_TOKENS = "2,4,8,12,auto"
+DEFAULT_DRAFTERS = "model,lookup"
+DEFAULT_REPEATS = 2
+
 
 def bench(
     draft: Annotated[Optional[str], typer.Option(help="Draft GGUF: a path or hf:OWNER/REPO/PATTERN (give both --draft and --target, --pair, or neither for the built-in pair).")] = None,
     target: Annotated[Optional[str], typer.Option(help="Target GGUF: a path or hf:OWNER/REPO/PATTERN.")] = None,
     pair_name: Annotated[Optional[str], typer.Option("--pair", help="A named pair from `specdec models list`, e.g. qwen2.5-0.5b-7b.")] = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens to generate per run.")] = 128,
-    draft_tokens: Annotated[str, typer.Option("--draft-tokens", "-k", help="Values of k to sweep, e.g. 1,2,4,8,12.")] = "1,2,4,8,12",
+    draft_tokens: Annotated[str, typer.Option("--draft-tokens", "-k", help="Values of k to sweep, numbers and/or auto, e.g. 1,2,4,8,12,auto.")] = DEFAULT_DRAFT_TOKENS,
+    drafter: Annotated[str, typer.Option(help="Drafters to sweep: model (the draft GGUF), lookup (prompt lookup, no draft model), model+lookup; e.g. model,lookup.")] = DEFAULT_DRAFTERS,
     temperature: Annotated[str, typer.Option(help="Temperatures to sweep, e.g. 0,0.7 (0 is greedy and checks exactness).")] = "0,0.7",
-    repeats: Annotated[int, typer.Option(help="Interleaved A/B repetitions of the whole sweep; medians are reported.")] = 3,
+    repeats: Annotated[int, typer.Option(help="Interleaved A/B repetitions of the whole sweep; medians are reported.")] = DEFAULT_REPEATS,
     prompts: Annotated[
         Optional[Path],
         typer.Option(exists=True, dir_okay=False, help="Your prompts: JSONL with a \"prompt\" key, or one prompt per line (default: the built-in suite)."),
@@ -55,15 +63,16 @@ def bench(
     """
     import shlex
 
-    from .bench import BenchConfig, parse_draft_tokens, parse_temperatures, run_bench, write_csv
+    from .bench import BenchConfig, parse_draft_tokens, parse_drafters, parse_temperatures, run_bench, write_csv
     from .native import find_binary, native_command, run_native
     from .prompts import builtin_prompts, load_prompts
     from .render_bench import bench_console, print_report, progress_bar, require_matplotlib, write_plot
     from .session import LoadOptions, open_pair
 
     ks = parse_draft_tokens(draft_tokens)
+    drafters = parse_drafters(drafter)
     temperatures = parse_temperatures(temperature)
-    check_sampling_options(max(ks), min(temperatures), top_k, top_p, min_p, max_tokens)
+    check_sampling_options(ks[0], min(temperatures), top_k, top_p, min_p, max_tokens)
     if repeats < 1:
         raise BadInput(f"--repeats must be at least 1, got {repeats}")
     if warmup < 0:
@@ -79,6 +88,7 @@ def bench(
     suite = load_prompts(prompts) if prompts else builtin_prompts()
     config = BenchConfig(
         draft_tokens=ks,
+        drafters=drafters,
         temperatures=temperatures,
         max_tokens=max_tokens,
         repeats=repeats,

@@ -3,7 +3,10 @@
 How often a draft agrees with its target depends on the text being written: code and lists
 are predictable, summaries copy from the prompt, free stories wander. The built-in suite
 has one prompt of each kind (code, chat, summarising a text given in the prompt, a
-structured list, story writing), each with a short name for tables.
+structured list, story writing), each with a short name for tables, and two where the
+answer repeats the prompt or switches register: "edit" quotes a paragraph (with three
+misspellings) and asks for it back corrected, which is where prompt-lookup drafting should
+shine; "mixed" asks for prose, code and prose again about a function quoted in the prompt.
 
 `load_prompts(path)` reads the user's own: a JSONL file (one object per line with a
 "prompt" key and an optional "name") or plain text with one prompt per line.
@@ -40,6 +43,24 @@ _SUMMARY_TEXT = (
     "and volunteers still polish its brass fittings every spring."
 )
 
+# The summary text with three misspellings (thre, bye, voluntears), to correct.
+_EDIT_TEXT = (
+    _SUMMARY_TEXT.replace("drove three", "drove thre")
+    .replace("replaced by", "replaced bye")
+    .replace("volunteers still", "voluntears still")
+)
+
+_MIXED_CODE = (
+    "def top_words(text, n):\n"
+    "    counts = {}\n"
+    "    for word in text.lower().split():\n"
+    "        word = word.strip('.,;:!?')\n"
+    "        if word:\n"
+    "            counts[word] = counts.get(word, 0) + 1\n"
+    "    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))\n"
+    "    return [word for word, _ in ranked[:n]]\n"
+)
+
 BUILTIN_PROMPTS: tuple[Prompt, ...] = (
     Prompt(
         "code",
@@ -62,6 +83,19 @@ BUILTIN_PROMPTS: tuple[Prompt, ...] = (
         "whether it is rocky or a giant, and one notable fact, as a Markdown table.",
     ),
     Prompt("story", "story", "Write a short story about a robot who learns to paint."),
+    Prompt(
+        "edit",
+        "edit",
+        "Correct the spelling mistakes in the following paragraph and return the whole paragraph, "
+        "otherwise unchanged.\n\n" + _EDIT_TEXT,
+    ),
+    Prompt(
+        "mixed",
+        "mixed",
+        "Here is a Python function:\n\n" + _MIXED_CODE + "\n"
+        "Explain in a short paragraph what it does, then rewrite it with type hints and a docstring, "
+        "and finish with one sentence on when it returns an empty list.",
+    ),
 )
 
 

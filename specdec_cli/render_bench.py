@@ -24,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .bench import BenchReport, ProgressCallback, Spread
+from .policy import AUTO
 from .errors import BadInput
 
 
@@ -86,7 +87,7 @@ def cost_table(report: BenchReport) -> Table:
 def results_table(report: BenchReport) -> Table:
     native = any(r.native_tps for r in report.results)
     table = Table(title="per setting: median (min-max) over repeats; speed-up per A/B pair", title_justify="left")
-    for name in ("prompt", "T", "k", "target tok/s", "spec tok/s", "speed-up", "predicted", "meas/pred", "accept", "by position %", "mean acc", "py share"):
+    for name in ("prompt", "T", "drafter", "k", "target tok/s", "spec tok/s", "speed-up", "predicted", "meas/pred", "accept", "by position %", "mean acc", "mean k", "py share"):
         table.add_column(name, justify="left" if name in ("prompt", "by position %") else "right")
     if native:
         table.add_column("llama.cpp tok/s", justify="right")
@@ -97,6 +98,7 @@ def results_table(report: BenchReport) -> Table:
         row = [
             s.prompt,
             f"{s.temperature:g}",
+            s.drafter,
             str(s.k),
             spread(r.target_tps),
             spread(r.speculative_tps),
@@ -106,6 +108,7 @@ def results_table(report: BenchReport) -> Table:
             _num(r.acceptance_rate, ".0%"),
             by_position(r.acceptance_by_position),
             _num(r.mean_accepted),
+            _num(r.mean_k, ".1f"),
             _num(r.python_share, ".0%"),
         ]
         if native:
@@ -119,18 +122,19 @@ def summary_table(report: BenchReport) -> Table:
     table = Table(
         title="summary over prompts: geometric mean speed-up (lowest-highest prompt); acceptance pooled", title_justify="left"
     )
-    for name in ("T", "k", "target tok/s", "spec tok/s", "speed-up", "predicted", "accept", "alpha", "mean acc", "by position %"):
+    for name in ("T", "drafter", "k", "target tok/s", "spec tok/s", "speed-up", "predicted", "accept", "alpha", "mean acc", "mean k", "by position %"):
         table.add_column(name, justify="left" if name == "by position %" else "right")
     if native:
         table.add_column("llama.cpp tok/s", justify="right")
     table.add_column("exact", justify="left")
-    best = report.recommendation.k
+    best = (report.recommendation.drafter, report.recommendation.k)
     for row in report.summary:
         exact = "-" if row.temperature != 0 else ("yes" if not row.divergences else f"NO ({row.divergences})")
         speedup = f"{row.speedup:.2f} ({row.speedup_low:.2f}-{row.speedup_high:.2f})" if math.isfinite(row.speedup) else "-"
         cells = [
             f"{row.temperature:g}",
-            f"{row.k}*" if row.k == best else str(row.k),
+            row.drafter,
+            f"{row.k}*" if (row.drafter, row.k) == best else str(row.k),
             _num(row.target_tps, ".1f"),
             _num(row.speculative_tps, ".1f"),
             speedup,
@@ -138,6 +142,7 @@ def summary_table(report: BenchReport) -> Table:
             _num(row.acceptance_rate, ".0%"),
             _num(row.alpha),
             _num(row.mean_accepted),
+            _num(row.mean_k, ".1f"),
             by_position(row.acceptance_by_position),
         ]
         if native:
@@ -151,13 +156,14 @@ def print_report(report: BenchReport, console: Console) -> None:
     c = report.config
     console.print(
         f"bench: {len(report.prompts)} prompts x T in {{{', '.join(f'{t:g}' for t in c.temperatures)}}} x "
-        f"k in {{{', '.join(map(str, c.draft_tokens))}}}, {c.max_tokens} tokens, {c.repeats} repeats, "
+        f"k in {{{', '.join(map(str, c.draft_tokens))}}} x drafter in {{{', '.join(c.drafters)}}}, {c.max_tokens} tokens, {c.repeats} repeats, "
         f"{len(report.runs)} runs in {report.seconds:.0f} s",
         highlight=False,
     )
     console.print(cost_table(report))
     console.print(results_table(report))
     console.print(summary_table(report))
+    console.print("predicted: Theorem 3.8, for the model drafter at a fixed k only ('-' for auto and lookup, whose draft length varies per round); mean k: drafts per target pass", highlight=False)
     console.print(f"recommendation: {report.recommendation.line}", highlight=False)
     divergences = report.divergences
     if divergences:
@@ -176,31 +182,46 @@ def require_matplotlib():
 
 
 def write_plot(report: BenchReport, path: Path) -> None:
-    """Speed-up and acceptance against k, one line per temperature; the predicted speed-up dashed."""
+    """Speed-up and acceptance against k: one colour per temperature, one line style per drafter.
+
+    Fixed k are lines (the predicted speed-up dashed, model drafter only); `auto` has no single
+    k, so it is a horizontal dotted line at its measured value, in the same colour and marker.
+    """
     require_matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(10, 4), layout="constrained")
+    fig = Figure(figsize=(11, 4.5), layout="constrained")
     FigureCanvasAgg(fig)
     ax_speed, ax_accept = fig.subplots(1, 2)
+    markers = dict(zip(report.config.drafters, "os^D"))
     for i, temperature in enumerate(report.config.temperatures):
-        rows = sorted((r for r in report.summary if r.temperature == temperature), key=lambda r: r.k)
-        if not rows:
-            continue
         colour = f"C{i}"
-        ks = [r.k for r in rows]
-        ax_speed.plot(ks, [r.speedup for r in rows], "o-", color=colour, label=f"T={temperature:g} measured")
-        ax_speed.fill_between(ks, [r.speedup_low for r in rows], [r.speedup_high for r in rows], color=colour, alpha=0.15)
-        ax_speed.plot(ks, [r.predicted_speedup for r in rows], "--", color=colour, label=f"T={temperature:g} predicted (Thm 3.8)")
-        ax_accept.plot(ks, [r.acceptance_rate for r in rows], "o-", color=colour, label=f"T={temperature:g}")
+        for drafter in report.config.drafters:
+            rows = [r for r in report.summary if r.temperature == temperature and r.drafter == drafter]
+            fixed = sorted((r for r in rows if r.k != AUTO), key=lambda r: r.k)
+            auto = next((r for r in rows if r.k == AUTO), None)
+            label, style = f"T={temperature:g} {drafter}", markers[drafter]
+            if fixed:
+                ks = [r.k for r in fixed]
+                ax_speed.plot(ks, [r.speedup for r in fixed], f"{style}-", color=colour, label=label)
+                ax_speed.fill_between(ks, [r.speedup_low for r in fixed], [r.speedup_high for r in fixed], color=colour, alpha=0.1)
+                predicted = [r.predicted_speedup for r in fixed]
+                if any(math.isfinite(v) for v in predicted):
+                    ax_speed.plot(ks, predicted, "--", color=colour, label=f"{label} predicted (Thm 3.8)")
+                ax_accept.plot(ks, [r.acceptance_rate for r in fixed], f"{style}-", color=colour, label=label)
+            if auto is not None:
+                for ax, value in ((ax_speed, auto.speedup), (ax_accept, auto.acceptance_rate)):
+                    if math.isfinite(value):
+                        ax.axhline(value, color=colour, linestyle=":", marker=style, markevery=[0], label=f"{label} auto")
     ax_speed.axhline(1.0, color="grey", linewidth=0.8)
-    ax_speed.set(xlabel="draft tokens k", ylabel="speed-up over target-only", title="speed-up (band: lowest-highest prompt)")
-    ax_accept.set(xlabel="draft tokens k", ylabel="acceptance rate", title="acceptance", ylim=(0, 1.05))
+    ax_speed.set(xlabel="draft tokens k", ylabel="speed-up over target-only", title="speed-up (band: lowest-highest prompt; dotted: auto)")
+    ax_accept.set(xlabel="draft tokens k", ylabel="acceptance rate", title="acceptance (dotted: auto)", ylim=(0, 1.05))
     for ax in (ax_speed, ax_accept):
-        ax.set_xticks(report.config.draft_tokens)
+        if report.config.fixed_k:
+            ax.set_xticks(report.config.fixed_k)
         ax.grid(alpha=0.3)
-        ax.legend()
+        ax.legend(fontsize="x-small")
     try:
         fig.savefig(path, dpi=120)
     except OSError as exc:

@@ -19,6 +19,8 @@ from fakes import MarkovModel, random_markov
 from specdec_cli import cli, cli_bench
 from specdec_cli.bench import (
     CSV_COLUMNS,
+    DEFAULT_DRAFT_TOKENS,
+    DEFAULT_DRAFTERS,
     NATIVE,
     SPECULATIVE,
     TARGET,
@@ -31,6 +33,7 @@ from specdec_cli.bench import (
     analyse,
     first_divergence,
     parse_draft_tokens,
+    parse_drafters,
     parse_temperatures,
     plan,
     predict,
@@ -38,7 +41,7 @@ from specdec_cli.bench import (
     run_bench,
     write_csv,
 )
-from specdec_cli.drafters import ModelDrafter
+from specdec_cli.drafters import LookupDrafter, LookupOptions, ModelAndLookup, ModelDrafter
 from specdec_cli.engine import CostCurve, Engine
 from specdec_cli.errors import BadInput, SpecdecError
 from specdec_cli.native import NativeResult, find_binary, native_command, parse_output, run_native
@@ -59,18 +62,22 @@ class FakePair:
         # The draft: the target's table plus noise, so that some drafts are rejected.
         self.draft = MarkovModel(table + rng.standard_normal(table.shape).astype(np.float32))
         self.spec_target = spec_target
+        self.engines: list[tuple[bool, str, LookupOptions]] = []  # what engine() was asked for
 
     def prompt_tokens(self, prompt: str, *, chat: bool = True) -> list[int]:
         return [len(prompt) % VOCAB, 3, 7]
 
-    def engine(self, speculative: bool = True) -> Engine:
+    def engine(self, speculative: bool = True, drafter: str = "model", lookup: LookupOptions = LookupOptions()) -> Engine:
+        self.engines.append((speculative, drafter, lookup))
         if not speculative:
             return Engine(self.target, None)
-        return Engine(self.spec_target or self.target, ModelDrafter(self.draft))
+        by_lookup = LookupDrafter(lookup)
+        chosen = {"model": ModelDrafter(self.draft), "lookup": by_lookup, "model+lookup": ModelAndLookup(ModelDrafter(self.draft), by_lookup)}
+        return Engine(self.spec_target or self.target, chosen[drafter])
 
 
 PROMPTS = [Prompt("a", "user", "one prompt"), Prompt("b", "user", "another, longer prompt")]
-SMALL = BenchConfig(draft_tokens=(1, 3), temperatures=(0.0, 0.7), max_tokens=20, repeats=2, warmup_tokens=4, cost_repeats=1)
+SMALL = BenchConfig(draft_tokens=(1, 3), drafters=("model",), temperatures=(0.0, 0.7), max_tokens=20, repeats=2, warmup_tokens=4, cost_repeats=1)
 
 
 # -- options and prompts ------------------------------------------------------------------
@@ -92,7 +99,7 @@ def test_parse_temperatures_keeps_order_and_checks():
 
 def test_builtin_suite_covers_the_kinds_and_carries_its_text():
     kinds = {p.kind for p in BUILTIN_PROMPTS}
-    assert kinds == {"code", "chat", "summarise", "structured", "story"}
+    assert kinds == {"code", "chat", "summarise", "structured", "story", "edit", "mixed"}
     assert len({p.name for p in BUILTIN_PROMPTS}) == len(BUILTIN_PROMPTS)
     summary = next(p for p in BUILTIN_PROMPTS if p.kind == "summarise")
     assert "Marrow Bay" in summary.text and len(summary.text) > 400  # the text to summarise is in the prompt
@@ -167,7 +174,7 @@ def test_divergence_at_temperature_zero_is_found_with_its_position():
     # The speculative side scores with a different model: its greedy output must differ somewhere.
     other = MarkovModel(random_markov(VOCAB, np.random.default_rng(99)))
     pair.spec_target = other
-    config = BenchConfig(draft_tokens=(2,), temperatures=(0.0,), max_tokens=24, repeats=1, warmup_tokens=0, cost_repeats=1)
+    config = BenchConfig(draft_tokens=(2,), drafters=("model",), temperatures=(0.0,), max_tokens=24, repeats=1, warmup_tokens=0, cost_repeats=1)
     report = run_bench(pair, PROMPTS[:1], config)
     a, b = report.runs
     expected = first_divergence(a.tokens, b.tokens)
@@ -224,8 +231,8 @@ def test_predict_against_hand_worked_numbers():
     assert predict(0.5, 2, CostCurve(0.002, (0.010, 0.011, 0.020))) == pytest.approx(1.75 * 10 / 24)
 
 
-def _row(t, k, speedup, predicted=1.0):
-    return SummaryRow(t, k, speedup, speedup, speedup, predicted, 10.0, 10.0 * speedup, 0.8, 0.8, [0.8], 1.0)
+def _row(t, k, speedup, predicted=1.0, drafter="model"):
+    return SummaryRow(t, drafter, k, speedup, speedup, speedup, predicted, 10.0, 10.0 * speedup, 0.8, 0.8, [0.8], 1.0)
 
 
 def test_recommend_takes_the_best_geometric_mean_over_temperatures():
@@ -234,13 +241,14 @@ def test_recommend_takes_the_best_geometric_mean_over_temperatures():
     rec = recommend(summary)
     assert rec.k == 2 and rec.worthwhile
     assert rec.speedups == {0.0: 1.5, 0.7: 1.1}
-    assert rec.line.startswith("best k = 2: 1.50x at T=0")
+    assert (rec.drafter, rec.k) == ("model", 2)
+    assert rec.line.startswith("best: --drafter model --draft-tokens 2: 1.50x at T=0 (predicted 1.00x)")
 
 
 def test_recommend_ties_go_to_the_smaller_k_and_a_loss_says_so():
     assert recommend([_row(0.0, 4, 1.3), _row(0.0, 2, 1.3)]).k == 2
     rec = recommend([_row(0.0, 1, 0.9), _row(0.0, 2, 0.7)])
-    assert rec.k == 1 and not rec.worthwhile and "no k beats target-only" in rec.line
+    assert rec.k == 1 and not rec.worthwhile and "no drafter and k beats target-only" in rec.line
 
 
 # -- what it writes -------------------------------------------------------------------------
@@ -262,7 +270,7 @@ def test_csv_has_one_row_per_run_with_the_documented_columns():
 def test_json_holds_every_measurement_and_is_strict_json():
     report = run_bench(FakePair(), PROMPTS, SMALL)
     data = json.loads(json.dumps(report.to_dict(), allow_nan=False))
-    assert data["schema"] == "specdec-bench/1"
+    assert data["schema"] == "specdec-bench/2"
     assert set(data) >= {"config", "models", "prompts", "summary", "results", "cost_curves", "runs", "recommendation", "divergences", "exact"}
     assert len(data["runs"]) == len(report.runs) and len(data["results"]) == 2 * 2 * 2
     assert len(data["summary"]) == 2 * 2
@@ -381,7 +389,7 @@ def test_native_runs_interleave_and_land_in_the_results():
         calls.append((prompt.name, setting))
         return NativeResult(decoded_tokens=20, seconds=0.5, tokens_per_second=40.0 + setting.k, n_drafted=10, n_accept=5)
 
-    config = BenchConfig(draft_tokens=(1, 3), temperatures=(0.0,), max_tokens=10, repeats=2, warmup_tokens=0, cost_repeats=1)
+    config = BenchConfig(draft_tokens=(1, 3), drafters=("model",), temperatures=(0.0,), max_tokens=10, repeats=2, warmup_tokens=0, cost_repeats=1)
     report = run_bench(FakePair(), PROMPTS[:1], config, native=native)
     assert [r.step.mode for r in report.runs] == [TARGET, SPECULATIVE, NATIVE] * 4
     assert len(calls) == 4
@@ -409,6 +417,8 @@ def _main(monkeypatch, capsys, *args):
     "args, fragment",
     [
         (["--draft-tokens", "0"], "--draft-tokens values must be between 1 and 64"),
+        (["--draft-tokens", "4,sometimes"], "whole numbers and/or auto"),
+        (["--drafter", "model,oracle"], "--drafter takes a comma-separated list of model, lookup, model+lookup"),
         (["--temperature", "0,-1"], "--temperature values must be 0"),
         (["--repeats", "0"], "--repeats must be at least 1"),
         (["--draft", "x.gguf"], "give both --draft and --target"),
@@ -448,10 +458,10 @@ def _fake_models(monkeypatch, pair):
 def test_cli_writes_json_csv_and_tables_on_the_right_streams(monkeypatch, capsys, tmp_path):
     _fake_models(monkeypatch, FakePair())
     csv_path = tmp_path / "runs.csv"
-    code, out, err = _main(monkeypatch, capsys, "-n", 10, "-k", "1,3", "--temperature", "0,0.7", "--repeats", 2, "--json", "--csv", csv_path)
+    code, out, err = _main(monkeypatch, capsys, "-n", 10, "-k", "1,3", "--drafter", "model", "--temperature", "0,0.7", "--repeats", 2, "--json", "--csv", csv_path)
     assert code == 0, err
     data = json.loads(out)
-    assert data["exact"] is True and len(data["runs"]) == 5 * 2 * 2 * 2 * 2  # built-in suite
+    assert data["exact"] is True and len(data["runs"]) == 7 * 2 * 2 * 2 * 2  # built-in suite (default drafters: model, lookup)
     assert len(list(csv.DictReader(csv_path.open()))) == len(data["runs"])
     assert "summary over prompts" in err and "recommendation: " in err
 
@@ -475,7 +485,7 @@ def test_cli_bench_end_to_end_on_the_builtin_pair(monkeypatch, capsys, tmp_path,
     prompts.write_text("Write a short story about a robot who learns to paint.\n")
     csv_path = tmp_path / "bench.csv"
     code, out, err = _main(
-        monkeypatch, capsys, "-n", 12, "--draft-tokens", "2,4", "--temperature", "0", "--repeats", 1,
+        monkeypatch, capsys, "-n", 12, "--draft-tokens", "2,4", "--drafter", "model", "--temperature", "0", "--repeats", 1,
         "--prompts", prompts, "--json", "--csv", csv_path, "--warmup", 4,
     )  # fmt: skip
     assert code == 0, err
@@ -488,5 +498,135 @@ def test_cli_bench_end_to_end_on_the_builtin_pair(monkeypatch, capsys, tmp_path,
     spec = [r for r in runs if r["mode"] == SPECULATIVE]
     assert all(r["stats"]["drafted"] > 0 for r in spec)
     assert all(math.isfinite(r["predicted_speedup"]) and r["predicted_speedup"] > 0 for r in data["results"])
-    assert "recommendation: best k =" in err or "recommendation: no k beats" in err
+    assert "recommendation: best: --drafter" in err or "recommendation: no drafter and k beats" in err
     assert len(list(csv.DictReader(csv_path.open()))) == 4
+
+
+# -- auto and the lookup drafter ---------------------------------------------------------
+
+MIXED = BenchConfig(
+    draft_tokens=(2, "auto"), drafters=("model", "lookup"), temperatures=(0.0, 0.7), max_tokens=24, repeats=2, warmup_tokens=4, cost_repeats=1
+)
+
+
+def test_parse_draft_tokens_and_drafters_take_auto_and_lists():
+    assert parse_draft_tokens("auto,4,1,2,AUTO") == (1, 2, 4, "auto")
+    assert parse_draft_tokens("auto") == ("auto",)
+    assert parse_drafters("lookup, model,lookup") == ("lookup", "model")
+    for bad in ("", "model,draft", "oracle"):
+        with pytest.raises(BadInput, match="--drafter"):
+            parse_drafters(bad)
+
+
+def test_cli_defaults_agree_with_the_bench_defaults():
+    assert parse_draft_tokens(cli_bench.DEFAULT_DRAFT_TOKENS) == BenchConfig().draft_tokens == DEFAULT_DRAFT_TOKENS
+    assert parse_drafters(cli_bench.DEFAULT_DRAFTERS) == BenchConfig().drafters == DEFAULT_DRAFTERS
+    assert cli_bench.DEFAULT_REPEATS == BenchConfig().repeats
+    assert "auto" in DEFAULT_DRAFT_TOKENS and "lookup" in DEFAULT_DRAFTERS
+
+
+def test_plan_sweeps_drafters_and_auto_like_any_k_and_native_only_for_model_at_fixed_k():
+    steps = plan(["a"], MIXED, native=True)
+    settings = [(s.setting.temperature, s.setting.drafter, s.setting.k) for s in steps if s.repeat == 0 and s.mode == TARGET]
+    assert settings == [(t, d, k) for t in (0.0, 0.7) for d in ("model", "lookup") for k in (2, "auto")]
+    # Every setting, auto and lookup included, is an A right before its B.
+    ab = [s for s in steps if s.mode != NATIVE]
+    assert [s.mode for s in ab] == [TARGET, SPECULATIVE] * (len(ab) // 2)
+    assert all(a.setting == b.setting and a.repeat == b.repeat for a, b in zip(ab[::2], ab[1::2]))
+    natives = [s.setting for s in steps if s.mode == NATIVE]
+    assert natives and all(s.drafter == "model" and s.k == 2 for s in natives)
+    assert len(steps) == 2 * 2 * 2 * 2 * 2 + len(natives) and len(natives) == 2 * 2  # repeats x temperatures
+
+
+def test_run_bench_with_auto_and_lookup_is_exact_and_fills_the_new_fields():
+    pair = FakePair(seed=3)
+    report = run_bench(pair, PROMPTS, MIXED)
+    # One target-only engine and one per drafter; lookup proposals as long as the largest fixed k needs.
+    assert [(spec, d) for spec, d, _ in pair.engines] == [(False, "model"), (True, "model"), (True, "lookup")]
+    assert all(opts.max_tokens == 10 for *_, opts in pair.engines)  # max(2, the default 10)
+    assert report.divergences == []
+    results = {(r.setting.prompt, r.setting.temperature, r.setting.drafter, r.setting.k): r for r in report.results}
+    assert len(results) == len(report.results) == 2 * 2 * 2 * 2
+    for (prompt, t, drafter, k), r in results.items():
+        assert r.speedup is not None and r.speedup.n == 2
+        # Theorem 3.8 only for the model drafter at a fixed k.
+        assert math.isfinite(r.predicted_speedup) == (drafter == "model" and k == 2)
+        assert math.isfinite(r.verify_batch) == (k == 2)
+        assert 0 <= r.mean_k <= (2 if k == 2 else 16)
+    # Fixed k = 2 from the model drafter drafts 2 tokens every round but (perhaps) the last.
+    assert all(r.mean_k > 1.5 for key, r in results.items() if key[2:] == ("model", 2))
+    summary = {(row.temperature, row.drafter, row.k) for row in report.summary}
+    assert summary == {(t, d, k) for t in (0.0, 0.7) for d in ("model", "lookup") for k in (2, "auto")}
+    # Lookup found something to copy in these tiny-vocabulary outputs, so the lookup rows are real.
+    assert any(row.drafter == "lookup" and row.mean_k > 0 for row in report.summary)
+    assert (0.0, report.recommendation.drafter, report.recommendation.k) in summary
+
+
+def test_schema_carries_the_drafter_and_auto():
+    report = run_bench(FakePair(), PROMPTS[:1], MIXED)
+    data = json.loads(json.dumps(report.to_dict(), allow_nan=False))
+    assert data["config"]["drafters"] == ["model", "lookup"] and data["config"]["draft_tokens"] == [2, "auto"]
+    assert {(r["setting"]["drafter"], r["setting"]["k"]) for r in data["results"]} == {("model", 2), ("model", "auto"), ("lookup", 2), ("lookup", "auto")}
+    assert all("mean_k" in r for r in data["results"]) and all("drafter" in row and "mean_k" in row for row in data["summary"])
+    assert {(r["drafter"], r["k"]) for r in data["runs"]} == {("model", 2), ("model", "auto"), ("lookup", 2), ("lookup", "auto")}
+    auto = next(r for r in data["results"] if r["setting"]["k"] == "auto")
+    assert auto["predicted_speedup"] is None and auto["verify_batch"] is None  # NaN -> null
+    assert set(data["recommendation"]) >= {"drafter", "k", "line"}
+    out = io.StringIO()
+    write_csv(report, out)
+    rows = list(csv.DictReader(io.StringIO(out.getvalue())))
+    assert "drafter" in rows[0] and "mean_k" in rows[0]
+    assert {(r["drafter"], r["k"]) for r in rows} == {("model", "2"), ("model", "auto"), ("lookup", "2"), ("lookup", "auto")}
+
+
+def test_recommend_picks_the_best_drafter_and_k_and_names_both():
+    summary = [
+        _row(0.0, 4, 1.5), _row(0.7, 4, 1.2),
+        _row(0.0, "auto", 1.6, math.nan), _row(0.7, "auto", 1.2, math.nan),
+        _row(0.0, 4, 1.1, math.nan, "lookup"), _row(0.7, 4, 1.0, math.nan, "lookup"),
+        _row(0.0, "auto", 1.9, math.nan, "lookup"), _row(0.7, "auto", 1.3, math.nan, "lookup"),
+    ]  # fmt: skip
+    # geometric means: model 4 1.342, model auto 1.386, lookup 4 1.049, lookup auto 1.572
+    rec = recommend(summary)
+    assert (rec.drafter, rec.k, rec.worthwhile) == ("lookup", "auto", True)
+    assert rec.line == "best: --drafter lookup --draft-tokens auto: 1.90x at T=0, 1.30x at T=0.7"  # no prediction for auto
+    # Ties: the drafter listed first, then the smaller k, auto after every number.
+    tie = [_row(0.0, "auto", 1.3, drafter="model"), _row(0.0, 8, 1.3, drafter="model"), _row(0.0, 2, 1.3, drafter="lookup")]
+    assert (recommend(tie).drafter, recommend(tie).k) == ("model", 8)
+
+
+def test_builtin_suite_has_an_edit_prompt_quoting_its_paragraph_and_a_mixed_one():
+    edit = next(p for p in BUILTIN_PROMPTS if p.kind == "edit")
+    assert "return the whole paragraph" in edit.text
+    paragraph = edit.text.split("\n\n", 1)[1]
+    assert len(paragraph) > 400 and "Marrow Bay" in paragraph
+    # Three misspellings to correct, the rest as in the summary text.
+    summary = next(p for p in BUILTIN_PROMPTS if p.kind == "summarise").text.split("\n\n", 1)[1]
+    assert paragraph != summary and len(paragraph.split()) == len(summary.split())
+    assert sum(a != b for a, b in zip(paragraph.split(), summary.split())) == 3
+    mixed = next(p for p in BUILTIN_PROMPTS if p.kind == "mixed")
+    assert "def top_words(text, n):" in mixed.text and "Explain in a short paragraph" in mixed.text
+    assert mixed.text.count("\n    ") >= 5  # quoted code, indented
+
+
+def test_plot_with_auto_and_lookup_is_written(tmp_path):
+    pytest.importorskip("matplotlib")
+    report = run_bench(FakePair(), PROMPTS[:1], MIXED)
+    path = tmp_path / "bench.png"
+    write_plot(report, path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_summary_table_marks_the_recommended_drafter_and_k():
+    from rich.console import Console
+
+    from specdec_cli.render_bench import print_report
+
+    report = run_bench(FakePair(), PROMPTS[:1], MIXED)
+    console = Console(file=io.StringIO(), width=200)
+    print_report(report, console)
+    text = console.file.getvalue()
+    rec = report.recommendation
+    marked = [line for line in text.splitlines() if f" {rec.k}* " in line or f"│ {rec.k}*" in line]
+    assert marked and all(rec.drafter in line for line in marked)
+    assert "lookup" in text and "auto" in text and "mean k" in text
