@@ -23,22 +23,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specdec_cli.engine import GenerationConfig, Round, Token  # noqa: E402
+from specdec_cli.prompts import BUILTIN_PROMPTS  # noqa: E402
 from specdec_cli.registry import builtin_pair  # noqa: E402
 from specdec_cli.sampling import GREEDY  # noqa: E402
 from specdec_cli.session import LoadOptions, open_pair  # noqa: E402
 
-PARAGRAPH = (
-    "The lighthouse keeper climbed the spiral stairs every evening at dusk. He trimmed the wick, "
-    "polished the great lens until it shone, and lit the lamp that warned ships away from the rocks. "
-    "For thirty years he never missed a night, not even during the storm that tore the roof from his cottage. "
-    "In the mornings he walked along the shore, collecting driftwood and writing down the names of the ships "
-    "that had passed. His notebooks filled a whole shelf, and the harbour master often came to read them."
-)
-PROMPTS = {
-    "story": "Write a short story about a robot who learns to paint.",
-    "edit": "Correct the spelling in this paragraph and return it unchanged otherwise:\n\n"
-    + PARAGRAPH.replace("every", "evrey").replace("polished", "polishd"),
-}
+# The built-in suite's prompts: "story" (free prose) and "edit" (quotes a paragraph back).
+PROMPTS = {p.name: p.text for p in BUILTIN_PROMPTS if p.name in ("story", "edit")}
 # name -> (drafter or None for target-only, draft_tokens, p_min)
 CONFIGS = {
     "target-only": (None, 1, None),

@@ -59,6 +59,7 @@ def measure(args: argparse.Namespace) -> dict:
         max_tokens=args.max_tokens,
         repeats=args.repeats,
         warmup_tokens=16,
+        drafters=("model",),  # issue 2 measures the draft model; lookup is issue 6's (specdec bench)
     )
     rss_before = peak_rss_mib()
     with open_pair(draft, target, LoadOptions(n_ctx=args.ctx, n_threads=args.threads)) as pair:

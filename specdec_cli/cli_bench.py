@@ -16,7 +16,23 @@ from typing import Annotated, Optional
 
 import typer
 
-from .cli_options import _err, context_size, check_sampling_options, resolve_paths
+from .cli_options import (
+    CtxOption,
+    DraftCtxOption,
+    DraftGpuLayersOption,
+    DraftOption,
+    GpuLayersOption,
+    MinPOption,
+    PairOption,
+    TargetOption,
+    ThreadsOption,
+    TopKOption,
+    TopPOption,
+    _err,
+    check_sampling_options,
+    context_size,
+    resolve_paths,
+)
 from .errors import BadInput, SpecdecError
 
 # The defaults as option strings (bench.py holds them as values, with the runtime that sized
@@ -28,9 +44,9 @@ DEFAULT_REPEATS = 2
 
 
 def bench(
-    draft: Annotated[Optional[str], typer.Option(help="Draft GGUF: a path or hf:OWNER/REPO/PATTERN (give both --draft and --target, --pair, or neither for the built-in pair).")] = None,
-    target: Annotated[Optional[str], typer.Option(help="Target GGUF: a path or hf:OWNER/REPO/PATTERN.")] = None,
-    pair_name: Annotated[Optional[str], typer.Option("--pair", help="A named pair from `specdec models list`, e.g. qwen2.5-0.5b-7b.")] = None,
+    draft: DraftOption = None,
+    target: TargetOption = None,
+    pair_name: PairOption = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens to generate per run.")] = 128,
     draft_tokens: Annotated[str, typer.Option("--draft-tokens", "-k", help="Values of k to sweep, numbers and/or auto, e.g. 1,2,4,8,12,auto.")] = DEFAULT_DRAFT_TOKENS,
     drafter: Annotated[str, typer.Option(help="Drafters to sweep: model (the draft GGUF), lookup (prompt lookup, no draft model), model+lookup; e.g. model,lookup.")] = DEFAULT_DRAFTERS,
@@ -41,14 +57,14 @@ def bench(
         typer.Option(exists=True, dir_okay=False, help="Your prompts: JSONL with a \"prompt\" key, or one prompt per line (default: the built-in suite)."),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of repeat 1 (repeat r uses seed + r - 1, the same for both sides).")] = 0,
-    top_k: Annotated[int, typer.Option(help="Keep the k likeliest tokens; 0 is off.")] = 40,
-    top_p: Annotated[float, typer.Option(help="Nucleus mass; 1 is off.")] = 0.95,
-    min_p: Annotated[float, typer.Option(help="Drop tokens below min-p x the top probability; 0 is off.")] = 0.05,
-    ctx: Annotated[Optional[int], typer.Option(help="Context size in tokens (prompt + output); default the --pair's, else 2048.")] = None,
-    draft_ctx: Annotated[Optional[int], typer.Option(help="Draft context size (default: --ctx).")] = None,
-    threads: Annotated[Optional[int], typer.Option(help="CPU threads (default: all cores).")] = None,
-    gpu_layers: Annotated[int, typer.Option(help="Target layers on the GPU; -1 all when llama.cpp has a GPU backend.")] = -1,
-    draft_gpu_layers: Annotated[int, typer.Option(help="Draft layers on the GPU; -1 as for the target.")] = -1,
+    top_k: TopKOption = 40,
+    top_p: TopPOption = 0.95,
+    min_p: MinPOption = 0.05,
+    ctx: CtxOption = None,
+    draft_ctx: DraftCtxOption = None,
+    threads: ThreadsOption = None,
+    gpu_layers: GpuLayersOption = -1,
+    draft_gpu_layers: DraftGpuLayersOption = -1,
     raw: Annotated[bool, typer.Option("--raw", help="Send prompts as they are, without the chat template.")] = False,
     warmup: Annotated[int, typer.Option(help="Tokens of one unrecorded warm-up run per side; 0 skips it.")] = 16,
     json_out: Annotated[bool, typer.Option("--json", help="Write every measurement as one JSON object on stdout.")] = False,

