@@ -31,6 +31,7 @@ from .cli_options import (
     _err,
     check_sampling_options,
     context_size,
+    gpu_layers_to_load,
     resolve_paths,
 )
 from .errors import BadInput, SpecdecError
@@ -118,6 +119,7 @@ def bench(
     draft_path, target_path = resolve_paths(draft, target, pair=pair_name)
     console = bench_console()
     ctx = context_size(ctx, pair_name)
+    gpu_layers, draft_gpu_layers = gpu_layers_to_load(gpu_layers, draft_gpu_layers)
     options = LoadOptions(n_ctx=ctx, draft_ctx=draft_ctx, n_threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers)
     with open_pair(draft_path, target_path, options) as pair:
 

@@ -209,12 +209,16 @@ class Engine:
 
     # -- stages -----------------------------------------------------------------------
 
-    def prefill(self, prompt: Sequence[int]) -> Prefill:
-        """Evaluate all of the prompt but its last token in both models (the last one opens round 1)."""
+    def prefill(self, prompt: Sequence[int], max_tokens: int = 0) -> Prefill:
+        """Evaluate all of the prompt but its last token in both models (the last one opens round 1).
+
+        A prompt that does not fit raises ContextOverflow suggesting a --ctx with room for the
+        prompt and `max_tokens` more.
+        """
         if len(prompt) >= self.target.n_ctx:
             raise ContextOverflow(
                 f"prompt is {len(prompt)} tokens but the context holds {self.target.n_ctx}; "
-                f"pass --ctx {_next_ctx(len(prompt) + 1)}"
+                f"pass --ctx {_next_ctx(len(prompt) + max(max_tokens, 1))}"
             )
         start = time.perf_counter()
         head = list(prompt[:-1])
@@ -326,7 +330,7 @@ class Engine:
         context = list(prompt)
         stream = TextStream(config.stop)
         reason = None
-        yield self.prefill(prompt)
+        yield self.prefill(prompt, config.max_tokens)
         try:
             while reason is None:
                 left = config.max_tokens - (len(context) - len(prompt))

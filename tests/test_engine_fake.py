@@ -403,6 +403,15 @@ def test_a_prompt_that_does_not_fit_raises_context_overflow():
     assert ids(tokens) == [1] and fin.reason == "context_full"
 
 
+def test_context_overflow_suggests_room_for_the_prompt_and_the_token_budget():
+    table = chain({}, 10)
+    engine = Engine(MarkovModel(table, n_ctx=8), None)
+    with pytest.raises(ContextOverflow, match=r"prompt is 600 tokens but the context holds 8; pass --ctx 1024$"):
+        list(engine.generate([0] * 600, GenerationConfig(max_tokens=400)))  # 600 + 400 -> 1024
+    with pytest.raises(ContextOverflow, match=r"pass --ctx 2048$"):
+        list(engine.generate([0] * 600, GenerationConfig(max_tokens=1000)))  # 1600 -> 2048
+
+
 @pytest.mark.parametrize("k", [1, 4, 8])
 @pytest.mark.parametrize("params", [GREEDY, PLAIN])
 def test_generation_stops_when_the_context_is_full(k, params):
