@@ -54,7 +54,7 @@ from .native import NativeResult
 from .policy import AUTO, DraftTokens
 from .prompts import Prompt
 from .sampling import SamplingParams
-from .stats import RunStats, predicted_speedup
+from .stats import RunStats, predict
 
 TARGET, SPECULATIVE, NATIVE = "target", "speculative", "native"
 SCHEMA = "specdec-bench/2"  # 2: settings carry a drafter, and k may be "auto"
@@ -478,11 +478,6 @@ def median_curve(curves: Sequence[CostCurve]) -> CostCurve:
         draft_step=statistics.median(c.draft_step for c in curves),
         target_batch=tuple(statistics.median(col) for col in zip(*(c.target_batch for c in curves))),
     )
-
-
-def predict(alpha: float, k: int, cost: CostCurve) -> float:
-    """Theorem 3.8 with the measured verify cost T_target(k + 1) (see stats.predicted_speedup)."""
-    return predicted_speedup(alpha, k, cost.draft_step, cost.target_step, cost.target_batch[k])
 
 
 def predictable(setting: Setting) -> bool:

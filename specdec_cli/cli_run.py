@@ -277,7 +277,7 @@ def measure_afterwards(pair, prompt_ids: list[int], config, result: Outcome, bas
     measure_cost_curve rewinds both caches itself. Ctrl-C here keeps what was measured.
     """
     from .engine import measure_cost_curve
-    from .stats import predicted_speedup
+    from .stats import predict
 
     after = Afterwards()
     k = config.draft_tokens
@@ -300,9 +300,7 @@ def measure_afterwards(pair, prompt_ids: list[int], config, result: Outcome, bas
             else:
                 activity.show("measuring the cost of draft and target steps ...")
                 after.costs = measure_cost_curve(pair.target, pair.draft, context, k + 1)
-                after.predicted = predicted_speedup(
-                    result.stats.alpha, k, after.costs.draft_step, after.costs.target_step, after.costs.target_batch[k]
-                )
+                after.predicted = predict(result.stats.alpha, k, after.costs)
     except KeyboardInterrupt:
         after.interrupted = True
     return after

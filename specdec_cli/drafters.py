@@ -103,10 +103,13 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 def catch_up(model: CausalModel, context: Sequence[int], n_logits: int = 1) -> np.ndarray | None:
     """Bring a model's KV cache to `context` and return logits for its last `n_logits` tokens.
 
-    At least `n_logits` tokens are (re)evaluated, so the last row is always fresh.
+    At least `n_logits` tokens are (re)evaluated, so the last row is always fresh; with
+    n_logits=0 (a prefill) only what the cache lacks is evaluated, possibly nothing.
     """
     keep = min(common_prefix(model.tokens, context), len(context) - n_logits)
     model.rewind(keep)
+    if keep == len(context):
+        return None
     return model.decode(context[keep:], n_logits)
 
 
@@ -127,10 +130,7 @@ class ModelDrafter:
         self.vocab_limit = vocab_limit or model.n_vocab
 
     def prefill(self, context: Sequence[int]) -> None:
-        if context:
-            self.model.rewind(common_prefix(self.model.tokens, context))
-            if len(self.model.tokens) < len(context):
-                self.model.decode(context[len(self.model.tokens) :], 0)
+        catch_up(self.model, context, 0)
 
     def candidates(self, context: Sequence[int]) -> list[Proposer]:
         return [self]

@@ -222,9 +222,7 @@ class Engine:
             )
         start = time.perf_counter()
         head = list(prompt[:-1])
-        self.target.rewind(common_prefix(self.target.tokens, head))
-        if len(self.target.tokens) < len(head):
-            self.target.decode(head[len(self.target.tokens) :], 0)
+        catch_up(self.target, head, 0)
         if self.drafter is not None:
             self.drafter.prefill(head)
         return Prefill(prompt_tokens=len(prompt), seconds=time.perf_counter() - start)

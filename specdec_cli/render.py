@@ -193,23 +193,6 @@ class Activity:
         self.stop()
 
 
-def stats_summary(stats: RunStats, baseline: RunStats | None = None) -> str:
-    """A short plain-text summary (three or four lines), for logs and library users."""
-    lines = [
-        f"prompt {stats.prompt_tokens} tokens, prefill {stats.prefill_seconds * 1000:.0f} ms",
-        f"generated {stats.new_tokens} tokens in {stats.target_passes} target passes "
-        f"({stats.tokens_per_pass:.2f} tokens/pass), {stats.tokens_per_second:.1f} tokens/s",
-    ]
-    if stats.drafted:
-        lines.append(
-            f"drafted {stats.drafted}, accepted {stats.accepted} ({stats.acceptance_rate:.1%}), "
-            f"mean accepted length {stats.mean_accepted:.2f}"
-        )
-    if baseline is not None:
-        lines.append(f"target-only {baseline.tokens_per_second:.1f} tokens/s, speed-up {measured_speedup(stats, baseline):.2f}x")
-    return "\n".join(lines)
-
-
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms" if seconds < 0.1 else f"{seconds * 1000:.0f} ms"
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
-from .engine import Event, Finished, Prefill, Rejected, Round, Token
+from .engine import CostCurve, Event, Finished, Prefill, Rejected, Round, Token
 
 
 def expected_tokens_per_round(alpha: float, k: int) -> float:
@@ -36,6 +36,11 @@ def predicted_speedup(alpha: float, k: int, draft_step: float, target_step: floa
     if k == 0:
         return 1.0
     return expected_tokens_per_round(alpha, k) * target_step / (k * draft_step + verify_batch)
+
+
+def predict(alpha: float, k: int, cost: CostCurve) -> float:
+    """predicted_speedup from a measured cost curve, whose verify cost is T_target(k + 1)."""
+    return predicted_speedup(alpha, k, cost.draft_step, cost.target_step, cost.target_batch[k])
 
 
 def measured_speedup(run: "RunStats", baseline: "RunStats") -> float:

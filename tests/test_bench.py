@@ -36,7 +36,6 @@ from specdec_cli.bench import (
     parse_drafters,
     parse_temperatures,
     plan,
-    predict,
     recommend,
     run_bench,
     write_csv,
@@ -47,7 +46,7 @@ from specdec_cli.errors import BadInput, SpecdecError
 from specdec_cli.native import NativeResult, find_binary, native_command, parse_output, run_native
 from specdec_cli.prompts import BUILTIN_PROMPTS, Prompt, load_prompts
 from specdec_cli.render_bench import by_position, require_matplotlib, spread, write_plot
-from specdec_cli.stats import RunStats
+from specdec_cli.stats import RunStats, predict
 
 VOCAB = 12
 
