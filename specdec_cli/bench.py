@@ -47,11 +47,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Protocol, Sequence, TextIO
 
 from .drafters import CausalModel
-from .engine import CostCurve, Engine, Finished, GenerationConfig, measure_cost_curve
+from .engine import CostCurve, Engine, GenerationConfig, measure_cost_curve
+from .events import AUTO, DraftTokens, Finished
 from .drafters import LookupOptions
 from .errors import BadInput
 from .native import NativeResult
-from .policy import AUTO, DraftTokens
 from .prompts import Prompt
 from .sampling import SamplingParams
 from .stats import RunStats, predict

@@ -67,7 +67,7 @@ class Outcome:
 
 def drive(events, on_event: Callable = lambda event: None) -> Outcome:
     """Run the engine's event generator to the end, or to Ctrl-C; the generator's `finally` rolls back."""
-    from .engine import Token
+    from .events import Token
     from .stats import RunStats
 
     outcome = Outcome(RunStats())

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
-import enum
 import time
 from dataclasses import dataclass, field
 from typing import Generator, Iterator, Sequence, Union
@@ -37,63 +36,9 @@ import numpy as np
 
 from .drafters import CausalModel, Drafter, Proposal, Proposer, catch_up, common_prefix
 from .errors import ContextOverflow, IncompatiblePair
-from .policy import DraftPolicy, DraftTokens, draft_policy
+from .events import DraftPolicy, DraftTokens, Event, Finished, Prefill, Rejected, Round, Source, Token
+from .policy import draft_policy
 from .sampling import SamplingParams, argmax, probabilities, sample, verify
-
-
-class Source(str, enum.Enum):
-    """Where an emitted token came from."""
-
-    DRAFT = "draft"  # a draft token the target accepted
-    CORRECTION = "correction"  # the target's token after it rejected a draft
-    BONUS = "bonus"  # the target's extra token after every draft was accepted
-    TARGET = "target"  # a plain target step (target-only decoding, or nothing was drafted)
-
-
-@dataclass(frozen=True)
-class Prefill:
-    prompt_tokens: int
-    seconds: float
-
-
-@dataclass(frozen=True)
-class Token:
-    id: int
-    text: str  # the text this token releases (may be "" mid UTF-8 sequence, or cut by a stop string)
-    source: Source
-    position: int  # 1..k for draft tokens, k_accepted + 1 for the target's token
-
-
-@dataclass(frozen=True)
-class Rejected:
-    """A draft token the target turned down (shown by --show-rejected)."""
-
-    id: int
-    text: str
-    position: int
-
-
-@dataclass(frozen=True)
-class Round:
-    drafted: int
-    accepted: int
-    draft_seconds: float  # the drafter's propose call
-    draft_decode_seconds: float  # of which inside the draft model's decode calls
-    verify_seconds: float  # the target's batch decode
-    seconds: float  # the whole round
-    source: str = ""  # who drafted ("model", "lookup:3-5", see drafters.py); "" for a plain target step
-    draft_catch_up_seconds: float = 0.0  # of draft_seconds, the draft model catching up with the context
-    k: int = 0  # the most tokens the policy allowed this round (a drafter may propose fewer)
-
-
-@dataclass(frozen=True)
-class Finished:
-    reason: str  # "eog", "max_tokens", "stop", "context_full"
-    tokens: tuple[int, ...]
-    text: str
-
-
-Event = Union[Prefill, Token, Rejected, Round, Finished]
 
 
 @dataclass(frozen=True)

@@ -68,17 +68,16 @@ Left out: the drafters themselves (drafters.py) and the loop that consults the p
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, Sequence, Union
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from .errors import BadInput
+from .events import AUTO, DraftPolicy, DraftTokens, Round
 
 if TYPE_CHECKING:
-    from .engine import CostCurve, Round
+    from .cost_curve import CostCurve
 
-AUTO = "auto"
-DraftTokens = Union[int, str]  # a fixed k, or "auto"
 
 # The early-stop threshold (llama.cpp's default is 0.75). Ours is 0, off, for `auto` and fixed k:
 # on the built-in pair the draft is right 94% of the time even where its confidence is below
@@ -119,17 +118,6 @@ def parse_draft_tokens(text: str, max_k: int) -> DraftTokens:
     return k
 
 
-class DraftPolicy(Protocol):
-    p_min: float  # the draft model's early-stop threshold (0: off)
-
-    def choose(self, sources: Sequence[str], budget: int) -> tuple[str | None, int]:
-        """Which of the drafters able to propose (names, preferred first) drafts, and at most
-        how many tokens (at most `budget`); (None, 0) means a plain target step."""
-        ...
-
-    def observe(self, event: "Round") -> None: ...
-
-
 def draft_policy(draft_tokens: DraftTokens, p_min: float | None = None) -> DraftPolicy:
     """A fresh policy for one generation: 'auto' learns, an int is fixed. p_min None: the default."""
     if draft_tokens == AUTO:
@@ -150,7 +138,7 @@ class FixedPolicy:
         k = min(self.k, budget)
         return (sources[0], k) if sources and k > 0 else (None, 0)
 
-    def observe(self, event: "Round") -> None:
+    def observe(self, event: Round) -> None:
         pass
 
 
@@ -404,7 +392,7 @@ class AdaptivePolicy:
         per_round = rec.backlog_per_round.value or 0.0
         return self.backlog_seconds + per_round * (self.rounds - rec.last_round) <= PROBE_BUDGET * self.elapsed
 
-    def observe(self, event: "Round") -> None:
+    def observe(self, event: Round) -> None:
         self.rounds += 1
         if self.learn_costs and self.rounds > 1:  # the first step after a prefill runs slow
             self.batch.add(event.drafted + 1, event.seconds - event.draft_seconds)
@@ -430,7 +418,7 @@ class AdaptivePolicy:
                 rec.catch_up.add(clamp(event.draft_catch_up_seconds, limit))
 
 
-def draft_step_seconds(event: "Round") -> float | None:
+def draft_step_seconds(event: Round) -> float | None:
     """Seconds per drafted token, without the draft model's catch-up, or None when the round cannot tell.
 
     The catch-up evaluates what the draft model has not seen yet: one or two tokens while

@@ -29,7 +29,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from .engine import CostCurve, Event, Rejected, Source, Token
+from .engine import CostCurve
+from .events import Event, Rejected, Source, Token
 from .stats import RunStats, measured_speedup
 
 # ANSI SGR codes, shared by the stream, the legend and `specdec simulate`.

@@ -24,7 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .bench import BenchReport, ProgressCallback, Spread
-from .policy import AUTO
+from .events import AUTO
 from .errors import BadInput
 
 

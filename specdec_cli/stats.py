@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
-from .engine import CostCurve, Event, Finished, Prefill, Rejected, Round, Token
+from .engine import CostCurve
+from .events import Event, Finished, Prefill, Rejected, Round, Token
 
 
 def expected_tokens_per_round(alpha: float, k: int) -> float:
