@@ -9,7 +9,7 @@ run is folded into a `stats.RunStats`; the bench reports per setting:
 - tokens/s both ways (median, min, max) and the speed-up, taken per A/B pair, then the median;
 - acceptance overall and by draft position, alpha, and the mean accepted length (pooled);
 - the target's measured cost curve (one batch of n = 1..k+1 tokens) and a draft step
-  (engine.measure_cost_curve, once per prompt and repeat, medians), and from it the speed-up
+  (cost_curve.measure_cost_curve, once per prompt and repeat, medians), and from it the speed-up
   that Leviathan et al. 2022, Theorem 3.8, predicts with the run's own alpha
   (stats.predicted_speedup), to be read next to the measured one;
 - at temperature 0, the position of any token where B's output differs from A's (exactness).
@@ -47,7 +47,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Protocol, Sequence, TextIO
 
 from .drafters import CausalModel
-from .engine import CostCurve, Engine, GenerationConfig, measure_cost_curve
+from .cost_curve import CostCurve, measure_cost_curve
+from .engine import Engine, GenerationConfig
 from .events import AUTO, DraftTokens, Finished
 from .drafters import LookupOptions
 from .errors import BadInput

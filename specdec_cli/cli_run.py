@@ -47,7 +47,7 @@ from .cli_options import (
 from .errors import BadInput
 
 if TYPE_CHECKING:  # the real imports happen inside the command, keeping --help fast
-    from .engine import CostCurve
+    from .cost_curve import CostCurve
     from .session import LoadedPair
     from .stats import RunStats
 
@@ -276,7 +276,7 @@ def measure_afterwards(pair, prompt_ids: list[int], config, result: Outcome, bas
     The predicted speed-up is Leviathan et al.'s formula at the measured alpha and costs;
     measure_cost_curve rewinds both caches itself. Ctrl-C here keeps what was measured.
     """
-    from .engine import measure_cost_curve
+    from .cost_curve import measure_cost_curve
     from .stats import predict
 
     after = Afterwards()

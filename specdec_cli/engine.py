@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Generator, Iterator, Sequence, Union
+from typing import Generator, Iterator, Sequence
 
 import numpy as np
 
@@ -233,43 +233,3 @@ def _next_ctx(n: int) -> int:
     while size < n:
         size *= 2
     return size
-
-
-@dataclass(frozen=True)
-class CostCurve:
-    """Measured costs in seconds: one draft step, and one target batch of n tokens (n = 1..)."""
-
-    draft_step: float
-    target_batch: tuple[float, ...]  # target_batch[n - 1] = time of a batch of n tokens
-
-    @property
-    def target_step(self) -> float:
-        return self.target_batch[0]
-
-
-def measure_cost_curve(
-    target: CausalModel, draft: CausalModel | None, context: Sequence[int], max_batch: int, repeats: int = 3
-) -> CostCurve:
-    """Time target batches of 1..max_batch tokens (and a draft step) at the end of `context`.
-
-    Both caches are rewound to `context` afterwards, whatever happens; medians of `repeats`.
-    """
-    filler = list(context[-1:]) * max_batch
-
-    def timed(model: CausalModel, n: int) -> float:
-        keep = len(context)
-        catch_up(model, context)
-        samples = []
-        try:
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                model.decode(filler[:n], n)
-                samples.append(time.perf_counter() - t0)
-                model.rewind(keep)
-        finally:
-            model.rewind(keep)
-        return float(np.median(samples))
-
-    curve = tuple(timed(target, n) for n in range(1, max_batch + 1))
-    draft_step = timed(draft, 1) if draft is not None else 0.0
-    return CostCurve(draft_step=draft_step, target_batch=curve)

@@ -302,7 +302,7 @@ class DrafterRecord:
 class AdaptivePolicy:
     """`--draft-tokens auto`: the k (and drafter) with the most expected tokens per second, learnt in this run.
 
-    `costs` seeds the cost estimates with a measured curve (engine.measure_cost_curve);
+    `costs` seeds the cost estimates with a measured curve (cost_curve.measure_cost_curve);
     with learn_costs=False they stay fixed (tests with hand-worked curves).
     """
 

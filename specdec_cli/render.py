@@ -29,7 +29,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from .engine import CostCurve
+from .cost_curve import CostCurve
 from .events import Event, Rejected, Source, Token
 from .stats import RunStats, measured_speedup
 

@@ -14,7 +14,9 @@ import pytest
 from scipy import stats
 
 from specdec_cli.drafters import catch_up
-from specdec_cli.engine import CostCurve, GenerationConfig, Round
+from specdec_cli.cost_curve import CostCurve
+from specdec_cli.engine import GenerationConfig
+from specdec_cli.events import Round
 from specdec_cli.policy import AdaptivePolicy
 from specdec_cli.prompts import BUILTIN_PROMPTS
 from specdec_cli.sampling import GREEDY, SamplingParams, probabilities

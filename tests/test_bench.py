@@ -41,7 +41,8 @@ from specdec_cli.bench import (
     write_csv,
 )
 from specdec_cli.drafters import LookupDrafter, LookupOptions, ModelAndLookup, ModelDrafter
-from specdec_cli.engine import CostCurve, Engine
+from specdec_cli.cost_curve import CostCurve
+from specdec_cli.engine import Engine
 from specdec_cli.errors import BadInput, SpecdecError
 from specdec_cli.native import NativeResult, find_binary, native_command, parse_output, run_native
 from specdec_cli.prompts import BUILTIN_PROMPTS, Prompt, load_prompts

@@ -34,7 +34,8 @@ from fakes import MarkovModel
 from specdec_cli import session
 from specdec_cli.cli import app
 from specdec_cli.cli_options import parse_stops
-from specdec_cli.engine import Engine, GenerationConfig, Source, Token
+from specdec_cli.engine import Engine, GenerationConfig
+from specdec_cli.events import Source, Token
 from specdec_cli.drafters import ModelDrafter
 from specdec_cli.errors import SpecdecError
 from specdec_cli.render import SGR, SGR_REJECTED, paint

@@ -15,7 +15,8 @@ import pytest
 
 from fakes import MarkovModel, random_markov
 from specdec_cli.drafters import ModelDrafter
-from specdec_cli.engine import Engine, Finished, GenerationConfig, Rejected, Round, Source, Token, shared_vocab
+from specdec_cli.engine import Engine, GenerationConfig, shared_vocab
+from specdec_cli.events import Finished, Rejected, Round, Source, Token
 from specdec_cli.errors import ContextOverflow, NumericalError
 from specdec_cli.sampling import GREEDY, SamplingParams, probabilities
 from stat_checks import ALPHA, chi_square_pvalue

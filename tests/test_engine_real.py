@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from specdec_cli.drafters import ModelDrafter, catch_up
-from specdec_cli.engine import Engine, GenerationConfig, Rejected, Round, Token, shared_vocab
+from specdec_cli.engine import Engine, GenerationConfig, shared_vocab
+from specdec_cli.events import Rejected, Round, Token
 from specdec_cli.sampling import GREEDY, SamplingParams, probabilities
 from stat_checks import ALPHA, chi_square_pvalue, power_against
 

@@ -16,7 +16,9 @@ from specdec_cli.drafters import (
     match_class,
     match_length,
 )
-from specdec_cli.engine import CostCurve, Engine, Finished, GenerationConfig, Round, Source, Token
+from specdec_cli.cost_curve import CostCurve
+from specdec_cli.engine import Engine, GenerationConfig
+from specdec_cli.events import Finished, Round, Source, Token
 from specdec_cli.errors import BadInput
 from specdec_cli.policy import AdaptivePolicy, FixedPolicy
 from specdec_cli.sampling import GREEDY, SamplingParams

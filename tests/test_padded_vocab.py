@@ -25,7 +25,8 @@ import pytest
 from gguf_padding import read_f32_tensor, write_padded
 from specdec_cli.backend import LlamaModel
 from specdec_cli.drafters import catch_up
-from specdec_cli.engine import Engine, Finished, GenerationConfig, Rejected, Round, Token
+from specdec_cli.engine import Engine, GenerationConfig
+from specdec_cli.events import Finished, Rejected, Round, Token
 from specdec_cli.sampling import GREEDY, SamplingParams
 from specdec_cli.session import LoadedPair, check_pair
 

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from specdec_cli.drafters import ModelDrafter, Proposal, top_probability
-from specdec_cli.engine import CostCurve, Engine, GenerationConfig, Round, Token
+from specdec_cli.cost_curve import CostCurve
+from specdec_cli.engine import Engine, GenerationConfig
+from specdec_cli.events import Round, Token
 from specdec_cli.errors import BadInput
 from specdec_cli.policy import (
     DEFAULT_P_MIN,

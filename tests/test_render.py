@@ -14,7 +14,9 @@ import numpy as np
 from rich.console import Console
 
 from specdec_cli.drafters import ModelDrafter
-from specdec_cli.engine import CostCurve, Engine, Finished, GenerationConfig, Prefill, Rejected, Round, Source, Token
+from specdec_cli.cost_curve import CostCurve
+from specdec_cli.engine import Engine, GenerationConfig
+from specdec_cli.events import Finished, Prefill, Rejected, Round, Source, Token
 from specdec_cli.render import (
     SGR,
     SGR_REJECTED,

@@ -16,7 +16,8 @@ import pytest
 from fakes import MarkovModel
 from specdec_cli import sampling
 from specdec_cli.drafters import ModelDrafter
-from specdec_cli.engine import Engine, GenerationConfig, Round, Token
+from specdec_cli.engine import Engine, GenerationConfig
+from specdec_cli.events import Round, Token
 from specdec_cli.errors import NumericalError
 from specdec_cli.sampling import GREEDY, SamplingParams, probabilities, residual, sample, verify
 from stat_checks import ALPHA, binomial_within, chi_square_pvalue, power_against

@@ -26,7 +26,7 @@ from typing import Iterable, Sequence
 import numpy as np
 from scipy import stats
 
-from specdec_cli.engine import Token
+from specdec_cli.events import Token
 from specdec_cli.sampling import SamplingParams, probabilities
 
 MIN_STRATUM = 200  # tokens a stratum needs before it is tested
