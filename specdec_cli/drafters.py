@@ -126,7 +126,7 @@ class ModelDrafter:
 
     def __init__(self, model: CausalModel, vocab_limit: int | None = None) -> None:
         self.model = model
-        # Ids at or beyond the shared vocabulary are never proposed (see engine.shared_vocab).
+        # Ids at or beyond the shared vocabulary are never proposed (compat.PairReport.shared_vocab, checked by session.check_pair).
         self.vocab_limit = vocab_limit or model.n_vocab
 
     def prefill(self, context: Sequence[int]) -> None:

@@ -34,7 +34,7 @@ from typing import Generator, Iterator, Sequence
 import numpy as np
 
 from .drafters import CausalModel, Drafter, Proposal, Proposer, catch_up, common_prefix
-from .errors import ContextOverflow, IncompatiblePair
+from .errors import ContextOverflow
 from .events import DraftPolicy, DraftTokens, Event, Finished, Prefill, Rejected, Round, Source, Token
 from .policy import draft_policy
 from .sampling import SamplingParams, argmax, probabilities, sample, verify
@@ -49,16 +49,6 @@ class GenerationConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int = 0
     stop: tuple[str, ...] = ()
-
-
-def shared_vocab(target: CausalModel, draft: CausalModel, margin: int = 128) -> int:
-    """Number of token ids both models know; drafts and outputs stay below it."""
-    if abs(target.n_vocab - draft.n_vocab) > margin:
-        raise IncompatiblePair(
-            f"draft vocabulary has {draft.n_vocab} tokens and the target's {target.n_vocab}; "
-            f"llama.cpp allows a difference of at most {margin}"
-        )
-    return min(target.n_vocab, draft.n_vocab)
 
 
 class Engine:

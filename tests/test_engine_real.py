@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 
 from specdec_cli.drafters import ModelDrafter, catch_up
-from specdec_cli.engine import Engine, GenerationConfig, shared_vocab
+from specdec_cli.engine import Engine, GenerationConfig
 from specdec_cli.events import Rejected, Round, Token
 from specdec_cli.sampling import GREEDY, SamplingParams, probabilities
+from specdec_cli.session import check_pair
 from stat_checks import ALPHA, chi_square_pvalue, power_against
 
 pytestmark = pytest.mark.model
@@ -38,7 +39,7 @@ ROLLBACK_ATOL = 0.05
 def pair(builtin_models):
     """(draft, target, shared vocabulary size, prompt ids)."""
     draft, target = builtin_models
-    return draft, target, shared_vocab(target, draft), target.tokenize(PROMPT)
+    return draft, target, check_pair(draft, target), target.tokenize(PROMPT)
 
 
 @pytest.fixture(scope="module")
