@@ -40,6 +40,7 @@ Left out: tables and plots (render_bench.py), options (cli.py), llama.cpp's own 
 from __future__ import annotations
 
 import csv
+import functools
 import math
 import statistics
 import time
@@ -49,13 +50,14 @@ from typing import Callable, Iterable, Protocol, Sequence, TextIO
 from .drafters import CausalModel
 from .cost_curve import CostCurve, measure_cost_curve
 from .engine import Engine, GenerationConfig
-from .events import AUTO, DraftTokens, Finished
+from .events import AUTO, DraftTokens
 from .drafters import LookupOptions
 from .errors import BadInput
 from .native import NativeResult
 from .prompts import Prompt
 from .sampling import SamplingParams
-from .stats import RunStats, predict
+from .policy import draft_policy
+from .stats import Outcome, RunStats, consume, predict
 
 TARGET, SPECULATIVE, NATIVE = "target", "speculative", "native"
 SCHEMA = "specdec-bench/2"  # 2: settings carry a drafter, and k may be "auto"
@@ -114,9 +116,9 @@ class BenchConfig:
         """Lookup proposals as long as the largest fixed k, so that k (not the cap) decides."""
         return LookupOptions(max_tokens=max(self.fixed_k + (LookupOptions().max_tokens,)))
 
-    def generation(self, temperature: float, k: DraftTokens, repeat: int) -> GenerationConfig:
+    def generation(self, temperature: float, repeat: int) -> GenerationConfig:
         sampling = SamplingParams(temperature=temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p)
-        return GenerationConfig(max_tokens=self.max_tokens, draft_tokens=k, sampling=sampling, seed=self.seed + repeat)
+        return GenerationConfig(max_tokens=self.max_tokens, sampling=sampling, seed=self.seed + repeat)
 
 
 @dataclass(frozen=True)
@@ -338,16 +340,12 @@ def plan(prompts: Sequence[str], config: BenchConfig, native: bool = False) -> l
     ]
 
 
-def decode_once(engine: Engine, prompt_ids: Sequence[int], config: GenerationConfig) -> tuple[RunStats, tuple[int, ...], float]:
-    """One generation folded into RunStats; returns (stats, generated ids, wall seconds)."""
-    stats = RunStats()
-    tokens: tuple[int, ...] = ()
-    start = time.perf_counter()
-    for event in engine.generate(prompt_ids, config):
-        stats.add(event)
-        if isinstance(event, Finished):
-            tokens = event.tokens
-    return stats, tokens, time.perf_counter() - start
+def decode_once(engine: Engine, prompt_ids: Sequence[int], config: GenerationConfig, k: DraftTokens) -> Outcome:
+    """One generation at draft length k (a number or AUTO), folded by stats.consume; Ctrl-C ends the bench."""
+    outcome = consume(engine.generate(prompt_ids, config, draft_policy(k)))
+    if outcome.interrupted:
+        raise KeyboardInterrupt
+    return outcome
 
 
 def run_bench(
@@ -385,12 +383,11 @@ def run_bench(
         first = prompts[0].name
         warm = GenerationConfig(
             max_tokens=min(config.warmup_tokens, config.max_tokens),
-            draft_tokens=max(config.fixed_k, default=AUTO),
-            sampling=config.generation(config.temperatures[0], 1, 0).sampling,
+            sampling=config.generation(config.temperatures[0], 0).sampling,
             seed=config.seed,
         )
         for mode, engine in ((TARGET, engines[TARGET]), (SPECULATIVE, engines[config.drafters[0]])):
-            decode_once(engine, ids[first], warm)
+            decode_once(engine, ids[first], warm, max(config.fixed_k, default=AUTO))
             advance(f"warm-up ({mode})")
 
     curves: dict[str, list[CostCurve]] = {p.name: [] for p in prompts}
@@ -413,7 +410,7 @@ def run_bench(
         advance(f"{name} T={s.temperature:g} {s.drafter} k={s.k} {step.mode} (repeat {step.repeat + 1}/{config.repeats})")
 
     cost = {name: median_curve(c) for name, c in curves.items()}
-    piece = getattr(engines[TARGET], "piece", None)
+    piece = engines[TARGET].piece
     results = analyse(runs, cost, config, [p.name for p in prompts], piece)
     summary = summarise(results, runs, config)
     return BenchReport(
@@ -446,15 +443,15 @@ def _run_step(
         )
     s = step.setting
     engine = engines[TARGET] if step.mode == TARGET else engines[s.drafter]
-    stats, tokens, wall = decode_once(engine, prompt_ids, config.generation(s.temperature, s.k, step.repeat))
+    outcome = decode_once(engine, prompt_ids, config.generation(s.temperature, step.repeat), s.k)
     return RunRecord(
         step=step,
-        new_tokens=stats.new_tokens,
-        generation_seconds=stats.generation_seconds,
-        wall_seconds=wall,
-        tokens_per_second=stats.tokens_per_second,
-        stats=stats,
-        tokens=tokens,
+        new_tokens=outcome.stats.new_tokens,
+        generation_seconds=outcome.stats.generation_seconds,
+        wall_seconds=outcome.wall_seconds,
+        tokens_per_second=outcome.stats.tokens_per_second,
+        stats=outcome.stats,
+        tokens=tuple(outcome.tokens),
     )
 
 
@@ -487,20 +484,8 @@ def predictable(setting: Setting) -> bool:
 
 
 def pool(stats: Iterable[RunStats]) -> RunStats:
-    """Several runs' counters and timings summed, as if they were one run."""
-    out = RunStats()
-    for s in stats:
-        for name in ("new_tokens", "target_passes", "rounds_with_draft", "drafted", "accepted", "rejections"):
-            setattr(out, name, getattr(out, name) + getattr(s, name))
-        for name in ("draft_seconds", "draft_decode_seconds", "verify_seconds", "generation_seconds"):
-            setattr(out, name, getattr(out, name) + getattr(s, name))
-        for i, (d, a) in enumerate(zip(s.drafted_by_position, s.accepted_by_position)):
-            if i == len(out.drafted_by_position):
-                out.drafted_by_position.append(0)
-                out.accepted_by_position.append(0)
-            out.drafted_by_position[i] += d
-            out.accepted_by_position[i] += a
-    return out
+    """Several runs' counters and timings summed, as if they were one run (RunStats.merge)."""
+    return functools.reduce(RunStats.merge, stats, RunStats())
 
 
 def _median(values: Iterable[float]) -> float:
@@ -557,7 +542,7 @@ def _setting_result(setting: Setting, modes: dict[str, list[RunRecord]], cost: C
         alpha=pooled.alpha,
         acceptance_by_position=pooled.acceptance_by_position,
         mean_accepted=pooled.mean_accepted,
-        mean_k=mean_k(pooled),
+        mean_k=pooled.mean_k,
         python_share=_median(b.stats.python_share for b in b_runs),
         draft_step=cost.draft_step,
         target_step=cost.target_step,
@@ -577,11 +562,6 @@ def _divergence(setting: Setting, repeat: int, position: int, a: Sequence[int], 
         return piece(token).decode("utf-8", "replace") if (piece and token is not None) else ""
 
     return Divergence(setting, repeat, position, x, y, text(x), text(y))
-
-
-def mean_k(stats: RunStats) -> float:
-    """Drafted tokens per target pass, plain steps counting 0. Example: 3 rounds drafting 4, 4, 0 -> 2.67."""
-    return stats.drafted / stats.target_passes if stats.target_passes else math.nan
 
 
 def summarise(results: Sequence[SettingResult], runs: Sequence[RunRecord], config: BenchConfig) -> list[SummaryRow]:
@@ -613,7 +593,7 @@ def summarise(results: Sequence[SettingResult], runs: Sequence[RunRecord], confi
                 alpha=pooled.alpha,
                 acceptance_by_position=pooled.acceptance_by_position,
                 mean_accepted=pooled.mean_accepted,
-                mean_k=mean_k(pooled),
+                mean_k=pooled.mean_k,
                 native_tps=_median(natives) if natives else None,
                 divergences=sum(len(r.divergences) for r in group),
             )
@@ -711,7 +691,7 @@ def csv_rows(report: BenchReport) -> list[dict]:
             "acceptance_rate": stats.acceptance_rate if stats else (nat.acceptance_rate if nat and nat.acceptance_rate is not None else ""),
             "alpha": stats.alpha if stats else "",
             "mean_accepted": stats.mean_accepted if stats else "",
-            "mean_k": mean_k(stats) if stats else "",
+            "mean_k": stats.mean_k if stats else "",
             "python_share": stats.python_share if stats else "",
             "finish_reason": stats.finish_reason if stats else "",
             "divergence_position": "" if run.divergence is None else run.divergence,

@@ -88,6 +88,10 @@ class CausalModel(Protocol):
 
     def rewind(self, n_keep: int) -> None: ...
 
+    def piece(self, token: int) -> bytes: ...
+
+    def is_end_of_generation(self, token: int) -> bool: ...
+
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two token lists. Example: [1,2,3], [1,2,4] -> 2."""

@@ -17,11 +17,16 @@ read the same stream. Target-only decoding (the baseline of every speed claim) i
 loop with no drafter, so both use the same backend, sampling and stopping code.
 
     engine = Engine(target, ModelDrafter(draft))
-    for event in engine.generate(prompt_ids, GenerationConfig(max_tokens=64)):
+    for event in engine.generate(prompt_ids, GenerationConfig(max_tokens=64), draft_policy(8)):
         ...
 
-Left out: printing (render.py), statistics (stats.py), how k is chosen (policy.py: a
-fixed k, or `auto`) and who proposes (drafters.py).
+The caller hands `generate` its policy (policy.py: a fixed k, or `auto`), so this module
+never imports policy.py. Stages pass named values: `speculative_round` returns a `Scored`,
+`decode_round` a `Decoded` (its `Emission`s, the rejected draft, the `Round`).
+
+Left out: printing (render.py), statistics (stats.py), how k is chosen (policy.py), who
+proposes (drafters.py), the event types (events.py), stop strings and UTF-8
+(text_stream.py), timing the cost curve (cost_curve.py).
 """
 
 from __future__ import annotations
@@ -35,20 +40,48 @@ import numpy as np
 
 from .drafters import CausalModel, Drafter, Proposal, Proposer, catch_up, common_prefix
 from .errors import ContextOverflow
-from .events import DraftPolicy, DraftTokens, Event, Finished, Prefill, Rejected, Round, Source, Token
-from .policy import draft_policy
+from .events import DraftPolicy, Event, Finished, Prefill, Rejected, Round, Source, Token
 from .sampling import SamplingParams, argmax, probabilities, sample, verify
 from .text_stream import TextStream
 
 
 @dataclass(frozen=True)
 class GenerationConfig:
+    """What to generate and how to sample; how many tokens to draft is the policy's business."""
+
     max_tokens: int = 256
-    draft_tokens: DraftTokens = 8  # k, or "auto" (policy.AdaptivePolicy)
-    p_min: float | None = None  # the draft model's early-stop threshold; None: policy.DEFAULT_P_MIN (off)
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int = 0
     stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One speculative round up to verification: the proposal, the drafts kept, the target's token."""
+
+    proposal: Proposal
+    accepted: int  # d1..d_accepted were kept
+    token: int  # the target's token after them: a correction, or the bonus when all were kept
+    draft_seconds: float
+    verify_seconds: float
+
+
+@dataclass(frozen=True)
+class Emission:
+    """A token a round hands to the stream, before end-of-generation and stop strings are applied."""
+
+    id: int
+    source: Source
+    position: int
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A whole round: the tokens to emit, the rejected draft if any, and the round's figures."""
+
+    emitted: list[Emission]
+    rejected: Rejected | None
+    figures: Round
 
 
 class Engine:
@@ -65,8 +98,8 @@ class Engine:
     ) -> None:
         self.target = target
         self.drafter = drafter
-        self.piece = piece or getattr(target, "piece")
-        self.is_end = is_end or getattr(target, "is_end_of_generation")
+        self.piece = piece or target.piece
+        self.is_end = is_end or target.is_end_of_generation
         self.vocab_limit = vocab_limit or target.n_vocab
 
     # -- stages -----------------------------------------------------------------------
@@ -104,11 +137,10 @@ class Engine:
 
     def speculative_round(
         self, context: list[int], drafter: Proposer, k: int, p_min: float, params: SamplingParams, rng: np.random.Generator
-    ) -> tuple[Proposal, int, int, float, float]:
+    ) -> Scored:
         """Draft up to k tokens, score them in one target batch, verify.
 
-        Returns (proposal, accepted, next token, draft seconds, verify seconds). On return
-        the target's cache holds context + accepted drafts, whatever happened inside.
+        On return the target's cache holds context + accepted drafts, whatever happened inside.
         """
         t0 = time.perf_counter()
         proposal = drafter.propose(context, k, params, rng, p_min)
@@ -122,28 +154,25 @@ class Engine:
             accepted = verdict.accepted
         finally:
             self.target.rewind(len(context) + accepted)
-        return proposal, verdict.accepted, verdict.token, t1 - t0, t2 - t1
+        return Scored(proposal, verdict.accepted, verdict.token, t1 - t0, t2 - t1)
 
     def decode_round(
-        self, context: list[int], budget: int, policy: DraftPolicy, params: SamplingParams, rng: np.random.Generator
-    ) -> tuple[list[tuple[int, Source, int]], Rejected | None, Round]:
-        """Plan, then draft and verify (or take one plain target step).
-
-        Returns the tokens to emit as (id, source, position), the rejected draft if any, and
-        the round's figures (its `seconds` cover planning to verification).
-        """
+        self, context: list[int], budget: int, policy: DraftPolicy | None, params: SamplingParams, rng: np.random.Generator
+    ) -> Decoded:
+        """Plan, then draft and verify (or take one plain target step); the round's `seconds`
+        cover planning to verification."""
         start = time.perf_counter()
-        drafter, k = self.plan(context, budget, policy)
+        drafter, k = self.plan(context, budget, policy) if policy is not None else (None, 0)
         if drafter is None:
             t0 = time.perf_counter()
             token = self.target_step(context, params, rng)
-            proposal, accepted, draft_s, verify_s = Proposal(), 0, 0.0, time.perf_counter() - t0
+            scored = Scored(Proposal(), 0, token, 0.0, time.perf_counter() - t0)
         else:
-            proposal, accepted, token, draft_s, verify_s = self.speculative_round(context, drafter, k, policy.p_min, params, rng)
-        drafts = proposal.tokens
-        emitted = [(d, Source.DRAFT, i + 1) for i, d in enumerate(drafts[:accepted])]
+            scored = self.speculative_round(context, drafter, k, policy.p_min, params, rng)
+        drafts, accepted = scored.proposal.tokens, scored.accepted
+        emitted = [Emission(d, Source.DRAFT, i + 1) for i, d in enumerate(drafts[:accepted])]
         last = Source.CORRECTION if accepted < len(drafts) else Source.BONUS if drafts else Source.TARGET
-        emitted.append((token, last, accepted + 1))
+        emitted.append(Emission(scored.token, last, accepted + 1))
         rejected = None
         if accepted < len(drafts):
             x = drafts[accepted]
@@ -151,27 +180,27 @@ class Engine:
         figures = Round(
             drafted=len(drafts),
             accepted=accepted,
-            draft_seconds=draft_s,
-            draft_decode_seconds=proposal.decode_seconds,
-            verify_seconds=verify_s,
+            draft_seconds=scored.draft_seconds,
+            draft_decode_seconds=scored.proposal.decode_seconds,
+            verify_seconds=scored.verify_seconds,
             seconds=time.perf_counter() - start,
             source=drafter.name if drafter is not None else "",
-            draft_catch_up_seconds=proposal.catch_up_seconds,
+            draft_catch_up_seconds=scored.proposal.catch_up_seconds,
             k=k,
         )
-        return emitted, rejected, figures
+        return Decoded(emitted, rejected, figures)
 
     def emit(
-        self, emitted: list[tuple[int, Source, int]], context: list[int], stream: TextStream, room: int
+        self, emitted: list[Emission], context: list[int], stream: TextStream, left: int
     ) -> Generator[Token, None, str | None]:
         """Append a round's tokens to the context and stream them, stopping exactly at an
-        end-of-generation token, a stop string or the token budget (`room` tokens left).
+        end-of-generation token, a stop string or the token budget (`left` tokens to go).
         Returns why generation ends here, or None to go on."""
-        for tok, source, position in emitted[:room]:
-            if self.is_end(tok):
+        for e in emitted[:left]:
+            if self.is_end(e.id):
                 return "eog"
-            context.append(tok)
-            yield from stream.push(tok, self.piece(tok), source, position)
+            context.append(e.id)
+            yield from stream.push(e.id, self.piece(e.id), e.source, e.position)
             if stream.stopped:
                 return "stop"
         return None
@@ -181,11 +210,12 @@ class Engine:
     def generate(self, prompt: Sequence[int], config: GenerationConfig, policy: DraftPolicy | None = None) -> Iterator[Event]:
         """Yield Prefill, then Token/Rejected/Round events, then Finished.
 
-        `policy` overrides config.draft_tokens (a policy learns from the rounds it observes;
-        by default each generation gets a fresh one).
+        `policy` chooses each round's drafter and k (policy.draft_policy(k) or AdaptivePolicy);
+        it learns from the rounds it observes, so give each generation a fresh one. Only a
+        target-only engine (no drafter) may go without.
         """
         assert len(prompt) > 0, "the prompt must hold at least one token"
-        policy = policy or draft_policy(config.draft_tokens, config.p_min)
+        assert policy is not None or self.drafter is None, "a drafting engine needs a policy (policy.draft_policy)"
         rng = np.random.default_rng(config.seed)
         context = list(prompt)
         stream = TextStream(config.stop)
@@ -199,13 +229,14 @@ class Engine:
                     reason = "max_tokens" if left <= 0 else "context_full"
                     break
                 # Never draft past the token budget or the context: a round makes up to k + 1 tokens.
-                emitted, rejected, figures = self.decode_round(context, min(left, room) - 1, policy, config.sampling, rng)
-                if rejected is not None:
-                    yield rejected
+                decoded = self.decode_round(context, min(left, room) - 1, policy, config.sampling, rng)
+                if decoded.rejected is not None:
+                    yield decoded.rejected
                 emitting = time.perf_counter()
-                reason = yield from self.emit(emitted, context, stream, left)
-                figures = dataclasses.replace(figures, seconds=figures.seconds + time.perf_counter() - emitting)
-                policy.observe(figures)
+                reason = yield from self.emit(decoded.emitted, context, stream, left)
+                figures = dataclasses.replace(decoded.figures, seconds=decoded.figures.seconds + time.perf_counter() - emitting)
+                if policy is not None:
+                    policy.observe(figures)
                 yield figures
             if not stream.stopped:
                 yield from stream.flush()

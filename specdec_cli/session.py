@@ -2,7 +2,7 @@
 
     with open_pair(draft_path, target_path, LoadOptions(n_ctx=4096)) as pair:
         prompt_ids = pair.prompt_tokens("Hello", chat=True)
-        for event in pair.engine().generate(prompt_ids, config): ...
+        for event in pair.engine().generate(prompt_ids, config, draft_policy(8)): ...
 
 `pair.engine(speculative=False)` gives the target-only engine on the same loaded target,
 which is what `--baseline` and `bench` compare against. `pair.engine(drafter="lookup")`

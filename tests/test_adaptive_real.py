@@ -16,6 +16,7 @@ from scipy import stats
 from specdec_cli.drafters import catch_up
 from specdec_cli.cost_curve import CostCurve
 from specdec_cli.engine import GenerationConfig
+from specdec_cli.policy import draft_policy
 from specdec_cli.events import Round
 from specdec_cli.policy import AdaptivePolicy
 from specdec_cli.prompts import BUILTIN_PROMPTS
@@ -46,11 +47,11 @@ def tokens_of(events) -> tuple[int, ...]:
 @pytest.mark.parametrize("prompt", [STORY, EDIT], ids=["story", "edit"])
 def test_greedy_auto_and_lookup_equal_target_only(pair, prompt):
     ids = pair.prompt_tokens(prompt)
-    config = GenerationConfig(max_tokens=200, draft_tokens="auto", sampling=GREEDY)
+    config = GenerationConfig(max_tokens=200, sampling=GREEDY)
     expected = tokens_of(list(pair.engine(speculative=False).generate(ids, config)))
     assert len(expected) >= 60
     for drafter in ("model", "lookup", "model+lookup"):
-        events = list(pair.engine(drafter=drafter).generate(ids, config))
+        events = list(pair.engine(drafter=drafter).generate(ids, config, draft_policy("auto")))
         assert tokens_of(events) == expected, drafter
         assert sum(e.accepted for e in events if isinstance(e, Round)) > 0, drafter
 

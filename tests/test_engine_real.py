@@ -18,6 +18,7 @@ import pytest
 
 from specdec_cli.drafters import ModelDrafter, catch_up
 from specdec_cli.engine import Engine, GenerationConfig
+from specdec_cli.policy import draft_policy
 from specdec_cli.events import Rejected, Round, Token
 from specdec_cli.sampling import GREEDY, SamplingParams, probabilities
 from specdec_cli.session import check_pair
@@ -91,7 +92,8 @@ def weak_draft(builtin_paths, tmp_path_factory):
 
 
 def run(engine: Engine, prompt, **config) -> tuple[list[int], list[Round]]:
-    events = list(engine.generate(prompt, GenerationConfig(**config)))
+    policy = draft_policy(config.pop("draft_tokens", 8), config.pop("p_min", None))
+    events = list(engine.generate(prompt, GenerationConfig(**config), policy))
     return [e.id for e in events if isinstance(e, Token)], [e for e in events if isinstance(e, Round)]
 
 
@@ -224,7 +226,7 @@ def test_after_a_rejection_the_next_round_sees_exactly_a_fresh_prefix(pair, weak
     engine = Engine(recording, ModelDrafter(weak_draft, limit), vocab_limit=limit)
     rounds: list[Round] = []
     rejected_in: dict[int, int] = {}  # round index -> the draft it rejected
-    for event in engine.generate(prompt, GenerationConfig(max_tokens=40, draft_tokens=4, sampling=PLAIN, seed=3)):
+    for event in engine.generate(prompt, GenerationConfig(max_tokens=40, sampling=PLAIN, seed=3), draft_policy(4)):
         if isinstance(event, Rejected):
             rejected_in[len(rounds)] = event.id
         elif isinstance(event, Round):

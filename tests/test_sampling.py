@@ -17,6 +17,7 @@ from fakes import MarkovModel
 from specdec_cli import sampling
 from specdec_cli.drafters import ModelDrafter
 from specdec_cli.engine import Engine, GenerationConfig
+from specdec_cli.policy import draft_policy
 from specdec_cli.events import Round, Token
 from specdec_cli.errors import NumericalError
 from specdec_cli.sampling import GREEDY, SamplingParams, probabilities, residual, sample, verify
@@ -177,7 +178,7 @@ def test_whole_rounds_follow_the_target_markov_chain(params, seed):
     first_accepted = np.zeros(k + 1, dtype=np.int64)
     for s in range(n):
         tokens, rounds = [], []
-        for event in engine.generate(prompt, GenerationConfig(max_tokens=4, draft_tokens=k, sampling=params, seed=s)):
+        for event in engine.generate(prompt, GenerationConfig(max_tokens=4, sampling=params, seed=s), draft_policy(k)):
             if isinstance(event, Token):
                 tokens.append(event.id)
             elif isinstance(event, Round):
