@@ -28,8 +28,8 @@ from .cli_options import (
     DraftGpuLayersOption,
     DraftOption,
     EXIT_INTERRUPTED,
+    AUTO,
     GpuLayersOption,
-    MAX_DRAFT_TOKENS,
     MinPOption,
     PairOption,
     TargetOption,
@@ -40,6 +40,8 @@ from .cli_options import (
     check_sampling_options,
     context_size,
     gpu_layers_to_load,
+    parse_draft_length,
+    parse_drafter,
     parse_stops,
     read_prompt,
     resolve_paths,
@@ -58,7 +60,7 @@ def run(
     target: TargetOption = None,
     pair_name: PairOption = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens to generate at most.")] = 256,
-    draft_tokens: Annotated[str, typer.Option("--draft-tokens", "-k", help="Draft tokens per round: 'auto' (chosen each round from this run's acceptance and costs) or a fixed k, e.g. 8.")] = "auto",
+    draft_tokens: Annotated[str, typer.Option("--draft-tokens", "-k", help="Draft tokens per round: 'auto' (chosen each round from this run's acceptance and costs) or a fixed k, e.g. 8.")] = AUTO,
     drafter: Annotated[str, typer.Option(help="Who drafts: model (the draft GGUF), lookup (copies from the prompt and output; no draft model), model+lookup.")] = "model",
     p_min: Annotated[Optional[float], typer.Option(help="Stop drafting before a token the draft model gives less than this probability (llama.cpp's --draft-p-min). Default 0: off.")] = None,
     lookup_ngram_min: Annotated[int, typer.Option(help="Lookup: shortest n-gram to match.")] = 1,
@@ -92,13 +94,10 @@ def run(
     bonus token after a fully accepted draft, plain = a target-only step.
     """
     from .drafters import LookupOptions
-    from .policy import parse_draft_tokens
-    from .session import DRAFTERS
 
-    if drafter not in DRAFTERS:
-        raise BadInput(f"--drafter must be one of {', '.join(DRAFTERS)}, got {drafter!r}")
-    draft_tokens = parse_draft_tokens(draft_tokens, MAX_DRAFT_TOKENS)
-    check_sampling_options(draft_tokens, temperature, top_k, top_p, min_p, max_tokens)
+    drafter = parse_drafter(drafter)
+    draft_tokens = parse_draft_length(draft_tokens)
+    check_sampling_options(temperature, top_k, top_p, min_p, max_tokens)
     if p_min is not None and not 0 <= p_min <= 1:
         raise BadInput(f"--p-min must be in [0, 1], got {p_min}")
     lookup = LookupOptions.from_range(lookup_ngram_min, lookup_ngram_max, lookup_max_tokens)

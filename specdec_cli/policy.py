@@ -104,20 +104,6 @@ REFRESH_ROUNDS = 16  # a plain step re-measures T_batch(1) when it is older than
 MAX_BACKOFF = 64
 
 
-def parse_draft_tokens(text: str, max_k: int) -> DraftTokens:
-    """'auto' or an integer 1..max_k. Example: '8' -> 8, 'AUTO' -> 'auto'."""
-    value = text.strip().lower()
-    if value == AUTO:
-        return AUTO
-    try:
-        k = int(value)
-    except ValueError:
-        raise BadInput(f"--draft-tokens must be 'auto' or a number of tokens, got {text!r}") from None
-    if not 1 <= k <= max_k:
-        raise BadInput(f"--draft-tokens must be between 1 and {max_k}, got {k}")
-    return k
-
-
 def draft_policy(draft_tokens: DraftTokens, p_min: float | None = None) -> DraftPolicy:
     """A fresh policy for one generation: 'auto' learns, an int is fixed. p_min None: the default."""
     if draft_tokens == AUTO:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from .backend import LlamaModel
+from .cli_options import DRAFTERS
 from .compat import compare_vocabularies
 from .drafters import LookupDrafter, LookupOptions, ModelAndLookup, ModelDrafter
 from .engine import Engine
@@ -67,9 +68,6 @@ class LoadedPair:
         by_model = ModelDrafter(self.draft, self.vocab_limit)
         chosen = by_model if drafter == "model" else ModelAndLookup(by_model, by_lookup)
         return Engine(self.target, chosen, vocab_limit=self.vocab_limit)
-
-
-DRAFTERS = ("model", "lookup", "model+lookup")
 
 
 def check_pair(draft: LlamaModel, target: LlamaModel) -> int:
