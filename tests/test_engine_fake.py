@@ -101,6 +101,7 @@ def exact_first_two(table: np.ndarray, last: int, params=PLAIN) -> np.ndarray:
     return (p[last][:, None] * p).ravel()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draft_kind", ["close", "weak", "adversarial"])
 def test_sampled_first_two_tokens_follow_the_target(draft_kind):
     # 6-token vocabulary, k = 4, first two tokens of each generation (36 outcomes) against
@@ -379,6 +380,7 @@ def test_a_smaller_draft_vocabulary_limits_drafts_and_output(params):
     assert len(emitted) == 800 and max(emitted) < limit
 
 
+@pytest.mark.slow
 def test_first_token_under_a_vocab_limit_follows_the_renormalised_target():
     # N = 20,000 first tokens; chi-square false-failure 1e-4.
     rng = np.random.default_rng(6)

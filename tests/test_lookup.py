@@ -192,6 +192,7 @@ def frozen_auto() -> AdaptivePolicy:
     return AdaptivePolicy(p_min=0.4, costs=costs, learn_costs=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("params", [HOT, PROCESSED], ids=["t1", "processed"])
 @pytest.mark.parametrize("drafter_kind", ["lookup", "model+lookup"])
 def test_lookup_is_exact_at_temperature(params, drafter_kind):

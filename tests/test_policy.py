@@ -329,6 +329,7 @@ def run_engine(target: np.ndarray, drafter, policy, params: SamplingParams, seed
     return list(engine.generate([0], GenerationConfig(max_tokens=n, sampling=params, seed=seed), policy=policy))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("params, p_min", [(HOT, 0.4), (PROCESSED, 0.6)], ids=["t1", "processed"])
 def test_auto_with_p_min_is_exact(params, p_min):
     """N = 30,000 tokens, chi-square over (previous token, round position) strata; false failure 1e-3."""

@@ -52,6 +52,7 @@ def one_position_draws(p_logits: np.ndarray, q: np.ndarray, params: SamplingPara
     return out, accepted
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "n_vocab, params, seed",
     [(10, PLAIN, 1), (27, PLAIN, 2), (50, PLAIN, 3), (50, FILTERED, 4)],
@@ -78,6 +79,7 @@ def test_one_position_emits_p_and_accepts_at_sum_min(n_vocab, params, seed):
     assert power_against(p, wrong, n) > 0.99
 
 
+@pytest.mark.slow
 def test_one_position_with_one_hot_q_keeps_x_with_probability_p():
     # Deterministic drafter (q_rows=None): x is kept with probability p(x), else the residual
     # is p without x. N = 10^5; chi-square false-failure 1e-4; binomial z = 4 (6.3e-5).
@@ -97,6 +99,7 @@ def test_one_position_with_one_hot_q_keeps_x_with_probability_p():
     assert binomial_within(accepted, n, float(p[x]), Z)
 
 
+@pytest.mark.slow
 def test_sample_follows_the_distribution_and_skips_zeros():
     # N = 10^5 draws; chi-square false-failure 1e-4. Zeros at the start, middle and end.
     rng = np.random.default_rng(5)
@@ -161,6 +164,7 @@ def exact_accepted_distribution(p_rows: np.ndarray, q_rows: np.ndarray, start: i
     return np.array([at_least[j] - at_least[j + 1] for j in range(k + 1)])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("params, seed", [(PLAIN, 21), (SamplingParams(temperature=0.7, top_k=3, top_p=0.95, min_p=0.05), 22)])
 def test_whole_rounds_follow_the_target_markov_chain(params, seed):
     # 4-token vocabulary, k = 3: the first round emits up to 4 tokens (3 drafts + bonus);
