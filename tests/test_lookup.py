@@ -22,9 +22,10 @@ from specdec_cli.policy import draft_policy
 from specdec_cli.events import Finished, Round, Source, Token
 from specdec_cli.errors import BadInput
 from specdec_cli.policy import AdaptivePolicy, FixedPolicy
-from specdec_cli.sampling import GREEDY, SamplingParams
+from specdec_cli.sampling import GREEDY
 
 from fakes import MarkovModel, random_markov
+from stat_checks import PLAIN, PROCESSED
 from transitions import transition_test
 
 RNG = np.random.default_rng(0)  # lookup never draws from it
@@ -181,8 +182,6 @@ def test_lookup_is_greedy_exact(draft_tokens):
 
 # -- exactness at temperature > 0 --------------------------------------------------------
 
-HOT = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
-PROCESSED = SamplingParams(temperature=0.7, top_k=3, top_p=0.95, min_p=0.05)
 N_TOKENS = 30_000
 ALPHA = 1e-3  # false-failure rate of each statistical test (the seeds are fixed)
 
@@ -193,7 +192,7 @@ def frozen_auto() -> AdaptivePolicy:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("params", [HOT, PROCESSED], ids=["t1", "processed"])
+@pytest.mark.parametrize("params", [PLAIN, PROCESSED], ids=["t1", "processed"])
 @pytest.mark.parametrize("drafter_kind", ["lookup", "model+lookup"])
 def test_lookup_is_exact_at_temperature(params, drafter_kind):
     """N = 30,000 tokens from one generation, chi-square over (previous token, round position)

@@ -28,8 +28,9 @@ from specdec_cli.drafters import catch_up
 from specdec_cli.engine import Engine, GenerationConfig
 from specdec_cli.policy import draft_policy
 from specdec_cli.events import Finished, Rejected, Round, Token
-from specdec_cli.sampling import GREEDY, SamplingParams
+from specdec_cli.sampling import GREEDY
 from specdec_cli.session import LoadedPair, check_pair
+from stat_checks import PLAIN
 
 pytestmark = pytest.mark.model
 
@@ -130,7 +131,7 @@ def test_sampling_with_a_padded_target_emits_only_shared_ids(padded, baseline, b
     draft, _ = builtin_models
     prompt, _, _ = baseline
     pair = LoadedPair(target=model, draft=draft, vocab_limit=check_pair(draft, model))
-    config = GenerationConfig(max_tokens=48, sampling=SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0), seed=7)
+    config = GenerationConfig(max_tokens=48, sampling=PLAIN, seed=7)
     events = run(pair.engine(), prompt, config)
     emitted = [e.id for e in events if isinstance(e, Token)]
     assert emitted and max(emitted) < shared

@@ -21,9 +21,8 @@ from specdec_cli.policy import draft_policy
 from specdec_cli.events import Round, Token
 from specdec_cli.errors import NumericalError
 from specdec_cli.sampling import GREEDY, SamplingParams, probabilities, residual, sample, verify
-from stat_checks import ALPHA, binomial_within, chi_square_pvalue, power_against
+from stat_checks import ALPHA, PLAIN, PROCESSED, binomial_within, chi_square_pvalue, power_against
 
-PLAIN = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
 FILTERED = SamplingParams(temperature=0.8, top_k=8, top_p=0.9, min_p=0.02)
 Z = 4.0  # two-sided normal tail: false-failure rate 6.3e-5 per binomial check
 
@@ -165,7 +164,7 @@ def exact_accepted_distribution(p_rows: np.ndarray, q_rows: np.ndarray, start: i
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("params, seed", [(PLAIN, 21), (SamplingParams(temperature=0.7, top_k=3, top_p=0.95, min_p=0.05), 22)])
+@pytest.mark.parametrize("params, seed", [(PLAIN, 21), (PROCESSED, 22)])
 def test_whole_rounds_follow_the_target_markov_chain(params, seed):
     # 4-token vocabulary, k = 3: the first round emits up to 4 tokens (3 drafts + bonus);
     # the first 4 generated tokens take 4^4 = 256 values, compared against the exact target
