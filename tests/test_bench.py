@@ -521,7 +521,7 @@ def test_option_text_of_the_defaults_parses_back_to_them():
 
 def test_run_takes_one_draft_length():
     assert parse_draft_length("8") == 8 and parse_draft_length(" AUTO ") == "auto"
-    for bad, fragment in (("2,4", "one value"), ("0", "between 1 and 64, got 0"), ("x", "whole numbers and/or auto")):
+    for bad, fragment in (("2,4", "one value"), ("0", "between 1 and 64, got 0"), ("65", "got 65"), ("eight", "whole numbers and/or auto"), ("", "or auto")):
         with pytest.raises(BadInput, match=fragment):
             parse_draft_length(bad)
 

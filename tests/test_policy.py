@@ -26,7 +26,6 @@ from specdec_cli.policy import (
     draft_policy,
     draft_step_seconds,
     expected_tokens,
-    parse_draft_tokens,
 )
 from specdec_cli.sampling import GREEDY, SamplingParams, probabilities, sample
 
@@ -282,11 +281,6 @@ def test_fixed_policy_and_parsing():
     assert FixedPolicy(8).choose(["model"], budget=3) == ("model", 3)
     assert FixedPolicy(8).choose([], budget=100) == (None, 0)
     assert FixedPolicy(8).choose(["model"], budget=0) == (None, 0)
-    assert parse_draft_tokens("auto", 64) == "auto" and parse_draft_tokens(" AUTO ", 64) == "auto"
-    assert parse_draft_tokens("8", 64) == 8
-    for bad in ("0", "65", "eight", ""):
-        with pytest.raises(BadInput):
-            parse_draft_tokens(bad, 64)
     assert draft_policy("auto").p_min == DEFAULT_P_MIN == 0.0
     assert draft_policy("auto", p_min=0.3).p_min == 0.3
     assert draft_policy(4).p_min == 0.0 and draft_policy(4, p_min=0.3).p_min == 0.3
