@@ -32,20 +32,20 @@ What is measured, all from the Round events of earlier rounds:
     with the fitted slope. T_batch(1) is the yardstick every choice is compared with, so plain
     target steps measure it: the first two rounds (the first after a prefill runs slow and is
     not counted), and one whenever the last measurement is REFRESH_ROUNDS rounds old (machine
-    load changes it; this 2-core machine flips between about 9.8 and 12.5 ms a step). A plain
-    step still yields a token; it only forgoes one round's gain.
+    load changes it, sometimes from one minute to the next).
+    A plain step still yields a token; it only forgoes one round's gain.
 
 Fallback and probes. When no k >= 1 beats target-only, and the drafter has been tried on
 MIN_TRIALS positions (one early rejection must not end drafting), the round is a plain target step;
 after `backoff` such rounds the drafter is tried once more at its best k >= 1, and the
 back-off doubles (8, 16, .. 64 rounds) until drafting pays again. A drafter passed over
 because another one promised more (`model+lookup`) is probed the same way. A draft model's
-probe first catches up on every token it sat out, which costs per token (about 12% of a
-target step on a 2-core CPU with the built-in pair), so spacing probes out does not make
-them cheaper; instead such catch-ups (the next one predicted from the rounds sat out) may
-take at most PROBE_BUDGET of the run's time, and probing pauses while they would take more
-(the first probe of each fallback excepted). On that CPU this means a draft model that fell
-back stays off, while lookup, which has no catch-up, keeps being probed.
+probe first catches up on every token it sat out, which costs per token (on a CPU a good
+part of a target step), so spacing probes out does not make them cheaper; instead such
+catch-ups (the next one predicted from the rounds sat out) may take at most PROBE_BUDGET of
+the run's time, and probing pauses while they would take more (the first probe of each
+fallback excepted). Where catch-up is dear this means a draft model that fell back stays
+off, while lookup, which has no catch-up, keeps being probed.
 
 Why the output stays exact. Speculative sampling emits, at every position, a token whose
 law given everything before it is p, whatever k was, provided two things: whether position
@@ -232,8 +232,8 @@ class BatchCost:
     slope is pulled toward the prior PRIOR_BATCH_SLOPE * T(1) per token by a ridge term worth
     SLOPE_PRIOR_WEIGHT (in units of weight x tokens^2), so that two noisy rounds at adjacent
     sizes cannot tilt it far, while rounds spread over several sizes soon outweigh the prior.
-    Slope >= 0, and no T(n) below T(1). A line fits the CPU verify cost well (about +8% of a
-    step per token here); on a GPU it comes out flatter. Example: T(1) = 12 ms, and no other
+    Slope >= 0, and no T(n) below T(1). A line fits the CPU verify cost well (a few per cent of
+    a step per token); on a GPU it comes out flatter. Example: T(1) = 12 ms, and no other
     size seen: T(n) = 12 * (1 + 0.05 (n - 1)) ms; with T(5) = 18 ms seen often, T(n) runs
     through 18 at n = 5 with a slope between the prior 0.6 and what the data say.
     """

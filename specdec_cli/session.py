@@ -9,7 +9,8 @@ which is what `--baseline` and `bench` compare against. `pair.engine(drafter="lo
 drafts by prompt lookup (no draft model needed: open the pair with draft_path=None);
 "model+lookup" uses lookup when it matches and the draft model otherwise.
 
-Left out: option parsing and printing (cli.py), the loop itself (engine.py).
+Left out: option parsing (cli_options.py), printing (render.py), the loop itself
+(engine.py), the draft-length policy (the caller builds it: policy.draft_policy).
 """
 
 from __future__ import annotations
