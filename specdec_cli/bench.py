@@ -1,4 +1,4 @@
-"""The honest A/B: target-only against speculative decoding on the same loaded models.
+"""Planning and running the bench's honest A/B: target-only against speculative decoding.
 
 For every setting (prompt, temperature, k) the bench decodes the prompt target-only (A) and
 speculatively (B) with the same sampling settings, seed and token budget, one right after

@@ -1,4 +1,4 @@
-"""From user options to a ready engine: resolve the files, load both models, check the pair.
+"""From two resolved files to ready engines: load both models, check the pair, build engines.
 
     with open_pair(draft_path, target_path, LoadOptions(n_ctx=4096)) as pair:
         prompt_ids = pair.prompt_tokens("Hello", chat=True)

@@ -1,4 +1,4 @@
-"""Counters and timings built from engine events, and the speed-up model that explains them.
+"""Consuming a generation into counters and timings, and the speed-up model that explains them.
 
 `consume` runs one generation (the engine's event stream) and folds it into an `Outcome`:
 its `RunStats`, the numbers a user asks about (tokens per target pass, acceptance overall
