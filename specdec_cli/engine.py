@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Generator, Iterator, Sequence
+from typing import Generator, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -66,8 +66,7 @@ class Scored:
     verify_seconds: float
 
 
-@dataclass(frozen=True)
-class Emission:
+class Emission(NamedTuple):
     """A token a round hands to the stream, before end-of-generation and stop strings are applied."""
 
     id: int
