@@ -23,8 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specdec_cli.engine import GenerationConfig  # noqa: E402
-from specdec_cli.policy import draft_policy
 from specdec_cli.events import Round, Token  # noqa: E402
+from specdec_cli.policy import draft_policy  # noqa: E402
 from specdec_cli.prompts import BUILTIN_PROMPTS  # noqa: E402
 from specdec_cli.registry import builtin_pair  # noqa: E402
 from specdec_cli.sampling import GREEDY  # noqa: E402
