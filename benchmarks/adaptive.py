@@ -22,7 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specdec_cli.engine import GenerationConfig, Round, Token  # noqa: E402
+from specdec_cli.engine import GenerationConfig  # noqa: E402
+from specdec_cli.events import Round, Token  # noqa: E402
+from specdec_cli.policy import draft_policy  # noqa: E402
 from specdec_cli.prompts import BUILTIN_PROMPTS  # noqa: E402
 from specdec_cli.registry import builtin_pair  # noqa: E402
 from specdec_cli.sampling import GREEDY  # noqa: E402
@@ -88,8 +90,8 @@ def main() -> None:
             for name in order:
                 drafter, k, p_min = CONFIGS[name]
                 engine = pair.engine(speculative=drafter is not None, drafter=drafter or "model")
-                config = GenerationConfig(max_tokens=args.tokens, draft_tokens=k, p_min=p_min, sampling=GREEDY)
-                events = list(engine.generate(ids, config))
+                config = GenerationConfig(max_tokens=args.tokens, sampling=GREEDY)
+                events = list(engine.generate(ids, config, draft_policy(k, p_min)))
                 rounds = [e for e in events if isinstance(e, Round)]
                 tokens = sum(isinstance(e, Token) for e in events)
                 speeds[name].append(tokens / sum(r.seconds for r in rounds))

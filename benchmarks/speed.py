@@ -34,7 +34,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from specdec_cli.bench import SPECULATIVE, BenchConfig, parse_draft_tokens, run_bench  # noqa: E402
+from specdec_cli.bench import run_bench  # noqa: E402
+from specdec_cli.bench_model import SPECULATIVE, BenchConfig  # noqa: E402
+from specdec_cli.cli_options import parse_draft_tokens  # noqa: E402
 from specdec_cli.prompts import Prompt  # noqa: E402
 
 PROMPT = Prompt("robot", "story", "Write a short story about a robot who learns to paint.")

@@ -4,7 +4,7 @@
 tokens that cache holds, and gives the engine exactly what speculative decoding needs:
 
     model = LlamaModel("smollm2.gguf", n_ctx=2048)
-    rows = model.decode([1, 2, 3], logits="all")   # (3, n_vocab) float32 view, no copy
+    rows = model.decode([1, 2, 3], n_logits=3)      # (3, n_vocab) float32 view, no copy
     model.rewind(1)                                  # KV cache now holds [1] only
 
 What it leaves out on purpose: sampling (see `sampling.py`), drafting policy (see
@@ -118,14 +118,12 @@ def gpu_offload_supported() -> bool:
 
 
 def resolve_gpu_layers(requested: int | None) -> int:
-    """None or -1 means "all layers on the GPU if there is one"; a request without a GPU warns."""
+    """None or -1 means "all layers on the GPU if there is one"; without a GPU every request means 0
+    (the command line warns about it once, in cli_options.gpu_layers_to_load)."""
     has_gpu = gpu_offload_supported()
     if requested is None or requested < 0:
         return 999 if has_gpu else 0
-    if requested > 0 and not has_gpu:
-        log.warning("llama.cpp was built without a GPU backend; ignoring --gpu-layers %d and running on the CPU", requested)
-        return 0
-    return requested
+    return requested if has_gpu else 0
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The `specdec` command line (Typer): options in, one engine run, text or JSON out.
+"""The `specdec` app (Typer): wires the commands together and converts their errors at the edge.
 
     specdec run "Write a haiku about the sea"            # built-in pair, text on stdout
     echo "Summarise: ..." | specdec run --json -n 64     # prompt from stdin, JSON on stdout
@@ -11,7 +11,9 @@ Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input, 130 interrup
 group class converts it for every command); click's usage errors keep click's own message.
 llama_cpp is imported only inside commands, so `--help` stays fast.
 
-Left out: the maths (sampling.py, stats.py), the loop (engine.py), the layout (render.py).
+Left out: the commands' bodies (cli_run.py, cli_bench.py, cli_models.py; `simulate` is
+small enough to live here), option parsing (cli_options.py), the maths (sampling.py,
+stats.py), the loop (engine.py), the layout (render.py).
 """
 
 from __future__ import annotations

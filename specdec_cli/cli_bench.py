@@ -2,10 +2,11 @@
 
     specdec bench --draft-tokens 1,2,4,8,12,auto --drafter model,lookup --temperature 0,0.7 --csv runs.csv --plot bench.png
 
-The measuring is bench.py's; the tables and plot are render_bench.py's; this module only
-turns options into a BenchConfig, loads the pair once and writes the outputs.
+The measuring is bench.py's; the tables and plot are render_bench.py's, the files
+bench_output.py's; this module only turns options (parsed by cli_options.py) into a
+BenchConfig, loads the pair once and writes the outputs.
 
-Left out: everything that measures or formats (bench.py, render_bench.py, native.py).
+Left out: everything that measures or formats (bench*.py, render_bench.py, native.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ from typing import Annotated, Optional
 import typer
 
 from .cli_options import (
+    DEFAULT_DRAFT_TOKENS,
+    DEFAULT_DRAFTERS,
+    DEFAULT_REPEATS,
+    DEFAULT_TEMPERATURES,
     CtxOption,
     DraftCtxOption,
     DraftGpuLayersOption,
@@ -32,16 +37,13 @@ from .cli_options import (
     check_sampling_options,
     context_size,
     gpu_layers_to_load,
+    option_list,
+    parse_draft_tokens,
+    parse_drafters,
+    parse_temperatures,
     resolve_paths,
 )
 from .errors import BadInput, SpecdecError
-
-# The defaults as option strings (bench.py holds them as values, with the runtime that sized
-# them: about 14 minutes on 2 cores; a test checks the two agree). Kept here so that --help
-# does not import the bench.
-DEFAULT_DRAFT_TOKENS = "2,4,8,12,auto"
-DEFAULT_DRAFTERS = "model,lookup"
-DEFAULT_REPEATS = 2
 
 
 def bench(
@@ -49,9 +51,9 @@ def bench(
     target: TargetOption = None,
     pair_name: PairOption = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens to generate per run.")] = 128,
-    draft_tokens: Annotated[str, typer.Option("--draft-tokens", "-k", help="Values of k to sweep, numbers and/or auto, e.g. 1,2,4,8,12,auto.")] = DEFAULT_DRAFT_TOKENS,
-    drafter: Annotated[str, typer.Option(help="Drafters to sweep: model (the draft GGUF), lookup (prompt lookup, no draft model), model+lookup; e.g. model,lookup.")] = DEFAULT_DRAFTERS,
-    temperature: Annotated[str, typer.Option(help="Temperatures to sweep, e.g. 0,0.7 (0 is greedy and checks exactness).")] = "0,0.7",
+    draft_tokens: Annotated[str, typer.Option("--draft-tokens", "-k", help="Values of k to sweep, numbers and/or auto, e.g. 1,2,4,8,12,auto.")] = option_list(DEFAULT_DRAFT_TOKENS),
+    drafter: Annotated[str, typer.Option(help="Drafters to sweep: model (the draft GGUF), lookup (prompt lookup, no draft model), model+lookup; e.g. model,lookup.")] = option_list(DEFAULT_DRAFTERS),
+    temperature: Annotated[str, typer.Option(help="Temperatures to sweep, e.g. 0,0.7 (0 is greedy and checks exactness).")] = option_list(DEFAULT_TEMPERATURES),
     repeats: Annotated[int, typer.Option(help="Interleaved A/B repetitions of the whole sweep; medians are reported.")] = DEFAULT_REPEATS,
     prompts: Annotated[
         Optional[Path],
@@ -80,16 +82,17 @@ def bench(
     """
     import shlex
 
-    from .bench import BenchConfig, parse_draft_tokens, parse_drafters, parse_temperatures, run_bench, write_csv
+    from .bench import BenchConfig, run_bench
+    from .bench_output import report_dict, write_csv
     from .native import find_binary, native_command, run_native
     from .prompts import builtin_prompts, load_prompts
-    from .render_bench import bench_console, print_report, progress_bar, require_matplotlib, write_plot
+    from .render_bench import bench_console, divergence_message, print_report, progress_bar, require_matplotlib, write_plot
     from .session import LoadOptions, open_pair
 
     ks = parse_draft_tokens(draft_tokens)
     drafters = parse_drafters(drafter)
     temperatures = parse_temperatures(temperature)
-    check_sampling_options(ks[0], min(temperatures), top_k, top_p, min_p, max_tokens)
+    check_sampling_options(min(temperatures), top_k, top_p, min_p, max_tokens)
     if repeats < 1:
         raise BadInput(f"--repeats must be at least 1, got {repeats}")
     if warmup < 0:
@@ -146,7 +149,7 @@ def bench(
             report = run_bench(pair, suite, config, progress=update, native=run_llama_cpp if binary else None, models=models)
     print_report(report, console)
     if json_out:
-        typer.echo(json.dumps(report.to_dict()))
+        typer.echo(json.dumps(report_dict(report)))
     if csv_path is not None:
         with open(csv_path, "w", newline="", encoding="utf-8") as f:
             write_csv(report, f)
@@ -158,5 +161,5 @@ def bench(
         first = report.divergences[0]
         raise SpecdecError(
             f"{len(report.divergences)} run(s) at temperature 0 where speculative output differs from target-only output; "
-            f"first: {first.message()}"
+            f"first: {divergence_message(first)}"
         )

@@ -8,7 +8,8 @@
 
 The command's product (table, JSON, report, pulled paths) goes to stdout; progress bars
 and notices to stderr. `check` exits 0 for a compatible pair and 3 for an incompatible
-one (a SpecdecError with exit code 3, so `cli.main` prints its one line on stderr).
+one (a SpecdecError with exit code 3, which the app's group class, cli._Group.invoke, turns
+into one stderr line and that exit code).
 
 Left out: the catalogue itself (registry.py), transfers (download.py), the rule (compat.py).
 """

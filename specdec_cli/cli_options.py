@@ -1,8 +1,12 @@
-"""Option parsing and checks shared by the `specdec` commands (run, bench, simulate).
+"""The one home of the `specdec` commands' option constants, parsing and messages.
 
-Each check raises BadInput with the value given and the range expected, e.g.
-"--top-p must be in (0, 1], got 1.5"; cli.py turns that into one stderr line and exit 2.
+Constants (MAX_DRAFT_TOKENS, DRAFTERS, the bench's default sweep), the option types that
+`run` and `bench` share, and every parser and check. Each check raises BadInput with the
+value given and the range expected, e.g. "--top-p must be in (0, 1], got 1.5"; the app's
+group class (cli._Group) turns that into one stderr line and exit 2. Lists are
+comma-separated: parse_draft_tokens("auto,4,1,2") -> (1, 2, 4, 'auto').
 `resolve_paths` turns --draft/--target/--pair into two local files (downloading once).
+Options are checked here and handed down as typed values: nothing below names a flag.
 
 Left out: the commands themselves (cli.py, cli_run.py, cli_bench.py, cli_models.py).
 """
@@ -20,11 +24,26 @@ from typing import Annotated, Callable, Optional
 import typer
 
 from .errors import BadInput
+from .events import AUTO, DraftTokens
 
 log = logging.getLogger("specdec")
 
 MAX_DRAFT_TOKENS = 64
 EXIT_INTERRUPTED = 130
+DRAFTERS = ("model", "lookup", "model+lookup")  # see drafters.py and session.LoadedPair.engine
+
+# The bench's default sweep: 7 prompts x 2 temperatures x 2 drafters x 5 k x (A, B) = 280
+# runs a repeat, two repeats. k = 1 is left out: on a CPU, where a round's overhead is paid
+# per token, it is rarely the best.
+DEFAULT_DRAFT_TOKENS: tuple[DraftTokens, ...] = (2, 4, 8, 12, AUTO)
+DEFAULT_DRAFTERS: tuple[str, ...] = ("model", "lookup")
+DEFAULT_TEMPERATURES: tuple[float, ...] = (0.0, 0.7)
+DEFAULT_REPEATS = 2
+
+
+def option_list(values) -> str:
+    """A tuple of option values as its comma-separated flag text. Example: (2, 'auto') -> '2,auto'; (0.0, 0.7) -> '0,0.7'."""
+    return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
 
 
 # Option types shared by `run` and `bench` (Typer reads the flag and help from the alias).
@@ -62,13 +81,67 @@ def read_prompt(prompt: str | None) -> str:
     return prompt
 
 
-def check_draft_tokens(draft_tokens: int | str) -> None:
-    if draft_tokens != "auto" and not 1 <= draft_tokens <= MAX_DRAFT_TOKENS:
+def check_draft_tokens(draft_tokens: DraftTokens) -> None:
+    if draft_tokens != AUTO and not 1 <= draft_tokens <= MAX_DRAFT_TOKENS:
         raise BadInput(f"--draft-tokens must be between 1 and {MAX_DRAFT_TOKENS}, got {draft_tokens}")
 
 
-def check_sampling_options(draft_tokens: int | str, temperature: float, top_k: int, top_p: float, min_p: float, max_tokens: int) -> None:
-    check_draft_tokens(draft_tokens)
+def parse_draft_tokens(text: str) -> tuple[DraftTokens, ...]:
+    """'auto,4,1,2' -> (1, 2, 4, 'auto'): numbers sorted, then auto; without repeats, each in 1..64."""
+    items = [v.lower() for v in _items(text)]
+    wrong = BadInput(f"--draft-tokens takes whole numbers and/or auto, such as 8, auto or 1,2,4,8,auto; got {text!r}")
+    try:
+        values: list[DraftTokens] = sorted({int(v) for v in items if v != AUTO})
+    except ValueError:
+        raise wrong from None
+    if not items:
+        raise wrong
+    for k in values:
+        check_draft_tokens(k)
+    return tuple(values) + ((AUTO,) if AUTO in items else ())
+
+
+def parse_draft_length(text: str) -> DraftTokens:
+    """One --draft-tokens value (run): 'auto' or a number. Example: '8' -> 8, 'AUTO' -> 'auto'."""
+    values = parse_draft_tokens(text)
+    if len(values) != 1:
+        raise BadInput(f"--draft-tokens takes one value here, auto or a number such as 8; got {text!r}")
+    return values[0]
+
+
+def parse_drafters(text: str) -> tuple[str, ...]:
+    """'lookup,model' -> ('lookup', 'model'): in the order given, without repeats."""
+    values = list(dict.fromkeys(v.lower() for v in _items(text)))
+    unknown = [v for v in values if v not in DRAFTERS]
+    if not values or unknown:
+        raise BadInput(f"--drafter takes a comma-separated list of {', '.join(DRAFTERS)}, got {text!r}")
+    return tuple(values)
+
+
+def parse_drafter(text: str) -> str:
+    """One --drafter value (run). Example: 'Lookup' -> 'lookup'."""
+    name = text.strip().lower()
+    if name not in DRAFTERS:
+        raise BadInput(f"--drafter must be one of {', '.join(DRAFTERS)}, got {text!r}")
+    return name
+
+
+def parse_temperatures(text: str) -> tuple[float, ...]:
+    """'0,0.7' -> (0.0, 0.7): in the order given, without repeats, each 0 or more."""
+    try:
+        values = list(dict.fromkeys(float(v) for v in _items(text)))
+    except ValueError:
+        raise BadInput(f"--temperature takes a comma-separated list of numbers such as 0,0.7, got {text!r}") from None
+    if not values or not all(math.isfinite(v) and v >= 0 for v in values):
+        raise BadInput(f"--temperature values must be 0 (greedy) or more, got {text!r}")
+    return tuple(values)
+
+
+def _items(text: str) -> list[str]:
+    return [v.strip() for v in text.split(",") if v.strip()]
+
+
+def check_sampling_options(temperature: float, top_k: int, top_p: float, min_p: float, max_tokens: int) -> None:
     if not (math.isfinite(temperature) and temperature >= 0):
         raise BadInput(f"--temperature must be 0 (greedy) or more, got {temperature}")
     if top_k < 0:

@@ -4,7 +4,7 @@
     echo "Summarise: ..." | specdec run --json -n 64     # prompt from stdin, JSON on stdout
     specdec run --draft tiny.gguf --target big.gguf -k 6 --baseline "prompt"
 
-`drive` runs the engine's event generator to its end or to Ctrl-C; `measure_afterwards`
+`stats.consume` runs the engine's event generator to its end or to Ctrl-C; `measure_afterwards`
 decodes target-only (--baseline) and times the costs behind the predicted speed-up.
 
 Left out: option checks (cli_options.py), the layout (render.py), the loop (engine.py).
@@ -16,8 +16,8 @@ import contextlib
 import json
 import secrets
 import sys
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Callable, Optional
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -28,8 +28,8 @@ from .cli_options import (
     DraftGpuLayersOption,
     DraftOption,
     EXIT_INTERRUPTED,
+    AUTO,
     GpuLayersOption,
-    MAX_DRAFT_TOKENS,
     MinPOption,
     PairOption,
     TargetOption,
@@ -40,6 +40,8 @@ from .cli_options import (
     check_sampling_options,
     context_size,
     gpu_layers_to_load,
+    parse_draft_length,
+    parse_drafter,
     parse_stops,
     read_prompt,
     resolve_paths,
@@ -47,44 +49,9 @@ from .cli_options import (
 from .errors import BadInput
 
 if TYPE_CHECKING:  # the real imports happen inside the command, keeping --help fast
-    from .engine import CostCurve
+    from .cost_curve import CostCurve
     from .session import LoadedPair
-    from .stats import RunStats
-
-
-@dataclass
-class Outcome:
-    """What one pass over the engine's events left behind (also when Ctrl-C cut it short)."""
-
-    stats: RunStats
-    tokens: list[int] = field(default_factory=list)
-    text: str = ""
-
-    @property
-    def interrupted(self) -> bool:
-        return self.stats.finish_reason == "interrupted"
-
-
-def drive(events, on_event: Callable = lambda event: None) -> Outcome:
-    """Run the engine's event generator to the end, or to Ctrl-C; the generator's `finally` rolls back."""
-    from .engine import Token
-    from .stats import RunStats
-
-    outcome = Outcome(RunStats())
-    pieces = []
-    try:
-        for event in events:
-            outcome.stats.add(event)
-            if isinstance(event, Token):
-                outcome.tokens.append(event.id)
-                pieces.append(event.text)
-            on_event(event)
-    except KeyboardInterrupt:
-        outcome.stats.finish_reason = "interrupted"
-    finally:
-        events.close()  # runs the engine's rollback now, not at garbage collection
-        outcome.text = "".join(pieces)
-    return outcome
+    from .stats import Outcome, RunStats
 
 
 def run(
@@ -93,7 +60,7 @@ def run(
     target: TargetOption = None,
     pair_name: PairOption = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens to generate at most.")] = 256,
-    draft_tokens: Annotated[str, typer.Option("--draft-tokens", "-k", help="Draft tokens per round: 'auto' (chosen each round from this run's acceptance and costs) or a fixed k, e.g. 8.")] = "auto",
+    draft_tokens: Annotated[str, typer.Option("--draft-tokens", "-k", help="Draft tokens per round: 'auto' (chosen each round from this run's acceptance and costs) or a fixed k, e.g. 8.")] = AUTO,
     drafter: Annotated[str, typer.Option(help="Who drafts: model (the draft GGUF), lookup (copies from the prompt and output; no draft model), model+lookup.")] = "model",
     p_min: Annotated[Optional[float], typer.Option(help="Stop drafting before a token the draft model gives less than this probability (llama.cpp's --draft-p-min). Default 0: off.")] = None,
     lookup_ngram_min: Annotated[int, typer.Option(help="Lookup: shortest n-gram to match.")] = 1,
@@ -127,13 +94,10 @@ def run(
     bonus token after a fully accepted draft, plain = a target-only step.
     """
     from .drafters import LookupOptions
-    from .policy import parse_draft_tokens
-    from .session import DRAFTERS
 
-    if drafter not in DRAFTERS:
-        raise BadInput(f"--drafter must be one of {', '.join(DRAFTERS)}, got {drafter!r}")
-    draft_tokens = parse_draft_tokens(draft_tokens, MAX_DRAFT_TOKENS)
-    check_sampling_options(draft_tokens, temperature, top_k, top_p, min_p, max_tokens)
+    drafter = parse_drafter(drafter)
+    draft_tokens = parse_draft_length(draft_tokens)
+    check_sampling_options(temperature, top_k, top_p, min_p, max_tokens)
     if p_min is not None and not 0 <= p_min <= 1:
         raise BadInput(f"--p-min must be in [0, 1], got {p_min}")
     lookup = LookupOptions.from_range(lookup_ngram_min, lookup_ngram_max, lookup_max_tokens)
@@ -148,7 +112,8 @@ def run(
     from .render import Activity, JsonlRenderer, TextRenderer, color_enabled, legend, stats_table, stderr_console
     from .sampling import SamplingParams
     from .session import LoadOptions
-    from .stats import measured_speedup
+    from .policy import draft_policy
+    from .stats import consume, measured_speedup
 
     out_color = color_enabled(color.value, sys.stdout)
     err_color = color_enabled(color.value, sys.stderr)
@@ -158,8 +123,6 @@ def run(
     seed = secrets.randbits(32) if seed is None else seed
     config = GenerationConfig(
         max_tokens=max_tokens,
-        draft_tokens=draft_tokens,
-        p_min=p_min,
         sampling=SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
         seed=seed,
         stop=stops,
@@ -180,7 +143,8 @@ def run(
             if out_color:
                 typer.echo(legend(err_color, show_rejected), err=True, color=err_color)  # echo strips codes unless told
         try:
-            result = drive(pair.engine(drafter=drafter, lookup=lookup).generate(prompt_ids, config), sink or (lambda event: None))
+            events = pair.engine(drafter=drafter, lookup=lookup).generate(prompt_ids, config, draft_policy(draft_tokens, p_min))
+            result = consume(events, sink)
         except BaseException:
             if isinstance(sink, TextRenderer) and sink.started:
                 sink.close()  # end the partial line, so the error message starts on its own
@@ -189,7 +153,7 @@ def run(
             sink.close()  # the final newline comes right after the text, before anything slow
         after = Afterwards(interrupted=result.interrupted)
         if not after.interrupted and (stats or json_out or jsonl):
-            after = measure_afterwards(pair, prompt_ids, config, result, baseline, Activity(console))
+            after = measure_afterwards(pair, prompt_ids, config, draft_tokens, result, baseline, Activity(console))
 
     summary = result.stats.to_dict()
     if after.predicted is not None:
@@ -270,23 +234,22 @@ class Afterwards:
     interrupted: bool = False
 
 
-def measure_afterwards(pair, prompt_ids: list[int], config, result: Outcome, baseline: bool, activity) -> Afterwards:
+def measure_afterwards(pair, prompt_ids: list[int], config, k, result: Outcome, baseline: bool, activity) -> Afterwards:
     """Decode target-only (with --baseline), then time draft and target steps on the loaded pair.
 
     The predicted speed-up is Leviathan et al.'s formula at the measured alpha and costs;
     measure_cost_curve rewinds both caches itself. Ctrl-C here keeps what was measured.
     """
-    from .engine import measure_cost_curve
-    from .stats import predict
+    from .cost_curve import measure_cost_curve
+    from .stats import consume, predict
 
     after = Afterwards()
-    k = config.draft_tokens
     context = list(prompt_ids) + result.tokens
     try:
         with activity:
             if baseline:
                 activity.show("decoding target-only for the baseline ...")
-                base = drive(pair.engine(speculative=False).generate(prompt_ids, config))
+                base = consume(pair.engine(speculative=False).generate(prompt_ids, config))
                 if base.interrupted:
                     after.interrupted = True
                     return after

@@ -88,6 +88,10 @@ class CausalModel(Protocol):
 
     def rewind(self, n_keep: int) -> None: ...
 
+    def piece(self, token: int) -> bytes: ...
+
+    def is_end_of_generation(self, token: int) -> bool: ...
+
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two token lists. Example: [1,2,3], [1,2,4] -> 2."""
@@ -126,7 +130,7 @@ class ModelDrafter:
 
     def __init__(self, model: CausalModel, vocab_limit: int | None = None) -> None:
         self.model = model
-        # Ids at or beyond the shared vocabulary are never proposed (see engine.shared_vocab).
+        # Ids at or beyond the shared vocabulary are never proposed (compat.PairReport.shared_vocab, checked by session.check_pair).
         self.vocab_limit = vocab_limit or model.n_vocab
 
     def prefill(self, context: Sequence[int]) -> None:

@@ -17,176 +17,70 @@ read the same stream. Target-only decoding (the baseline of every speed claim) i
 loop with no drafter, so both use the same backend, sampling and stopping code.
 
     engine = Engine(target, ModelDrafter(draft))
-    for event in engine.generate(prompt_ids, GenerationConfig(max_tokens=64)):
+    for event in engine.generate(prompt_ids, GenerationConfig(max_tokens=64), draft_policy(8)):
         ...
 
-Left out: printing (render.py), statistics (stats.py), how k is chosen (policy.py: a
-fixed k, or `auto`) and who proposes (drafters.py).
+The caller hands `generate` its policy (policy.py: a fixed k, or `auto`), so this module
+never imports policy.py. Stages pass named values: `speculative_round` returns a `Scored`,
+`decode_round` a `Decoded` (its `Emission`s, the rejected draft, the `Round`).
+
+Left out: printing (render.py), statistics (stats.py), how k is chosen (policy.py), who
+proposes (drafters.py), the event types (events.py), stop strings and UTF-8
+(text_stream.py), timing the cost curve (cost_curve.py).
 """
 
 from __future__ import annotations
 
-import codecs
 import dataclasses
-import enum
 import time
 from dataclasses import dataclass, field
-from typing import Generator, Iterator, Sequence, Union
+from typing import Generator, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
 from .drafters import CausalModel, Drafter, Proposal, Proposer, catch_up, common_prefix
-from .errors import ContextOverflow, IncompatiblePair
-from .policy import DraftPolicy, DraftTokens, draft_policy
+from .errors import ContextOverflow
+from .events import DraftPolicy, Event, Finished, Prefill, Rejected, Round, Source, Token
 from .sampling import SamplingParams, argmax, probabilities, sample, verify
-
-
-class Source(str, enum.Enum):
-    """Where an emitted token came from."""
-
-    DRAFT = "draft"  # a draft token the target accepted
-    CORRECTION = "correction"  # the target's token after it rejected a draft
-    BONUS = "bonus"  # the target's extra token after every draft was accepted
-    TARGET = "target"  # a plain target step (target-only decoding, or nothing was drafted)
-
-
-@dataclass(frozen=True)
-class Prefill:
-    prompt_tokens: int
-    seconds: float
-
-
-@dataclass(frozen=True)
-class Token:
-    id: int
-    text: str  # the text this token releases (may be "" mid UTF-8 sequence, or cut by a stop string)
-    source: Source
-    position: int  # 1..k for draft tokens, k_accepted + 1 for the target's token
-
-
-@dataclass(frozen=True)
-class Rejected:
-    """A draft token the target turned down (shown by --show-rejected)."""
-
-    id: int
-    text: str
-    position: int
-
-
-@dataclass(frozen=True)
-class Round:
-    drafted: int
-    accepted: int
-    draft_seconds: float  # the drafter's propose call
-    draft_decode_seconds: float  # of which inside the draft model's decode calls
-    verify_seconds: float  # the target's batch decode
-    seconds: float  # the whole round
-    source: str = ""  # who drafted ("model", "lookup:3-5", see drafters.py); "" for a plain target step
-    draft_catch_up_seconds: float = 0.0  # of draft_seconds, the draft model catching up with the context
-    k: int = 0  # the most tokens the policy allowed this round (a drafter may propose fewer)
-
-
-@dataclass(frozen=True)
-class Finished:
-    reason: str  # "eog", "max_tokens", "stop", "context_full"
-    tokens: tuple[int, ...]
-    text: str
-
-
-Event = Union[Prefill, Token, Rejected, Round, Finished]
+from .text_stream import TextStream
 
 
 @dataclass(frozen=True)
 class GenerationConfig:
+    """What to generate and how to sample; how many tokens to draft is the policy's business."""
+
     max_tokens: int = 256
-    draft_tokens: DraftTokens = 8  # k, or "auto" (policy.AdaptivePolicy)
-    p_min: float | None = None  # the draft model's early-stop threshold; None: policy.DEFAULT_P_MIN (off)
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int = 0
     stop: tuple[str, ...] = ()
 
 
-class TextStream:
-    """Turns token bytes into text, holding back what might still become a stop string.
+@dataclass(frozen=True)
+class Scored:
+    """One speculative round up to verification: the proposal, the drafts kept, the target's token."""
 
-    Tokens are queued with their text until no stop string can start inside it; then they
-    are released. A stop string found anywhere (also across tokens or rounds) cuts the
-    output exactly before it. Example with stop="\\n\\n": pieces "a", "\\n", "\\nb" release
-    "a", then stop with the text "a\\n" cut to "a".
-    """
-
-    def __init__(self, stop: Sequence[str]) -> None:
-        self.stop = [s for s in stop if s]
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self.text = ""  # all text decoded so far
-        self.released = 0  # characters of `text` already handed out
-        self._pending: list[tuple[int, Source, int, int]] = []  # (id, source, position, end offset in text)
-        self.tokens: list[int] = []  # ids released so far
-        self.stopped = False
-
-    def push(self, token: int, piece: bytes, source: Source, position: int) -> list[Token]:
-        self.text += self._decoder.decode(piece)
-        self._pending.append((token, source, position, len(self.text)))
-        return self._release(final=False)
-
-    def flush(self) -> list[Token]:
-        self.text += self._decoder.decode(b"", final=True)
-        if self._pending:
-            tok, src, pos, _ = self._pending[-1]
-            self._pending[-1] = (tok, src, pos, len(self.text))
-        return self._release(final=True)
-
-    def _release(self, final: bool) -> list[Token]:
-        limit = len(self.text)
-        if self.stop:
-            window_start = max(0, self.released - max(map(len, self.stop)))
-            hits = [i for i in (self.text.find(s, window_start) for s in self.stop) if i >= 0]
-            if hits:
-                limit = min(hits)
-                self.stopped = True
-            elif not final:
-                limit -= self._held_back()
-        # The newest token waits while the decoder holds its unfinished UTF-8 bytes: if the
-        # text ends there, flush() gives it the replacement character those bytes decode to.
-        unfinished = not final and not self.stopped and self._decoder.getstate()[0] != b""
-        out: list[Token] = []
-        while self._pending:
-            tok, src, pos, end = self._pending[0]
-            if unfinished and len(self._pending) == 1:
-                break
-            if end > limit and not self.stopped:
-                break
-            if self.stopped and self.released >= limit and end > limit:
-                break  # nothing of this token lies before the stop string
-            piece = self.text[self.released : min(end, limit)]
-            self.released = min(end, limit)
-            self._pending.pop(0)
-            self.tokens.append(tok)
-            out.append(Token(tok, piece, src, pos))
-        if self.stopped:
-            self._pending.clear()
-            self.text = self.text[:limit]
-        return out
-
-    def _held_back(self) -> int:
-        """Length of the longest suffix of the text that is a proper prefix of a stop string."""
-        best = 0
-        for s in self.stop:
-            for n in range(min(len(s) - 1, len(self.text)), best, -1):
-                if self.text.endswith(s[:n]):
-                    best = n
-                    break
-        return best
+    proposal: Proposal
+    accepted: int  # d1..d_accepted were kept
+    token: int  # the target's token after them: a correction, or the bonus when all were kept
+    draft_seconds: float
+    verify_seconds: float
 
 
-def shared_vocab(target: CausalModel, draft: CausalModel, margin: int = 128) -> int:
-    """Number of token ids both models know; drafts and outputs stay below it."""
-    if abs(target.n_vocab - draft.n_vocab) > margin:
-        raise IncompatiblePair(
-            f"draft vocabulary has {draft.n_vocab} tokens and the target's {target.n_vocab}; "
-            f"llama.cpp allows a difference of at most {margin}"
-        )
-    return min(target.n_vocab, draft.n_vocab)
+class Emission(NamedTuple):
+    """A token a round hands to the stream, before end-of-generation and stop strings are applied."""
+
+    id: int
+    source: Source
+    position: int
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A whole round: the tokens to emit, the rejected draft if any, and the round's figures."""
+
+    emitted: list[Emission]
+    rejected: Rejected | None
+    figures: Round
 
 
 class Engine:
@@ -203,8 +97,8 @@ class Engine:
     ) -> None:
         self.target = target
         self.drafter = drafter
-        self.piece = piece or getattr(target, "piece")
-        self.is_end = is_end or getattr(target, "is_end_of_generation")
+        self.piece = piece or target.piece
+        self.is_end = is_end or target.is_end_of_generation
         self.vocab_limit = vocab_limit or target.n_vocab
 
     # -- stages -----------------------------------------------------------------------
@@ -242,11 +136,10 @@ class Engine:
 
     def speculative_round(
         self, context: list[int], drafter: Proposer, k: int, p_min: float, params: SamplingParams, rng: np.random.Generator
-    ) -> tuple[Proposal, int, int, float, float]:
+    ) -> Scored:
         """Draft up to k tokens, score them in one target batch, verify.
 
-        Returns (proposal, accepted, next token, draft seconds, verify seconds). On return
-        the target's cache holds context + accepted drafts, whatever happened inside.
+        On return the target's cache holds context + accepted drafts, whatever happened inside.
         """
         t0 = time.perf_counter()
         proposal = drafter.propose(context, k, params, rng, p_min)
@@ -260,28 +153,25 @@ class Engine:
             accepted = verdict.accepted
         finally:
             self.target.rewind(len(context) + accepted)
-        return proposal, verdict.accepted, verdict.token, t1 - t0, t2 - t1
+        return Scored(proposal, verdict.accepted, verdict.token, t1 - t0, t2 - t1)
 
     def decode_round(
-        self, context: list[int], budget: int, policy: DraftPolicy, params: SamplingParams, rng: np.random.Generator
-    ) -> tuple[list[tuple[int, Source, int]], Rejected | None, Round]:
-        """Plan, then draft and verify (or take one plain target step).
-
-        Returns the tokens to emit as (id, source, position), the rejected draft if any, and
-        the round's figures (its `seconds` cover planning to verification).
-        """
+        self, context: list[int], budget: int, policy: DraftPolicy | None, params: SamplingParams, rng: np.random.Generator
+    ) -> Decoded:
+        """Plan, then draft and verify (or take one plain target step); the round's `seconds`
+        cover planning to verification."""
         start = time.perf_counter()
-        drafter, k = self.plan(context, budget, policy)
+        drafter, k = self.plan(context, budget, policy) if policy is not None else (None, 0)
         if drafter is None:
             t0 = time.perf_counter()
             token = self.target_step(context, params, rng)
-            proposal, accepted, draft_s, verify_s = Proposal(), 0, 0.0, time.perf_counter() - t0
+            scored = Scored(Proposal(), 0, token, 0.0, time.perf_counter() - t0)
         else:
-            proposal, accepted, token, draft_s, verify_s = self.speculative_round(context, drafter, k, policy.p_min, params, rng)
-        drafts = proposal.tokens
-        emitted = [(d, Source.DRAFT, i + 1) for i, d in enumerate(drafts[:accepted])]
+            scored = self.speculative_round(context, drafter, k, policy.p_min, params, rng)
+        drafts, accepted = scored.proposal.tokens, scored.accepted
+        emitted = [Emission(d, Source.DRAFT, i + 1) for i, d in enumerate(drafts[:accepted])]
         last = Source.CORRECTION if accepted < len(drafts) else Source.BONUS if drafts else Source.TARGET
-        emitted.append((token, last, accepted + 1))
+        emitted.append(Emission(scored.token, last, accepted + 1))
         rejected = None
         if accepted < len(drafts):
             x = drafts[accepted]
@@ -289,27 +179,27 @@ class Engine:
         figures = Round(
             drafted=len(drafts),
             accepted=accepted,
-            draft_seconds=draft_s,
-            draft_decode_seconds=proposal.decode_seconds,
-            verify_seconds=verify_s,
+            draft_seconds=scored.draft_seconds,
+            draft_decode_seconds=scored.proposal.decode_seconds,
+            verify_seconds=scored.verify_seconds,
             seconds=time.perf_counter() - start,
             source=drafter.name if drafter is not None else "",
-            draft_catch_up_seconds=proposal.catch_up_seconds,
+            draft_catch_up_seconds=scored.proposal.catch_up_seconds,
             k=k,
         )
-        return emitted, rejected, figures
+        return Decoded(emitted, rejected, figures)
 
     def emit(
-        self, emitted: list[tuple[int, Source, int]], context: list[int], stream: TextStream, room: int
+        self, emitted: list[Emission], context: list[int], stream: TextStream, left: int
     ) -> Generator[Token, None, str | None]:
         """Append a round's tokens to the context and stream them, stopping exactly at an
-        end-of-generation token, a stop string or the token budget (`room` tokens left).
+        end-of-generation token, a stop string or the token budget (`left` tokens to go).
         Returns why generation ends here, or None to go on."""
-        for tok, source, position in emitted[:room]:
-            if self.is_end(tok):
+        for e in emitted[:left]:
+            if self.is_end(e.id):
                 return "eog"
-            context.append(tok)
-            yield from stream.push(tok, self.piece(tok), source, position)
+            context.append(e.id)
+            yield from stream.push(e.id, self.piece(e.id), e.source, e.position)
             if stream.stopped:
                 return "stop"
         return None
@@ -319,11 +209,12 @@ class Engine:
     def generate(self, prompt: Sequence[int], config: GenerationConfig, policy: DraftPolicy | None = None) -> Iterator[Event]:
         """Yield Prefill, then Token/Rejected/Round events, then Finished.
 
-        `policy` overrides config.draft_tokens (a policy learns from the rounds it observes;
-        by default each generation gets a fresh one).
+        `policy` chooses each round's drafter and k (policy.draft_policy(k) or AdaptivePolicy);
+        it learns from the rounds it observes, so give each generation a fresh one. Only a
+        target-only engine (no drafter) may go without.
         """
         assert len(prompt) > 0, "the prompt must hold at least one token"
-        policy = policy or draft_policy(config.draft_tokens, config.p_min)
+        assert policy is not None or self.drafter is None, "a drafting engine needs a policy (policy.draft_policy)"
         rng = np.random.default_rng(config.seed)
         context = list(prompt)
         stream = TextStream(config.stop)
@@ -337,13 +228,14 @@ class Engine:
                     reason = "max_tokens" if left <= 0 else "context_full"
                     break
                 # Never draft past the token budget or the context: a round makes up to k + 1 tokens.
-                emitted, rejected, figures = self.decode_round(context, min(left, room) - 1, policy, config.sampling, rng)
-                if rejected is not None:
-                    yield rejected
+                decoded = self.decode_round(context, min(left, room) - 1, policy, config.sampling, rng)
+                if decoded.rejected is not None:
+                    yield decoded.rejected
                 emitting = time.perf_counter()
-                reason = yield from self.emit(emitted, context, stream, left)
-                figures = dataclasses.replace(figures, seconds=figures.seconds + time.perf_counter() - emitting)
-                policy.observe(figures)
+                reason = yield from self.emit(decoded.emitted, context, stream, left)
+                figures = dataclasses.replace(decoded.figures, seconds=decoded.figures.seconds + time.perf_counter() - emitting)
+                if policy is not None:
+                    policy.observe(figures)
                 yield figures
             if not stream.stopped:
                 yield from stream.flush()
@@ -361,43 +253,3 @@ def _next_ctx(n: int) -> int:
     while size < n:
         size *= 2
     return size
-
-
-@dataclass(frozen=True)
-class CostCurve:
-    """Measured costs in seconds: one draft step, and one target batch of n tokens (n = 1..)."""
-
-    draft_step: float
-    target_batch: tuple[float, ...]  # target_batch[n - 1] = time of a batch of n tokens
-
-    @property
-    def target_step(self) -> float:
-        return self.target_batch[0]
-
-
-def measure_cost_curve(
-    target: CausalModel, draft: CausalModel | None, context: Sequence[int], max_batch: int, repeats: int = 3
-) -> CostCurve:
-    """Time target batches of 1..max_batch tokens (and a draft step) at the end of `context`.
-
-    Both caches are rewound to `context` afterwards, whatever happens; medians of `repeats`.
-    """
-    filler = list(context[-1:]) * max_batch
-
-    def timed(model: CausalModel, n: int) -> float:
-        keep = len(context)
-        catch_up(model, context)
-        samples = []
-        try:
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                model.decode(filler[:n], n)
-                samples.append(time.perf_counter() - t0)
-                model.rewind(keep)
-        finally:
-            model.rewind(keep)
-        return float(np.median(samples))
-
-    curve = tuple(timed(target, n) for n in range(1, max_batch + 1))
-    draft_step = timed(draft, 1) if draft is not None else 0.0
-    return CostCurve(draft_step=draft_step, target_batch=curve)

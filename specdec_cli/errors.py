@@ -2,8 +2,9 @@
 
 Everything a user can get wrong (a path, an option, a pair of models that do not fit
 together) raises a `SpecdecError` subclass whose message already says what to do, e.g.
-"prompt is 3100 tokens but the context holds 2048; pass --ctx 4096". Only `cli.py`
-turns these into one stderr line and an exit code; nothing here prints.
+"prompt is 3100 tokens but the context holds 2048; pass --ctx 4096". Only cli.py (the
+app's group class, `_Group.invoke`, for every command; `main` for parse-time errors) turns
+these into one stderr line and an exit code; nothing here prints.
 
 Exit codes: 1 runtime failure, 2 bad usage or bad input, 3 incompatible pair (from
 `specdec models check` only; elsewhere an incompatible pair is bad input), 130 interrupted.

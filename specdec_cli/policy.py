@@ -32,20 +32,20 @@ What is measured, all from the Round events of earlier rounds:
     with the fitted slope. T_batch(1) is the yardstick every choice is compared with, so plain
     target steps measure it: the first two rounds (the first after a prefill runs slow and is
     not counted), and one whenever the last measurement is REFRESH_ROUNDS rounds old (machine
-    load changes it; this 2-core machine flips between about 9.8 and 12.5 ms a step). A plain
-    step still yields a token; it only forgoes one round's gain.
+    load changes it, sometimes from one minute to the next).
+    A plain step still yields a token; it only forgoes one round's gain.
 
 Fallback and probes. When no k >= 1 beats target-only, and the drafter has been tried on
 MIN_TRIALS positions (one early rejection must not end drafting), the round is a plain target step;
 after `backoff` such rounds the drafter is tried once more at its best k >= 1, and the
 back-off doubles (8, 16, .. 64 rounds) until drafting pays again. A drafter passed over
 because another one promised more (`model+lookup`) is probed the same way. A draft model's
-probe first catches up on every token it sat out, which costs per token (about 12% of a
-target step on a 2-core CPU with the built-in pair), so spacing probes out does not make
-them cheaper; instead such catch-ups (the next one predicted from the rounds sat out) may
-take at most PROBE_BUDGET of the run's time, and probing pauses while they would take more
-(the first probe of each fallback excepted). On that CPU this means a draft model that fell
-back stays off, while lookup, which has no catch-up, keeps being probed.
+probe first catches up on every token it sat out, which costs per token (on a CPU a good
+part of a target step), so spacing probes out does not make them cheaper; instead such
+catch-ups (the next one predicted from the rounds sat out) may take at most PROBE_BUDGET of
+the run's time, and probing pauses while they would take more (the first probe of each
+fallback excepted). Where catch-up is dear this means a draft model that fell back stays
+off, while lookup, which has no catch-up, keeps being probed.
 
 Why the output stays exact. Speculative sampling emits, at every position, a token whose
 law given everything before it is p, whatever k was, provided two things: whether position
@@ -68,17 +68,16 @@ Left out: the drafters themselves (drafters.py) and the loop that consults the p
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, Sequence, Union
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from .errors import BadInput
+from .events import AUTO, DraftPolicy, DraftTokens, Round
 
 if TYPE_CHECKING:
-    from .engine import CostCurve, Round
+    from .cost_curve import CostCurve
 
-AUTO = "auto"
-DraftTokens = Union[int, str]  # a fixed k, or "auto"
 
 # The early-stop threshold (llama.cpp's default is 0.75). Ours is 0, off, for `auto` and fixed k:
 # on the built-in pair the draft is right 94% of the time even where its confidence is below
@@ -105,31 +104,6 @@ REFRESH_ROUNDS = 16  # a plain step re-measures T_batch(1) when it is older than
 MAX_BACKOFF = 64
 
 
-def parse_draft_tokens(text: str, max_k: int) -> DraftTokens:
-    """'auto' or an integer 1..max_k. Example: '8' -> 8, 'AUTO' -> 'auto'."""
-    value = text.strip().lower()
-    if value == AUTO:
-        return AUTO
-    try:
-        k = int(value)
-    except ValueError:
-        raise BadInput(f"--draft-tokens must be 'auto' or a number of tokens, got {text!r}") from None
-    if not 1 <= k <= max_k:
-        raise BadInput(f"--draft-tokens must be between 1 and {max_k}, got {k}")
-    return k
-
-
-class DraftPolicy(Protocol):
-    p_min: float  # the draft model's early-stop threshold (0: off)
-
-    def choose(self, sources: Sequence[str], budget: int) -> tuple[str | None, int]:
-        """Which of the drafters able to propose (names, preferred first) drafts, and at most
-        how many tokens (at most `budget`); (None, 0) means a plain target step."""
-        ...
-
-    def observe(self, event: "Round") -> None: ...
-
-
 def draft_policy(draft_tokens: DraftTokens, p_min: float | None = None) -> DraftPolicy:
     """A fresh policy for one generation: 'auto' learns, an int is fixed. p_min None: the default."""
     if draft_tokens == AUTO:
@@ -150,7 +124,7 @@ class FixedPolicy:
         k = min(self.k, budget)
         return (sources[0], k) if sources and k > 0 else (None, 0)
 
-    def observe(self, event: "Round") -> None:
+    def observe(self, event: Round) -> None:
         pass
 
 
@@ -258,8 +232,8 @@ class BatchCost:
     slope is pulled toward the prior PRIOR_BATCH_SLOPE * T(1) per token by a ridge term worth
     SLOPE_PRIOR_WEIGHT (in units of weight x tokens^2), so that two noisy rounds at adjacent
     sizes cannot tilt it far, while rounds spread over several sizes soon outweigh the prior.
-    Slope >= 0, and no T(n) below T(1). A line fits the CPU verify cost well (about +8% of a
-    step per token here); on a GPU it comes out flatter. Example: T(1) = 12 ms, and no other
+    Slope >= 0, and no T(n) below T(1). A line fits the CPU verify cost well (a few per cent of
+    a step per token); on a GPU it comes out flatter. Example: T(1) = 12 ms, and no other
     size seen: T(n) = 12 * (1 + 0.05 (n - 1)) ms; with T(5) = 18 ms seen often, T(n) runs
     through 18 at n = 5 with a slope between the prior 0.6 and what the data say.
     """
@@ -314,7 +288,7 @@ class DrafterRecord:
 class AdaptivePolicy:
     """`--draft-tokens auto`: the k (and drafter) with the most expected tokens per second, learnt in this run.
 
-    `costs` seeds the cost estimates with a measured curve (engine.measure_cost_curve);
+    `costs` seeds the cost estimates with a measured curve (cost_curve.measure_cost_curve);
     with learn_costs=False they stay fixed (tests with hand-worked curves).
     """
 
@@ -404,7 +378,7 @@ class AdaptivePolicy:
         per_round = rec.backlog_per_round.value or 0.0
         return self.backlog_seconds + per_round * (self.rounds - rec.last_round) <= PROBE_BUDGET * self.elapsed
 
-    def observe(self, event: "Round") -> None:
+    def observe(self, event: Round) -> None:
         self.rounds += 1
         if self.learn_costs and self.rounds > 1:  # the first step after a prefill runs slow
             self.batch.add(event.drafted + 1, event.seconds - event.draft_seconds)
@@ -430,7 +404,7 @@ class AdaptivePolicy:
                 rec.catch_up.add(clamp(event.draft_catch_up_seconds, limit))
 
 
-def draft_step_seconds(event: "Round") -> float | None:
+def draft_step_seconds(event: Round) -> float | None:
     """Seconds per drafted token, without the draft model's catch-up, or None when the round cannot tell.
 
     The catch-up evaluates what the draft model has not seen yet: one or two tokens while

@@ -14,7 +14,8 @@ so piped text is always exactly the generated text).
 `JsonlRenderer` writes the same stream as one JSON object per token. `stats_table` lays
 out a `RunStats` (and the baseline and the predicted speed-up) as a Rich table for stderr.
 
-Left out: computing anything (stats.py), deciding what to print (cli.py).
+Left out: computing anything (stats.py), deciding what to print (cli_run.py; the bench's
+screen is render_bench.py).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from .engine import CostCurve, Event, Rejected, Source, Token
+from .cost_curve import CostCurve
+from .events import DraftTokens, Event, Rejected, Source, Token
 from .stats import RunStats, measured_speedup
 
 # ANSI SGR codes, shared by the stream, the legend and `specdec simulate`.
@@ -213,7 +215,7 @@ FINISH_REASONS = {
 def stats_table(
     stats: RunStats,
     *,
-    k: int,
+    k: DraftTokens,
     seed: int | None = None,
     baseline: RunStats | None = None,
     predicted: float | None = None,

@@ -8,7 +8,11 @@
 Numbers are formatted here and nowhere else: a spread prints as "1.47 (1.40-1.52)", an
 acceptance-by-position list [1.0, 0.95, 0.5] as "100 95 50" (percent, draft 1 first).
 
-Left out: computing anything (bench.py) and choosing what to write where (cli.py).
+Sentences too: a divergence ("prompt 'story', drafter model, k=4, repeat 1: speculative
+output differs ...") and the recommendation ("best: --drafter model --draft-tokens 4: ...").
+
+Left out: computing anything (bench.py, bench_stats.py), the CSV and JSON files
+(bench_output.py) and choosing what to write where (cli_bench.py).
 """
 
 from __future__ import annotations
@@ -23,8 +27,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from .bench import BenchReport, ProgressCallback, Spread
-from .policy import AUTO
+from .bench_model import BenchReport, Divergence, ProgressCallback, Recommendation, Spread
+from .events import AUTO
 from .errors import BadInput
 
 
@@ -164,12 +168,12 @@ def print_report(report: BenchReport, console: Console) -> None:
     console.print(results_table(report))
     console.print(summary_table(report))
     console.print("predicted: Theorem 3.8, for the model drafter at a fixed k only ('-' for auto and lookup, whose draft length varies per round); mean k: drafts per target pass", highlight=False)
-    console.print(f"recommendation: {report.recommendation.line}", highlight=False)
+    console.print(f"recommendation: {recommendation_line(report.recommendation)}", highlight=False)
     divergences = report.divergences
     if divergences:
         console.print(f"[bold red]{len(divergences)} divergence(s) at temperature 0[/]: speculative output must equal target-only output")
         for d in divergences:
-            console.print(f"  {d.message()}", highlight=False, markup=False)
+            console.print(f"  {divergence_message(d)}", highlight=False, markup=False)
 
 
 def require_matplotlib():
@@ -226,3 +230,36 @@ def write_plot(report: BenchReport, path: Path) -> None:
         fig.savefig(path, dpi=120)
     except OSError as exc:
         raise BadInput(f"--plot: cannot write {path}: {exc}") from None
+
+
+def divergence_message(d: Divergence) -> str:
+    """Example: "prompt 'story', drafter model, k=4, repeat 1: speculative output differs from
+    target-only at generated token 17 (0-based): target 279 ' the', speculative 264 ' a'"."""
+    s = d.setting
+    return (
+        f"prompt {s.prompt!r}, drafter {s.drafter}, k={s.k}, repeat {d.repeat + 1}: speculative output differs from "
+        f"target-only at generated token {d.position} (0-based): "
+        f"target {_describe(d.target_token, d.target_text)}, "
+        f"speculative {_describe(d.speculative_token, d.speculative_text)}"
+    )
+
+
+def recommendation_line(rec: Recommendation) -> str:
+    """Example: "best: --drafter model --draft-tokens 4: 1.50x at T=0 (predicted 1.06x)"."""
+    if not rec.speedups:
+        return "no speed-up could be measured (every run produced no tokens?)"
+    detail = ", ".join(
+        f"{speedup:.2f}x at T={t:g}{_predicted_note(rec.predicted.get(t, math.nan))}" for t, speedup in rec.speedups.items()
+    )
+    options = f"--drafter {rec.drafter} --draft-tokens {rec.k}"
+    if rec.worthwhile:
+        return f"best: {options}: {detail}"
+    return f"no drafter and k beats target-only decoding for this pair on this machine (best: {options}, {detail}); decode target-only"
+
+
+def _predicted_note(predicted: float) -> str:
+    return f" (predicted {predicted:.2f}x)" if math.isfinite(predicted) else ""
+
+
+def _describe(token: int | None, text: str) -> str:
+    return "(end of output)" if token is None else f"{token} {text!r}"

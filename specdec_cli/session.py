@@ -1,15 +1,16 @@
-"""From user options to a ready engine: resolve the files, load both models, check the pair.
+"""From two resolved files to ready engines: load both models, check the pair, build engines.
 
     with open_pair(draft_path, target_path, LoadOptions(n_ctx=4096)) as pair:
         prompt_ids = pair.prompt_tokens("Hello", chat=True)
-        for event in pair.engine().generate(prompt_ids, config): ...
+        for event in pair.engine().generate(prompt_ids, config, draft_policy(8)): ...
 
 `pair.engine(speculative=False)` gives the target-only engine on the same loaded target,
 which is what `--baseline` and `bench` compare against. `pair.engine(drafter="lookup")`
 drafts by prompt lookup (no draft model needed: open the pair with draft_path=None);
 "model+lookup" uses lookup when it matches and the draft model otherwise.
 
-Left out: option parsing and printing (cli.py), the loop itself (engine.py).
+Left out: option parsing (cli_options.py), printing (render.py), the loop itself
+(engine.py), the draft-length policy (the caller builds it: policy.draft_policy).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from .backend import LlamaModel
+from .cli_options import DRAFTERS
 from .compat import compare_vocabularies
 from .drafters import LookupDrafter, LookupOptions, ModelAndLookup, ModelDrafter
 from .engine import Engine
@@ -67,9 +69,6 @@ class LoadedPair:
         by_model = ModelDrafter(self.draft, self.vocab_limit)
         chosen = by_model if drafter == "model" else ModelAndLookup(by_model, by_lookup)
         return Engine(self.target, chosen, vocab_limit=self.vocab_limit)
-
-
-DRAFTERS = ("model", "lookup", "model+lookup")
 
 
 def check_pair(draft: LlamaModel, target: LlamaModel) -> int:

@@ -27,7 +27,7 @@ from typing import Iterator, TextIO
 
 import numpy as np
 
-from .engine import Source
+from .events import Source
 from .render import SGR, SGR_REJECTED, paint
 from .stats import expected_tokens_per_round
 

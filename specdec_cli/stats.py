@@ -1,7 +1,9 @@
-"""Counters and timings built from engine events, and the speed-up model that explains them.
+"""Consuming a generation into counters and timings, and the speed-up model that explains them.
 
-`RunStats` folds the event stream of one generation into the numbers a user asks about:
-tokens per target pass, acceptance (overall and by draft position), where the time went.
+`consume` runs one generation (the engine's event stream) and folds it into an `Outcome`:
+its `RunStats`, the numbers a user asks about (tokens per target pass, acceptance overall
+and by draft position, where the time went), and the tokens and text. `run` and `bench`
+both consume generations through it; `RunStats.merge` pools several runs.
 
 The model is Leviathan et al. 2022, Theorem 3.8, with the verify cost measured instead of
 assumed equal to one target step. With per-token acceptance alpha and k drafts a round
@@ -13,15 +15,18 @@ where T_target(n) is the time of one target batch of n tokens and T_draft one dr
 Example: alpha = 0.8, k = 4, T_draft = 5 ms, T_target(1) = 12 ms, T_target(5) = 18 ms
 -> E = 3.36, speedup = 3.36 * 12 / 38 = 1.06.
 
-Left out: printing (render.py) and measuring the cost curve (engine.measure_cost_curve).
+Left out: printing (render.py) and measuring the cost curve (cost_curve.measure_cost_curve).
 """
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import asdict, dataclass, field
-from typing import Iterable
+from typing import Callable, Iterator
 
-from .engine import CostCurve, Event, Finished, Prefill, Rejected, Round, Token
+from .cost_curve import CostCurve
+from .events import Event, Finished, Prefill, Rejected, Round, Token
 
 
 def expected_tokens_per_round(alpha: float, k: int) -> float:
@@ -66,13 +71,6 @@ class RunStats:
     generation_seconds: float = 0.0
     finish_reason: str = ""
 
-    @classmethod
-    def from_events(cls, events: Iterable[Event]) -> "RunStats":
-        stats = cls()
-        for event in events:
-            stats.add(event)
-        return stats
-
     def add(self, event: Event) -> None:
         if isinstance(event, Prefill):
             self.prompt_tokens = event.prompt_tokens
@@ -104,6 +102,21 @@ class RunStats:
             self.drafted_by_position.append(0)
             self.accepted_by_position.append(0)
 
+    def merge(self, other: "RunStats") -> "RunStats":
+        """Both runs' counters and timings summed, as if they were one run (prompt and finish
+        reason are per run, and stay out). Example: 10 + 12 new tokens -> 22."""
+        out = RunStats()
+        for name in ("new_tokens", "target_passes", "rounds_with_draft", "drafted", "accepted", "rejections"):
+            setattr(out, name, getattr(self, name) + getattr(other, name))
+        for name in ("draft_seconds", "draft_decode_seconds", "verify_seconds", "generation_seconds"):
+            setattr(out, name, getattr(self, name) + getattr(other, name))
+        for s in (self, other):
+            out._grow(len(s.drafted_by_position))
+            for i, (d, a) in enumerate(zip(s.drafted_by_position, s.accepted_by_position)):
+                out.drafted_by_position[i] += d
+                out.accepted_by_position[i] += a
+        return out
+
     # -- derived ----------------------------------------------------------------------
 
     @property
@@ -125,6 +138,12 @@ class RunStats:
     @property
     def mean_accepted(self) -> float:
         return self.accepted / self.rounds_with_draft if self.rounds_with_draft else 0.0
+
+    @property
+    def mean_k(self) -> float:
+        """Drafted tokens per target pass, plain steps counting 0 (NaN before any pass).
+        Example: 3 rounds drafting 4, 4, 0 -> 2.67."""
+        return self.drafted / self.target_passes if self.target_passes else math.nan
 
     @property
     def tokens_per_pass(self) -> float:
@@ -152,3 +171,44 @@ class RunStats:
         for name in ("acceptance_rate", "alpha", "acceptance_by_position", "mean_accepted", "tokens_per_pass", "tokens_per_second", "python_share"):
             out[name] = getattr(self, name)
         return out
+
+
+@dataclass
+class Outcome:
+    """What one generation left behind, also when Ctrl-C cut it short."""
+
+    stats: RunStats
+    tokens: list[int] = field(default_factory=list)  # the ids of the Token events
+    text: str = ""  # their text, joined
+    wall_seconds: float = 0.0  # the whole call, prefill and Python included
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stats.finish_reason == "interrupted"
+
+
+def consume(events: Iterator[Event], on_event: Callable[[Event], None] | None = None) -> Outcome:
+    """Run a generation (the engine's event generator) to its end, or to Ctrl-C, and fold it.
+
+    Every event goes to `on_event` too (a renderer). Ctrl-C ends the run with finish reason
+    "interrupted"; the generator is closed in a `finally` either way, so the engine rolls its
+    caches back now, not at garbage collection.
+    """
+    outcome = Outcome(RunStats())
+    pieces = []
+    start = time.perf_counter()
+    try:
+        for event in events:
+            outcome.stats.add(event)
+            if isinstance(event, Token):
+                outcome.tokens.append(event.id)
+                pieces.append(event.text)
+            if on_event is not None:
+                on_event(event)
+    except KeyboardInterrupt:
+        outcome.stats.finish_reason = "interrupted"
+    finally:
+        events.close()
+        outcome.text = "".join(pieces)
+        outcome.wall_seconds = time.perf_counter() - start
+    return outcome

@@ -1,7 +1,9 @@
 """Shared fixtures. Real-model tests carry the `model` marker and use the built-in pair.
 
-Only one llama.cpp process may run at a time on the 2-core machines (its threads
-spin-wait), so the suite never runs in parallel.
+Every `model` test is also `slow`, like the statistical loops of 20k-100k draws that carry
+the marker themselves: `pytest -m "not slow"` is the quick loop, `pytest` runs everything.
+Only one llama.cpp process may run at a time (its threads spin-wait), so the suite never
+runs in parallel.
 """
 
 from __future__ import annotations
@@ -10,6 +12,12 @@ import os
 from pathlib import Path
 
 import pytest
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("model") is not None:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""Goodness-of-fit helpers shared by the statistical tests (chi-square with pooled bins).
+"""Goodness-of-fit helpers and sampling settings shared by the statistical tests.
 
 A chi-square test is only trusted when every bin expects at least 5 counts, so bins that
 expect fewer are pooled into one bin (which is itself merged into the smallest regular bin
@@ -7,6 +7,11 @@ away: it fails at once, since no sampling noise can put it there.
 
     counts = np.bincount(samples, minlength=len(p))
     assert chi_square_pvalue(counts, p) > ALPHA
+
+`first_two_law` gives the exact law of a generation's first two tokens from the target's
+processed rows, and `first_two_pvalue` tests samples against it (the toy, real and `auto`
+tests all use it). Example: p1 = [0.5, 0.5] and p2 = [1, 0] after either token ->
+{(0, 0): 0.5, (1, 0): 0.5} (also with the zero-probability entries left out).
 
 `power_against` says how likely the same test is to notice a given wrong distribution
 (non-central chi-square), so a test can assert that its sample size is big enough to catch
@@ -17,11 +22,19 @@ Left out: anything model-specific (the tests build their own exact distributions
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import Callable, Iterable, Sequence
+
 import numpy as np
 from scipy import stats
 
+from specdec_cli.sampling import SamplingParams
+
 ALPHA = 1e-4  # per-test false-failure rate of every chi-square test in this suite
 MIN_EXPECTED = 5.0
+
+PLAIN = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)  # the raw softmax, no filter
+PROCESSED = SamplingParams(temperature=0.7, top_k=3, top_p=0.95, min_p=0.05)  # every filter biting
 
 
 def _bins(probs: np.ndarray, n: int) -> list[np.ndarray]:
@@ -42,10 +55,17 @@ def _bins(probs: np.ndarray, n: int) -> list[np.ndarray]:
 
 def chi_square_pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
     """p-value of observed `counts` against the exact distribution `probs` (same length)."""
+    statistic, dof = chi_square_statistic(counts, probs)
+    return float(stats.chi2.sf(statistic, dof))
+
+
+def chi_square_statistic(counts: np.ndarray, probs: np.ndarray) -> tuple[float, int]:
+    """Pearson's statistic of `counts` against `probs` over the pooled bins, and its degrees of freedom."""
     counts = np.asarray(counts, dtype=np.float64)
     probs = np.asarray(probs, dtype=np.float64)
     assert counts.shape == probs.shape
-    assert abs(probs.sum() - 1.0) < 1e-9, f"expected distribution sums to {probs.sum()}"
+    assert abs(probs.sum() - 1.0) < 1e-6, f"expected distribution sums to {probs.sum()}"
+    probs = probs / probs.sum()  # float32 rows sum to 1 only up to rounding
     impossible = counts[probs <= 0].sum()
     assert impossible == 0, f"{impossible:.0f} draws landed on outcomes of probability zero"
     n = counts.sum()
@@ -54,7 +74,34 @@ def chi_square_pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
     obs = np.array([counts[g].sum() for g in groups])
     exp = np.array([n * probs[g].sum() for g in groups])
     exp *= obs.sum() / exp.sum()  # removes float rounding; the sums are equal up to 1e-9
-    return float(stats.chisquare(obs, exp).pvalue)
+    return float(((obs - exp) ** 2 / exp).sum()), len(groups) - 1
+
+
+def first_two_law(
+    next_p: Callable[[tuple[int, ...]], np.ndarray], n: int, is_end: Callable[[int], bool] = lambda token: False
+) -> dict[tuple[int, ...], float]:
+    """The exact law of the first two generated tokens. next_p(prefix) is the target's processed
+    distribution after the generated tokens `prefix`. A first token expected fewer than
+    MIN_EXPECTED times in n samples, or one that ends generation, is not followed up: its
+    key (t1,) stands for "t1, then anything". Example above."""
+    p1 = np.asarray(next_p(()), dtype=np.float64)
+    law: dict[tuple[int, ...], float] = {}
+    for t1 in (int(t) for t in np.flatnonzero(p1)):
+        if n * p1[t1] < MIN_EXPECTED or is_end(t1):
+            law[(t1,)] = float(p1[t1])
+            continue
+        p2 = np.asarray(next_p((t1,)), dtype=np.float64)
+        for t2 in np.flatnonzero(p2):
+            law[(t1, int(t2))] = float(p1[t1] * p2[t2])
+    return law
+
+
+def first_two_pvalue(samples: Iterable[Sequence[int]], law: dict[tuple[int, ...], float]) -> float:
+    """chi_square_pvalue of generations (their first one or two tokens) against first_two_law."""
+    counts = Counter((s[0],) if (s[0],) in law else tuple(s[:2]) for s in samples)
+    assert all(key in law for key in counts), f"sequences of target probability 0: {[k for k in counts if k not in law][:3]}"
+    keys = list(law)
+    return chi_square_pvalue(np.array([counts[key] for key in keys]), np.array([law[key] for key in keys]))
 
 
 def power_against(probs: np.ndarray, wrong: np.ndarray, n: int, alpha: float = ALPHA) -> float:

@@ -17,35 +17,27 @@ import pytest
 
 from fakes import MarkovModel, random_markov
 from specdec_cli import cli, cli_bench
-from specdec_cli.bench import (
-    CSV_COLUMNS,
+from specdec_cli.bench import plan, run_bench
+from specdec_cli.bench_model import NATIVE, SPECULATIVE, TARGET, BenchConfig, RunRecord, Setting, Spread, Step, SummaryRow
+from specdec_cli.bench_output import CSV_COLUMNS, report_dict, write_csv
+from specdec_cli.bench_stats import analyse, first_divergence, recommend
+from specdec_cli.cli_options import (
     DEFAULT_DRAFT_TOKENS,
     DEFAULT_DRAFTERS,
-    NATIVE,
-    SPECULATIVE,
-    TARGET,
-    BenchConfig,
-    RunRecord,
-    Setting,
-    Spread,
-    Step,
-    SummaryRow,
-    analyse,
-    first_divergence,
+    DEFAULT_REPEATS,
+    option_list,
+    parse_draft_length,
     parse_draft_tokens,
     parse_drafters,
     parse_temperatures,
-    plan,
-    recommend,
-    run_bench,
-    write_csv,
 )
 from specdec_cli.drafters import LookupDrafter, LookupOptions, ModelAndLookup, ModelDrafter
-from specdec_cli.engine import CostCurve, Engine
+from specdec_cli.cost_curve import CostCurve
+from specdec_cli.engine import Engine
 from specdec_cli.errors import BadInput, SpecdecError
 from specdec_cli.native import NativeResult, find_binary, native_command, parse_output, run_native
 from specdec_cli.prompts import BUILTIN_PROMPTS, Prompt, load_prompts
-from specdec_cli.render_bench import by_position, require_matplotlib, spread, write_plot
+from specdec_cli.render_bench import by_position, divergence_message, recommendation_line, require_matplotlib, spread, write_plot
 from specdec_cli.stats import RunStats, predict
 
 VOCAB = 12
@@ -161,7 +153,7 @@ def test_run_bench_follows_the_plan_reports_progress_and_prints_nothing(capsys):
 def test_exact_at_temperature_zero_on_a_faithful_pair():
     report = run_bench(FakePair(seed=3), PROMPTS, SMALL)
     assert report.divergences == []
-    assert report.to_dict()["exact"] is True
+    assert report_dict(report)["exact"] is True
     greedy = [r for r in report.runs if r.step.setting.temperature == 0 and r.step.mode == SPECULATIVE]
     assert greedy and all(r.divergence is None for r in greedy)
     # The draft differs from the target, so the check has rejections to survive.
@@ -181,8 +173,8 @@ def test_divergence_at_temperature_zero_is_found_with_its_position():
     (d,) = report.divergences
     assert (d.position, d.repeat, d.setting) == (expected, 0, Setting("a", 0.0, 2))
     assert d.target_token == a.tokens[expected] and d.speculative_token == b.tokens[expected]
-    assert f"token {expected} (0-based)" in d.message()
-    assert b.divergence == expected and report.to_dict()["exact"] is False
+    assert f"token {expected} (0-based)" in divergence_message(d)
+    assert b.divergence == expected and report_dict(report)["exact"] is False
 
 
 def test_first_divergence_examples():
@@ -241,13 +233,13 @@ def test_recommend_takes_the_best_geometric_mean_over_temperatures():
     assert rec.k == 2 and rec.worthwhile
     assert rec.speedups == {0.0: 1.5, 0.7: 1.1}
     assert (rec.drafter, rec.k) == ("model", 2)
-    assert rec.line.startswith("best: --drafter model --draft-tokens 2: 1.50x at T=0 (predicted 1.00x)")
+    assert recommendation_line(rec).startswith("best: --drafter model --draft-tokens 2: 1.50x at T=0 (predicted 1.00x)")
 
 
 def test_recommend_ties_go_to_the_smaller_k_and_a_loss_says_so():
     assert recommend([_row(0.0, 4, 1.3), _row(0.0, 2, 1.3)]).k == 2
     rec = recommend([_row(0.0, 1, 0.9), _row(0.0, 2, 0.7)])
-    assert rec.k == 1 and not rec.worthwhile and "no drafter and k beats target-only" in rec.line
+    assert rec.k == 1 and not rec.worthwhile and "no drafter and k beats target-only" in recommendation_line(rec)
 
 
 # -- what it writes -------------------------------------------------------------------------
@@ -268,7 +260,7 @@ def test_csv_has_one_row_per_run_with_the_documented_columns():
 
 def test_json_holds_every_measurement_and_is_strict_json():
     report = run_bench(FakePair(), PROMPTS, SMALL)
-    data = json.loads(json.dumps(report.to_dict(), allow_nan=False))
+    data = json.loads(json.dumps(report_dict(report), allow_nan=False))
     assert data["schema"] == "specdec-bench/2"
     assert set(data) >= {"config", "models", "prompts", "summary", "results", "cost_curves", "runs", "recommendation", "divergences", "exact"}
     assert len(data["runs"]) == len(report.runs) and len(data["results"]) == 2 * 2 * 2
@@ -415,7 +407,7 @@ def _main(monkeypatch, capsys, *args):
 @pytest.mark.parametrize(
     "args, fragment",
     [
-        (["--draft-tokens", "0"], "--draft-tokens values must be between 1 and 64"),
+        (["--draft-tokens", "0"], "--draft-tokens must be between 1 and 64, got 0"),
         (["--draft-tokens", "4,sometimes"], "whole numbers and/or auto"),
         (["--drafter", "model,oracle"], "--drafter takes a comma-separated list of model, lookup, model+lookup"),
         (["--temperature", "0,-1"], "--temperature values must be 0"),
@@ -517,11 +509,21 @@ def test_parse_draft_tokens_and_drafters_take_auto_and_lists():
             parse_drafters(bad)
 
 
-def test_cli_defaults_agree_with_the_bench_defaults():
-    assert parse_draft_tokens(cli_bench.DEFAULT_DRAFT_TOKENS) == BenchConfig().draft_tokens == DEFAULT_DRAFT_TOKENS
-    assert parse_drafters(cli_bench.DEFAULT_DRAFTERS) == BenchConfig().drafters == DEFAULT_DRAFTERS
-    assert cli_bench.DEFAULT_REPEATS == BenchConfig().repeats
-    assert "auto" in DEFAULT_DRAFT_TOKENS and "lookup" in DEFAULT_DRAFTERS
+def test_option_text_of_the_defaults_parses_back_to_them():
+    # The bench's --draft-tokens/--drafter/--temperature defaults are option_list(value): the
+    # text must parse back to the value BenchConfig uses.
+    assert option_list(DEFAULT_DRAFT_TOKENS) == "2,4,8,12,auto" and option_list((0.0, 0.7)) == "0,0.7"
+    assert parse_draft_tokens(option_list(DEFAULT_DRAFT_TOKENS)) == BenchConfig().draft_tokens == DEFAULT_DRAFT_TOKENS
+    assert parse_drafters(option_list(DEFAULT_DRAFTERS)) == BenchConfig().drafters == DEFAULT_DRAFTERS
+    assert parse_temperatures(option_list(BenchConfig().temperatures)) == BenchConfig().temperatures
+    assert DEFAULT_REPEATS == BenchConfig().repeats
+
+
+def test_run_takes_one_draft_length():
+    assert parse_draft_length("8") == 8 and parse_draft_length(" AUTO ") == "auto"
+    for bad, fragment in (("2,4", "one value"), ("0", "between 1 and 64, got 0"), ("65", "got 65"), ("eight", "whole numbers and/or auto"), ("", "or auto")):
+        with pytest.raises(BadInput, match=fragment):
+            parse_draft_length(bad)
 
 
 def test_plan_sweeps_drafters_and_auto_like_any_k_and_native_only_for_model_at_fixed_k():
@@ -563,7 +565,7 @@ def test_run_bench_with_auto_and_lookup_is_exact_and_fills_the_new_fields():
 
 def test_schema_carries_the_drafter_and_auto():
     report = run_bench(FakePair(), PROMPTS[:1], MIXED)
-    data = json.loads(json.dumps(report.to_dict(), allow_nan=False))
+    data = json.loads(json.dumps(report_dict(report), allow_nan=False))
     assert data["config"]["drafters"] == ["model", "lookup"] and data["config"]["draft_tokens"] == [2, "auto"]
     assert {(r["setting"]["drafter"], r["setting"]["k"]) for r in data["results"]} == {("model", 2), ("model", "auto"), ("lookup", 2), ("lookup", "auto")}
     assert all("mean_k" in r for r in data["results"]) and all("drafter" in row and "mean_k" in row for row in data["summary"])
@@ -588,7 +590,7 @@ def test_recommend_picks_the_best_drafter_and_k_and_names_both():
     # geometric means: model 4 1.342, model auto 1.386, lookup 4 1.049, lookup auto 1.572
     rec = recommend(summary)
     assert (rec.drafter, rec.k, rec.worthwhile) == ("lookup", "auto", True)
-    assert rec.line == "best: --drafter lookup --draft-tokens auto: 1.90x at T=0, 1.30x at T=0.7"  # no prediction for auto
+    assert recommendation_line(rec) == "best: --drafter lookup --draft-tokens auto: 1.90x at T=0, 1.30x at T=0.7"  # no prediction for auto
     # Ties: the drafter listed first, then the smaller k, auto after every number.
     tie = [_row(0.0, "auto", 1.3, drafter="model"), _row(0.0, 8, 1.3, drafter="model"), _row(0.0, 2, 1.3, drafter="lookup")]
     assert (recommend(tie).drafter, recommend(tie).k) == ("model", 8)

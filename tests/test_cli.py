@@ -34,7 +34,9 @@ from fakes import MarkovModel
 from specdec_cli import session
 from specdec_cli.cli import app
 from specdec_cli.cli_options import parse_stops
-from specdec_cli.engine import Engine, GenerationConfig, Source, Token
+from specdec_cli.engine import Engine, GenerationConfig
+from specdec_cli.policy import draft_policy
+from specdec_cli.events import Source, Token
 from specdec_cli.drafters import ModelDrafter
 from specdec_cli.errors import SpecdecError
 from specdec_cli.render import SGR, SGR_REJECTED, paint
@@ -267,7 +269,7 @@ def test_stop_string_inside_a_multi_character_token():
     for i in range(n):
         table[i, 26 + (i - 25) % 4 if i >= 25 else i + 1] = 10.0
     engine = Engine(MarkovModel(table), ModelDrafter(MarkovModel(table)))
-    events = list(engine.generate([24], GenerationConfig(max_tokens=6, draft_tokens=1, sampling=GREEDY, stop=("6><2",))))
+    events = list(engine.generate([24], GenerationConfig(max_tokens=6, sampling=GREEDY, stop=("6><2",)), draft_policy(1)))
     tokens = [e for e in events if isinstance(e, Token)]
     assert [t.source for t in tokens] == [Source.DRAFT, Source.BONUS]  # <27> carries none of the text
     assert "".join(t.text for t in tokens) == "z<2"

@@ -17,13 +17,15 @@ import numpy as np
 import pytest
 
 from specdec_cli.drafters import ModelDrafter, catch_up
-from specdec_cli.engine import Engine, GenerationConfig, Rejected, Round, Token, shared_vocab
-from specdec_cli.sampling import GREEDY, SamplingParams, probabilities
-from stat_checks import ALPHA, chi_square_pvalue, power_against
+from specdec_cli.engine import Engine, GenerationConfig
+from specdec_cli.policy import draft_policy
+from specdec_cli.events import Rejected, Round, Token
+from specdec_cli.sampling import GREEDY, probabilities
+from specdec_cli.session import check_pair
+from stat_checks import ALPHA, PLAIN, chi_square_pvalue, first_two_law, first_two_pvalue, power_against
 
 pytestmark = pytest.mark.model
 
-PLAIN = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
 # A raw prompt the built-in target continues for well over 200 tokens without EOS, and whose
 # next-token distribution is spread out (top token ~0.24) so sampled outcomes are informative.
 PROMPT = "The history of the Roman Empire"
@@ -37,7 +39,7 @@ ROLLBACK_ATOL = 0.05
 def pair(builtin_models):
     """(draft, target, shared vocabulary size, prompt ids)."""
     draft, target = builtin_models
-    return draft, target, shared_vocab(target, draft), target.tokenize(PROMPT)
+    return draft, target, check_pair(draft, target), target.tokenize(PROMPT)
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +91,8 @@ def weak_draft(builtin_paths, tmp_path_factory):
 
 
 def run(engine: Engine, prompt, **config) -> tuple[list[int], list[Round]]:
-    events = list(engine.generate(prompt, GenerationConfig(**config)))
+    policy = draft_policy(config.pop("draft_tokens", 8), config.pop("p_min", None))
+    events = list(engine.generate(prompt, GenerationConfig(**config), policy))
     return [e.id for e in events if isinstance(e, Token)], [e for e in events if isinstance(e, Round)]
 
 
@@ -127,34 +130,9 @@ def test_the_target_as_its_own_draft_is_accepted_almost_always(pair, twin, param
 # -- temperature 1: the first two tokens ---------------------------------------------
 
 
-def exact_first_two(target, prompt, limit: int, n: int):
-    """Outcome bins for (t1, t2) and their exact probabilities under the target at PLAIN.
-
-    Chosen from the exact law alone (never from the samples): each t1 expecting >= 5 of n
-    draws gets its own bins, one per t2 expecting >= 5 plus one for the rest of its t2; all
-    other t1 share a final bin. Returns (bin_of(t1, t2), probabilities of the bins).
-    """
-    p1 = probabilities(np.array(catch_up(target, prompt)[0, :limit]), PLAIN)
-    firsts = [int(t) for t in np.flatnonzero(n * p1 >= 5)]
-    index: dict[tuple[int, int], int] = {}
-    probs: list[float] = []
-    for t1 in firsts:
-        p2 = probabilities(np.array(catch_up(target, list(prompt) + [t1])[0, :limit]), PLAIN)
-        big = np.flatnonzero(n * p1[t1] * p2 >= 5)
-        for t2 in big:
-            index[(t1, int(t2))] = len(probs)
-            probs.append(p1[t1] * p2[t2])
-        index[(t1, -1)] = len(probs)  # every other t2 after this t1
-        probs.append(p1[t1] * (1.0 - p2[big].sum()))
-    rest = len(probs)
-    probs.append(1.0 - p1[firsts].sum())
-
-    def bin_of(t1: int, t2: int) -> int:
-        if (t1, -1) not in index:
-            return rest
-        return index.get((t1, t2), index[(t1, -1)])
-
-    return bin_of, np.array(probs), p1
+def target_rows(target, prompt, limit: int):
+    """next_p for stat_checks.first_two_law: the target's PLAIN distribution after prompt + prefix."""
+    return lambda prefix: probabilities(np.array(catch_up(target, list(prompt) + list(prefix))[0, :limit]), PLAIN)
 
 
 def sample_first_two(engine: Engine, prompt, n: int, eos: int) -> list[tuple[int, int]]:
@@ -178,7 +156,9 @@ def test_sampled_first_two_tokens_follow_the_exact_target_distribution(pair, wea
     n = 1000
     draft, target, limit, prompt = pair
     drafter_model = draft if which == "builtin" else weak_draft
-    bin_of, exact, p1 = exact_first_two(target, prompt, limit, n)
+    next_p = target_rows(target, prompt, limit)
+    p1 = next_p(())
+    law = first_two_law(next_p, n, target.is_end_of_generation)
 
     q1 = probabilities(np.array(catch_up(drafter_model, prompt)[0, :limit]), PLAIN)
     beta = float(np.minimum(p1, q1).sum())
@@ -188,8 +168,7 @@ def test_sampled_first_two_tokens_follow_the_exact_target_distribution(pair, wea
 
     engine = Engine(target, ModelDrafter(drafter_model, limit), vocab_limit=limit)
     samples = sample_first_two(engine, prompt, n, target.vocab.eos)
-    counts = np.bincount([bin_of(t1, t2) for t1, t2 in samples], minlength=len(exact))
-    assert chi_square_pvalue(counts, exact) > ALPHA
+    assert first_two_pvalue(samples, law) > ALPHA
     # The first token alone, against p, with its own bins.
     firsts = np.bincount([t1 for t1, _ in samples], minlength=limit)
     assert chi_square_pvalue(firsts, p1) > ALPHA
@@ -222,7 +201,7 @@ def test_after_a_rejection_the_next_round_sees_exactly_a_fresh_prefix(pair, weak
     engine = Engine(recording, ModelDrafter(weak_draft, limit), vocab_limit=limit)
     rounds: list[Round] = []
     rejected_in: dict[int, int] = {}  # round index -> the draft it rejected
-    for event in engine.generate(prompt, GenerationConfig(max_tokens=40, draft_tokens=4, sampling=PLAIN, seed=3)):
+    for event in engine.generate(prompt, GenerationConfig(max_tokens=40, sampling=PLAIN, seed=3), draft_policy(4)):
         if isinstance(event, Rejected):
             rejected_in[len(rounds)] = event.id
         elif isinstance(event, Round):

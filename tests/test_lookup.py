@@ -16,12 +16,16 @@ from specdec_cli.drafters import (
     match_class,
     match_length,
 )
-from specdec_cli.engine import CostCurve, Engine, Finished, GenerationConfig, Round, Source, Token
+from specdec_cli.cost_curve import CostCurve
+from specdec_cli.engine import Engine, GenerationConfig
+from specdec_cli.policy import draft_policy
+from specdec_cli.events import Finished, Round, Source, Token
 from specdec_cli.errors import BadInput
 from specdec_cli.policy import AdaptivePolicy, FixedPolicy
-from specdec_cli.sampling import GREEDY, SamplingParams
+from specdec_cli.sampling import GREEDY
 
 from fakes import MarkovModel, random_markov
+from stat_checks import PLAIN, PROCESSED
 from transitions import transition_test
 
 RNG = np.random.default_rng(0)  # lookup never draws from it
@@ -132,7 +136,7 @@ def cycle_table(n_vocab: int, order: list[int], eos: int | None = None) -> np.nd
 
 def test_no_match_means_a_plain_target_step():
     target = MarkovModel(cycle_table(8, [1, 2, 3, 4, 5, 6, 7]))
-    events = list(Engine(target, LookupDrafter()).generate([1], GenerationConfig(max_tokens=3, sampling=GREEDY)))
+    events = list(Engine(target, LookupDrafter()).generate([1], GenerationConfig(max_tokens=3, sampling=GREEDY), draft_policy(8)))
     first = next(e for e in events if isinstance(e, Round))
     assert (first.source, first.drafted, first.k) == ("", 0, 0)
     assert all(not r.source for r in events if isinstance(r, Round))  # the cycle never repeats in 3 tokens
@@ -142,7 +146,7 @@ def test_no_match_means_a_plain_target_step():
 def test_eos_inside_an_accepted_proposal_ends_generation_there():
     target = MarkovModel(cycle_table(6, [1, 2, 3, 0]), eos=0)
     engine = Engine(target, LookupDrafter(LookupOptions((2,), 8), is_end=target.is_end_of_generation))
-    events = list(engine.generate([1, 2, 3, 0, 1, 2], GenerationConfig(max_tokens=50, draft_tokens=8, sampling=GREEDY)))
+    events = list(engine.generate([1, 2, 3, 0, 1, 2], GenerationConfig(max_tokens=50, sampling=GREEDY), draft_policy(8)))
     rounds = [e for e in events if isinstance(e, Round)]
     assert (rounds[0].drafted, rounds[0].accepted) == (2, 2)  # proposed [3, 0]: cut after the EOS
     finished = events[-1]
@@ -154,7 +158,7 @@ def test_proposals_respect_the_token_budget():
     prompt = [1, 2, 3, 4, 5] * 3 + [1, 2]
     engine = Engine(target, LookupDrafter(LookupOptions((2, 1), 16)))
     for max_tokens in (1, 2, 5, 12):
-        events = list(engine.generate(prompt, GenerationConfig(max_tokens=max_tokens, draft_tokens=16, sampling=GREEDY)))
+        events = list(engine.generate(prompt, GenerationConfig(max_tokens=max_tokens, sampling=GREEDY), draft_policy(16)))
         assert len(events[-1].tokens) == max_tokens
         made = 0
         for event in events:
@@ -171,15 +175,13 @@ def test_lookup_is_greedy_exact(draft_tokens):
     prompt = [0, 1, 2, 3]
     expected = list(Engine(MarkovModel(table)).generate(prompt, GenerationConfig(max_tokens=300, sampling=GREEDY)))[-1].tokens
     for drafter in (LookupDrafter(), ModelAndLookup(ModelDrafter(MarkovModel(random_markov(6, rng))), LookupDrafter())):
-        events = list(Engine(MarkovModel(table), drafter).generate(prompt, GenerationConfig(max_tokens=300, draft_tokens=draft_tokens, sampling=GREEDY)))
+        events = list(Engine(MarkovModel(table), drafter).generate(prompt, GenerationConfig(max_tokens=300, sampling=GREEDY), draft_policy(draft_tokens)))
         assert events[-1].tokens == expected
         assert sum(e.accepted for e in events if isinstance(e, Round)) > 0
 
 
 # -- exactness at temperature > 0 --------------------------------------------------------
 
-HOT = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
-PROCESSED = SamplingParams(temperature=0.7, top_k=3, top_p=0.95, min_p=0.05)
 N_TOKENS = 30_000
 ALPHA = 1e-3  # false-failure rate of each statistical test (the seeds are fixed)
 
@@ -189,7 +191,8 @@ def frozen_auto() -> AdaptivePolicy:
     return AdaptivePolicy(p_min=0.4, costs=costs, learn_costs=False)
 
 
-@pytest.mark.parametrize("params", [HOT, PROCESSED], ids=["t1", "processed"])
+@pytest.mark.slow
+@pytest.mark.parametrize("params", [PLAIN, PROCESSED], ids=["t1", "processed"])
 @pytest.mark.parametrize("drafter_kind", ["lookup", "model+lookup"])
 def test_lookup_is_exact_at_temperature(params, drafter_kind):
     """N = 30,000 tokens from one generation, chi-square over (previous token, round position)

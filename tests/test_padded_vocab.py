@@ -25,9 +25,12 @@ import pytest
 from gguf_padding import read_f32_tensor, write_padded
 from specdec_cli.backend import LlamaModel
 from specdec_cli.drafters import catch_up
-from specdec_cli.engine import Engine, Finished, GenerationConfig, Rejected, Round, Token
-from specdec_cli.sampling import GREEDY, SamplingParams
+from specdec_cli.engine import Engine, GenerationConfig
+from specdec_cli.policy import draft_policy
+from specdec_cli.events import Finished, Rejected, Round, Token
+from specdec_cli.sampling import GREEDY
 from specdec_cli.session import LoadedPair, check_pair
+from stat_checks import PLAIN
 
 pytestmark = pytest.mark.model
 
@@ -41,7 +44,7 @@ PAD_SCALE = 3.0
 
 
 def run(engine: Engine, prompt: list[int], config: GenerationConfig) -> list:
-    return list(engine.generate(prompt, config))
+    return list(engine.generate(prompt, config, draft_policy(4)))  # k = 4 for every speculative engine here
 
 
 def finished(events: list) -> Finished:
@@ -53,7 +56,7 @@ def baseline(builtin_models):
     """The unpadded F32 target alone, greedy: (prompt ids, config, output tokens)."""
     _, target = builtin_models
     prompt = target.tokenize(PROMPT)
-    config = GenerationConfig(max_tokens=N_TOKENS, draft_tokens=4, sampling=GREEDY, seed=0)
+    config = GenerationConfig(max_tokens=N_TOKENS, sampling=GREEDY, seed=0)
     tokens = finished(run(Engine(target), prompt, config)).tokens
     assert len(tokens) == N_TOKENS
     context, gaps = list(prompt), []
@@ -128,7 +131,7 @@ def test_sampling_with_a_padded_target_emits_only_shared_ids(padded, baseline, b
     draft, _ = builtin_models
     prompt, _, _ = baseline
     pair = LoadedPair(target=model, draft=draft, vocab_limit=check_pair(draft, model))
-    config = GenerationConfig(max_tokens=48, draft_tokens=4, sampling=SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0), seed=7)
+    config = GenerationConfig(max_tokens=48, sampling=PLAIN, seed=7)
     events = run(pair.engine(), prompt, config)
     emitted = [e.id for e in events if isinstance(e, Token)]
     assert emitted and max(emitted) < shared

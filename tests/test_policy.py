@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from specdec_cli.drafters import ModelDrafter, Proposal, top_probability
-from specdec_cli.engine import CostCurve, Engine, GenerationConfig, Round, Token
+from specdec_cli.cost_curve import CostCurve
+from specdec_cli.engine import Engine, GenerationConfig
+from specdec_cli.events import Round, Token
 from specdec_cli.errors import BadInput
 from specdec_cli.policy import (
     DEFAULT_P_MIN,
@@ -24,11 +26,11 @@ from specdec_cli.policy import (
     draft_policy,
     draft_step_seconds,
     expected_tokens,
-    parse_draft_tokens,
 )
 from specdec_cli.sampling import GREEDY, SamplingParams, probabilities, sample
 
 from fakes import MarkovModel, random_markov
+from stat_checks import PLAIN, PROCESSED
 from transitions import transition_test
 
 MS = 1e-3
@@ -279,11 +281,6 @@ def test_fixed_policy_and_parsing():
     assert FixedPolicy(8).choose(["model"], budget=3) == ("model", 3)
     assert FixedPolicy(8).choose([], budget=100) == (None, 0)
     assert FixedPolicy(8).choose(["model"], budget=0) == (None, 0)
-    assert parse_draft_tokens("auto", 64) == "auto" and parse_draft_tokens(" AUTO ", 64) == "auto"
-    assert parse_draft_tokens("8", 64) == 8
-    for bad in ("0", "65", "eight", ""):
-        with pytest.raises(BadInput):
-            parse_draft_tokens(bad, 64)
     assert draft_policy("auto").p_min == DEFAULT_P_MIN == 0.0
     assert draft_policy("auto", p_min=0.3).p_min == 0.3
     assert draft_policy(4).p_min == 0.0 and draft_policy(4, p_min=0.3).p_min == 0.3
@@ -302,16 +299,13 @@ def test_p_min_stops_before_an_unsure_token():
     assert top_probability(table[1].astype(np.float32)) == pytest.approx(0.49, abs=1e-6)
     assert drafter.propose([0], 4, GREEDY, rng, p_min=0.5).tokens == [1]
     assert len(drafter.propose([0], 4, GREEDY, rng, p_min=0.0).tokens) == 4
-    hot = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
-    proposal = drafter.propose([0], 4, hot, rng, p_min=0.5)
+    proposal = drafter.propose([0], 4, PLAIN, rng, p_min=0.5)
     assert len(proposal.tokens) == len(proposal.q_rows) == 1  # stopped at row 1: max q = .49 < .5
-    assert drafter.propose([1], 4, hot, rng, p_min=0.5).tokens == []  # unsure at once: nothing
+    assert drafter.propose([1], 4, PLAIN, rng, p_min=0.5).tokens == []  # unsure at once: nothing
 
 
 # -- exactness on toy models ------------------------------------------------------------
 
-HOT = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
-PROCESSED = SamplingParams(temperature=0.7, top_k=3, top_p=0.95, min_p=0.05)
 N_TOKENS = 30_000
 ALPHA = 1e-3  # false-failure rate of each statistical test (the seeds are fixed)
 
@@ -327,7 +321,8 @@ def run_engine(target: np.ndarray, drafter, policy, params: SamplingParams, seed
     return list(engine.generate([0], GenerationConfig(max_tokens=n, sampling=params, seed=seed), policy=policy))
 
 
-@pytest.mark.parametrize("params, p_min", [(HOT, 0.4), (PROCESSED, 0.6)], ids=["t1", "processed"])
+@pytest.mark.slow
+@pytest.mark.parametrize("params, p_min", [(PLAIN, 0.4), (PROCESSED, 0.6)], ids=["t1", "processed"])
 def test_auto_with_p_min_is_exact(params, p_min):
     """N = 30,000 tokens, chi-square over (previous token, round position) strata; false failure 1e-3."""
     target, draft = toy_pair(seed=11)
@@ -362,8 +357,8 @@ class PostHocPMin(ModelDrafter):
 def test_the_exactness_test_catches_a_stop_that_peeks_at_the_drawn_token():
     """Power check: the same statistic, same N, rejects a drafter whose early stop looks at x."""
     target, draft = toy_pair(seed=11)
-    events = run_engine(target, PostHocPMin(MarkovModel(draft)), FixedPolicy(4), HOT, seed=5)
-    assert transition_test(events, [0], target, HOT).p_value < 1e-9
+    events = run_engine(target, PostHocPMin(MarkovModel(draft)), FixedPolicy(4), PLAIN, seed=5)
+    assert transition_test(events, [0], target, PLAIN).p_value < 1e-9
 
 
 def test_auto_is_greedy_exact():

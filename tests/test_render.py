@@ -14,7 +14,10 @@ import numpy as np
 from rich.console import Console
 
 from specdec_cli.drafters import ModelDrafter
-from specdec_cli.engine import CostCurve, Engine, Finished, GenerationConfig, Prefill, Rejected, Round, Source, Token
+from specdec_cli.cost_curve import CostCurve
+from specdec_cli.engine import Engine, GenerationConfig
+from specdec_cli.policy import draft_policy
+from specdec_cli.events import Finished, Prefill, Rejected, Round, Source, Token
 from specdec_cli.render import (
     SGR,
     SGR_REJECTED,
@@ -28,7 +31,7 @@ from specdec_cli.render import (
     stats_table,
 )
 from specdec_cli.sampling import GREEDY
-from specdec_cli.stats import RunStats, measured_speedup
+from specdec_cli.stats import RunStats, consume, measured_speedup
 
 from fakes import MarkovModel
 
@@ -145,7 +148,7 @@ def test_engine_stream_rendered_in_colour_strips_back_to_the_plain_text():
     target = MarkovModel(rng.standard_normal((26, 26)) * 3)
     draft = MarkovModel(np.asarray(target.table) + rng.standard_normal((26, 26)) * 2)
     engine = Engine(target, ModelDrafter(draft))
-    events = list(engine.generate([0, 1], GenerationConfig(max_tokens=60, draft_tokens=4, seed=11)))
+    events = list(engine.generate([0, 1], GenerationConfig(max_tokens=60, seed=11), draft_policy(4)))
     finished = events[-1]
     assert isinstance(finished, Finished)
     sources = {e.source for e in events if isinstance(e, Token)}
@@ -170,15 +173,15 @@ def test_legend_names_every_colour_and_uses_the_stream_codes():
 
 
 def scripted_stats() -> RunStats:
-    return RunStats.from_events(
-        [
+    return consume(
+        (event for event in [
             Prefill(prompt_tokens=12, seconds=0.05),
             *[Token(i, "x", Source.DRAFT, 1) for i in range(7)],
             Round(drafted=4, accepted=4, draft_seconds=0.01, draft_decode_seconds=0.009, verify_seconds=0.02, seconds=0.035),
             Round(drafted=4, accepted=1, draft_seconds=0.01, draft_decode_seconds=0.009, verify_seconds=0.02, seconds=0.034),
             Finished(reason="max_tokens", tokens=tuple(range(7)), text="x" * 7),
-        ]
-    )
+        ])
+    ).stats
 
 
 def table_text(table) -> str:

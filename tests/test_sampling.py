@@ -16,12 +16,13 @@ import pytest
 from fakes import MarkovModel
 from specdec_cli import sampling
 from specdec_cli.drafters import ModelDrafter
-from specdec_cli.engine import Engine, GenerationConfig, Round, Token
+from specdec_cli.engine import Engine, GenerationConfig
+from specdec_cli.policy import draft_policy
+from specdec_cli.events import Round, Token
 from specdec_cli.errors import NumericalError
 from specdec_cli.sampling import GREEDY, SamplingParams, probabilities, residual, sample, verify
-from stat_checks import ALPHA, binomial_within, chi_square_pvalue, power_against
+from stat_checks import ALPHA, PLAIN, PROCESSED, binomial_within, chi_square_pvalue, power_against
 
-PLAIN = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
 FILTERED = SamplingParams(temperature=0.8, top_k=8, top_p=0.9, min_p=0.02)
 Z = 4.0  # two-sided normal tail: false-failure rate 6.3e-5 per binomial check
 
@@ -50,6 +51,7 @@ def one_position_draws(p_logits: np.ndarray, q: np.ndarray, params: SamplingPara
     return out, accepted
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "n_vocab, params, seed",
     [(10, PLAIN, 1), (27, PLAIN, 2), (50, PLAIN, 3), (50, FILTERED, 4)],
@@ -76,6 +78,7 @@ def test_one_position_emits_p_and_accepts_at_sum_min(n_vocab, params, seed):
     assert power_against(p, wrong, n) > 0.99
 
 
+@pytest.mark.slow
 def test_one_position_with_one_hot_q_keeps_x_with_probability_p():
     # Deterministic drafter (q_rows=None): x is kept with probability p(x), else the residual
     # is p without x. N = 10^5; chi-square false-failure 1e-4; binomial z = 4 (6.3e-5).
@@ -95,6 +98,7 @@ def test_one_position_with_one_hot_q_keeps_x_with_probability_p():
     assert binomial_within(accepted, n, float(p[x]), Z)
 
 
+@pytest.mark.slow
 def test_sample_follows_the_distribution_and_skips_zeros():
     # N = 10^5 draws; chi-square false-failure 1e-4. Zeros at the start, middle and end.
     rng = np.random.default_rng(5)
@@ -159,7 +163,8 @@ def exact_accepted_distribution(p_rows: np.ndarray, q_rows: np.ndarray, start: i
     return np.array([at_least[j] - at_least[j + 1] for j in range(k + 1)])
 
 
-@pytest.mark.parametrize("params, seed", [(PLAIN, 21), (SamplingParams(temperature=0.7, top_k=3, top_p=0.95, min_p=0.05), 22)])
+@pytest.mark.slow
+@pytest.mark.parametrize("params, seed", [(PLAIN, 21), (PROCESSED, 22)])
 def test_whole_rounds_follow_the_target_markov_chain(params, seed):
     # 4-token vocabulary, k = 3: the first round emits up to 4 tokens (3 drafts + bonus);
     # the first 4 generated tokens take 4^4 = 256 values, compared against the exact target
@@ -176,7 +181,7 @@ def test_whole_rounds_follow_the_target_markov_chain(params, seed):
     first_accepted = np.zeros(k + 1, dtype=np.int64)
     for s in range(n):
         tokens, rounds = [], []
-        for event in engine.generate(prompt, GenerationConfig(max_tokens=4, draft_tokens=k, sampling=params, seed=s)):
+        for event in engine.generate(prompt, GenerationConfig(max_tokens=4, sampling=params, seed=s), draft_policy(k)):
             if isinstance(event, Token):
                 tokens.append(event.id)
             elif isinstance(event, Round):

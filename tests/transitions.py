@@ -26,11 +26,11 @@ from typing import Iterable, Sequence
 import numpy as np
 from scipy import stats
 
-from specdec_cli.engine import Token
+from specdec_cli.events import Token
 from specdec_cli.sampling import SamplingParams, probabilities
+from stat_checks import chi_square_statistic
 
 MIN_STRATUM = 200  # tokens a stratum needs before it is tested
-MIN_EXPECTED = 5.0  # cells expected to hold fewer tokens are lumped together (chi-square's usual rule)
 
 
 @dataclass(frozen=True)
@@ -45,24 +45,6 @@ class TransitionResult:
 def target_rows(table: np.ndarray, params: SamplingParams) -> np.ndarray:
     """p(. | s) for every previous token s, processed as the engine processes them."""
     return np.stack([probabilities(row, params) for row in np.asarray(table, dtype=np.float32)])
-
-
-def lump(observed: np.ndarray, expected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Merge the cells expected to hold fewer than MIN_EXPECTED tokens into one (into the largest
-    cell if even the merged one is that small). Example: e = [50, 3, 1] -> [50, 4] -> [54]."""
-    small = expected < MIN_EXPECTED
-    if not small.any():
-        return observed, expected
-    o, e = list(observed[~small]), list(expected[~small])
-    o_small, e_small = observed[small].sum(), expected[small].sum()
-    if e_small >= MIN_EXPECTED or not e:
-        o.append(o_small)
-        e.append(e_small)
-    else:
-        big = int(np.argmax(e))
-        o[big] += o_small
-        e[big] += e_small
-    return np.array(o), np.array(e)
 
 
 def transition_test(events: Iterable, prompt: Sequence[int], table: np.ndarray, params: SamplingParams) -> TransitionResult:
@@ -82,8 +64,8 @@ def transition_test(events: Iterable, prompt: Sequence[int], table: np.ndarray, 
         assert observed[~support].sum() == 0, f"a token with target probability 0 was emitted after {s}"
         if total < MIN_STRATUM:
             continue
-        o, e = lump(observed[support], total * p[s][support])
-        statistic += float(((o - e) ** 2 / e).sum())
-        dof += len(e) - 1
+        chi2, df = chi_square_statistic(observed, p[s])  # bins pooled as in every chi-square test here
+        statistic += chi2
+        dof += df
         strata += 1
     return TransitionResult(statistic, dof, float(stats.chi2.sf(statistic, dof)), strata, n)

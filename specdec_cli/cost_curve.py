@@ -1,0 +1,61 @@
+"""The cost curve: how long one draft step and one target batch of n tokens take, measured.
+
+Every speed-up prediction (stats.predict, policy.AdaptivePolicy's seed, the bench) needs the
+target's cost per batch size, because verifying k drafts costs one batch of k + 1 tokens,
+not one step. `measure_cost_curve` times batches of 1..max_batch tokens at the end of a
+context (medians of a few repeats) and a draft step, and leaves both caches as it found
+them. Example: CostCurve(draft_step=0.005, target_batch=(0.012, 0.0135, 0.015)) means a
+draft step of 5 ms, and target batches of 1, 2, 3 tokens of 12, 13.5, 15 ms.
+
+Left out: what the figures predict (stats.py), when to measure (cli_run.py, bench.py).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .drafters import CausalModel, catch_up
+
+
+@dataclass(frozen=True)
+class CostCurve:
+    """Measured costs in seconds: one draft step, and one target batch of n tokens (n = 1..)."""
+
+    draft_step: float
+    target_batch: tuple[float, ...]  # target_batch[n - 1] = time of a batch of n tokens
+
+    @property
+    def target_step(self) -> float:
+        return self.target_batch[0]
+
+
+def measure_cost_curve(
+    target: CausalModel, draft: CausalModel | None, context: Sequence[int], max_batch: int, repeats: int = 3
+) -> CostCurve:
+    """Time target batches of 1..max_batch tokens (and a draft step) at the end of `context`.
+
+    Both caches are rewound to `context` afterwards, whatever happens; medians of `repeats`.
+    """
+    filler = list(context[-1:]) * max_batch
+
+    def timed(model: CausalModel, n: int) -> float:
+        keep = len(context)
+        catch_up(model, context)
+        samples = []
+        try:
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                model.decode(filler[:n], n)
+                samples.append(time.perf_counter() - t0)
+                model.rewind(keep)
+        finally:
+            model.rewind(keep)
+        return float(np.median(samples))
+
+    curve = tuple(timed(target, n) for n in range(1, max_batch + 1))
+    draft_step = timed(draft, 1) if draft is not None else 0.0
+    return CostCurve(draft_step=draft_step, target_batch=curve)

@@ -1,0 +1,93 @@
+"""The values the engine's stream carries, shared by every reader of it: one module, no behaviour.
+
+`Engine.generate` yields Prefill, then per round any Rejected draft, the Token events it
+emits and one Round, then Finished. stats.py folds them into figures, render.py draws them,
+tests and library users read them. Example, one round with k = 3 where the target took two
+drafts and corrected the third: Rejected(id, text, 3), Token(.., DRAFT, 1), Token(.., DRAFT, 2),
+Token(.., CORRECTION, 3), Round(drafted=3, accepted=2, ..).
+
+Also here, as the engine and its policy share them: `DraftPolicy`, the interface of a
+draft-length policy (implemented in policy.py), and `DraftTokens`, a fixed k or AUTO.
+
+Left out: producing them (engine.py), folding them (stats.py), showing them (render.py).
+This module imports nothing of ours, so every layer may import it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol, Sequence, Union
+
+
+class Source(str, enum.Enum):
+    """Where an emitted token came from."""
+
+    DRAFT = "draft"  # a draft token the target accepted
+    CORRECTION = "correction"  # the target's token after it rejected a draft
+    BONUS = "bonus"  # the target's extra token after every draft was accepted
+    TARGET = "target"  # a plain target step (target-only decoding, or nothing was drafted)
+
+
+@dataclass(frozen=True)
+class Prefill:
+    prompt_tokens: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Token:
+    id: int
+    text: str  # the text this token releases (may be "" mid UTF-8 sequence, or cut by a stop string)
+    source: Source
+    position: int  # 1..k for draft tokens, k_accepted + 1 for the target's token
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A draft token the target turned down (shown by --show-rejected)."""
+
+    id: int
+    text: str
+    position: int
+
+
+@dataclass(frozen=True)
+class Round:
+    drafted: int
+    accepted: int
+    draft_seconds: float  # the drafter's propose call
+    draft_decode_seconds: float  # of which inside the draft model's decode calls
+    verify_seconds: float  # the target's batch decode
+    seconds: float  # the whole round
+    source: str = ""  # who drafted ("model", "lookup:3-5", see drafters.py); "" for a plain target step
+    draft_catch_up_seconds: float = 0.0  # of draft_seconds, the draft model catching up with the context
+    k: int = 0  # the most tokens the policy allowed this round (a drafter may propose fewer)
+
+
+@dataclass(frozen=True)
+class Finished:
+    reason: str  # "eog", "max_tokens", "stop", "context_full"
+    tokens: tuple[int, ...]
+    text: str
+
+
+Event = Union[Prefill, Token, Rejected, Round, Finished]
+
+
+AUTO = "auto"
+DraftTokens = Union[int, str]  # a fixed k, or AUTO (policy.AdaptivePolicy)
+
+
+class DraftPolicy(Protocol):
+    """What the engine asks of a draft-length policy each round (policy.py has them; the caller
+    builds one and hands it to Engine.generate)."""
+
+    p_min: float  # the draft model's early-stop threshold (0: off)
+
+    def choose(self, sources: Sequence[str], budget: int) -> tuple[str | None, int]:
+        """Which of the drafters able to propose (names, preferred first) drafts, and at most
+        how many tokens (at most `budget`); (None, 0) means a plain target step."""
+        ...
+
+    def observe(self, event: Round) -> None: ...
