@@ -6,9 +6,13 @@ Two kinds of file, both for measuring speculative decoding where no real large m
   architecture, e.g. the built-in SmolLM2 F32 target) with `extra` blocks appended after its
   own. Extra block j copies every weight of block j mod n_layer, except that its attention
   output (attn_output) and FFN down projection (ffn_down) are multiplied by `eps`. With
-  eps = 0 both are zero, so the block adds exactly 0 to the residual stream: the output is the
-  base model's, bit for bit, while every weight of the block is still read and multiplied. A
-  small eps > 0 adds eps times a real block's contribution, so agreement with the base model
+  eps = 0 both are zero, so the block adds exactly 0 to the residual stream, while every
+  weight of the block is still read and multiplied. The logits are then the base model's bit
+  for bit for a one-token step, and to float rounding (about 1e-7 relative) for a batch:
+  llama.cpp drops the rows whose logits nobody asked for before the last block's FFN, and the
+  last block is now an extra one, so the base's own last block multiplies every row of the
+  batch, with another kernel and summation order. Greedy text is the base model's (checked
+  by synthetic_pair.py identity and by the tests). A small eps > 0 adds eps times a real block's contribution, so agreement with the base model
   (and with a draft of it) falls as eps grows. Example: SmolLM2-135M F32 has 30 blocks of
   14.2 MB; extra = 60 gives 90 blocks and a 1.4 GB file whose step costs about three times
   the base model's.

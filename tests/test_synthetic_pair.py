@@ -2,9 +2,9 @@
 
 Without llama.cpp: the structure of random and deepened files (block count, tensors, the
 eps scaling, the weights' spread), atomic writes, and Theorem 3.8's best k per alpha.
-With llama.cpp (`model`): a deepened target with eps = 0 gives exactly the base model's
-logits and greedy text (the built-in target at N = 2, and a tiny random model), eps > 0 does
-change them (so the extra blocks are computed), a random pair loads as a compatible pair,
+With llama.cpp (`model`): a deepened target with eps = 0 gives the base model's logits (bit
+for bit for one token, to float rounding for a batch) and exactly its greedy text (the
+built-in target at N = 2), eps > 0 does change them (so the extra blocks are computed), a random pair loads as a compatible pair,
 and the GPU check's CPU-only path runs end to end.
 """
 
@@ -143,13 +143,19 @@ def last_logits(path: Path, ids: list[int]) -> np.ndarray:
 
 
 @pytest.mark.model
-def test_eps_zero_is_bitwise_the_base_model_and_eps_changes_it(tiny_f32, tmp_path):
+def test_eps_zero_is_the_base_model_and_eps_changes_it(tiny_f32, tmp_path):
+    same_path = sg.write_deepened(tiny_f32, tmp_path / "d0.gguf", extra=3, eps=0.0)
+    moved_path = sg.write_deepened(tiny_f32, tmp_path / "d1.gguf", extra=3, eps=1.0)
+    # One token: the same kernels on the same numbers, so the same bits.
+    assert np.array_equal(last_logits(tiny_f32, [1]), last_logits(same_path, [1]))
+    # A batch: llama.cpp keeps only the output rows before the LAST block's FFN, which in the
+    # deepened model is an extra block, so the base's last block multiplies all rows (another
+    # kernel, another summation order): equal up to float rounding, not bit for bit.
     ids = [1, 300, 301, 302, 400, 450]
-    base = last_logits(tiny_f32, ids)
-    same = last_logits(sg.write_deepened(tiny_f32, tmp_path / "d0.gguf", extra=3, eps=0.0), ids)
-    moved = last_logits(sg.write_deepened(tiny_f32, tmp_path / "d1.gguf", extra=3, eps=1.0), ids)
-    assert np.array_equal(base, same)
-    assert not np.allclose(base, moved, atol=1e-3)  # the extra blocks are really computed
+    base, same, moved = (last_logits(p, ids) for p in (tiny_f32, same_path, moved_path))
+    scale = np.abs(base).max()
+    assert np.abs(base - same).max() <= 1e-5 * scale
+    assert np.abs(base - moved).max() > 1e-2 * scale  # the extra blocks are really computed
 
 
 @pytest.mark.model
