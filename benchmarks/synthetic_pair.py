@@ -10,6 +10,7 @@ measures the engine on them, honestly labelled:
         --json docs/synthetic.json --plot docs/synthetic.png
     # a random pair of a given shape: real costs, meaningless text
     flock /tmp/specdec-cpu.lock python3 benchmarks/synthetic_pair.py random --draft-shape tiny-draft --target-shape tiny-target
+    python3 benchmarks/synthetic_pair.py plot docs/synthetic.png docs/synthetic.json   # re-plot saved rows
 
 - `identity`: a deepened target with eps = 0 must give exactly the base model's greedy output
   (target-only decoding of each, token for token); exit code 1 if it does not.
@@ -18,8 +19,8 @@ measures the engine on them, honestly labelled:
   measurement (bench.run_bench, model drafter, T = 0, A/B interleaved) on the suite's prose
   prompts, after the identity check above for that N (eps = 0), reduced to one row per N: the target step T(1), c = draft step / T(1), alpha, the
   speed-up of the best fixed k and of `auto`, and Theorem 3.8's prediction at that k
-  (stats.predict). Example row: N = 160, T(1) = 55 ms, c = 0.10, alpha = 0.97, best k = 12:
-  2.6x measured, 2.8x predicted, auto 2.5x.
+  (stats.predict). Example (measured on the 2-core machine, docs/benchmarks.md): N = 100,
+  T(1) = 92 ms, c = 0.11, alpha = 0.971, best k = 12: 2.70x measured, 2.70x predicted.
 - `random`: a random draft and target of the given shapes (synthetic_gguf.SHAPES or
   --hidden/--layers/... overrides): acceptance between random models means nothing, so it
   reports the measured cost curve T(n), the draft step, and the speed-up Theorem 3.8 predicts
@@ -274,7 +275,8 @@ def print_sweep(rows: Sequence[DeepRow], config: BenchConfig, prompts: Sequence[
 
 
 def write_plot(rows: Sequence[DeepRow], path: Path) -> None:
-    """Speed-up against c: measured at the best fixed k and with auto, and Theorem 3.8's prediction."""
+    """Speed-up against c: measured at the best fixed k (bars: lowest-highest prompt) and with auto,
+    and Theorem 3.8's prediction at that k from the same run's alpha and costs."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -283,17 +285,30 @@ def write_plot(rows: Sequence[DeepRow], path: Path) -> None:
     ax = fig.subplots()
     rows = sorted(rows, key=lambda r: r.cost_ratio)
     c = [r.cost_ratio for r in rows]
-    ax.plot(c, [r.predicted for r in rows], "k--", marker="x", label="Theorem 3.8, best fixed k (predicted)")
-    ax.plot(c, [r.best_speedup for r in rows], "C0-", marker="o", label="measured, best fixed k")
-    ax.plot(c, [r.auto_speedup for r in rows], "C1:", marker="s", label="measured, auto")
+    ax.plot(c, [r.predicted for r in rows], "k--", marker="x", label="Theorem 3.8 at that k (predicted)")
+    below = [r.best_speedup - r.best_range[0] for r in rows]
+    above = [r.best_range[1] - r.best_speedup for r in rows]
+    ax.errorbar(c, [r.best_speedup for r in rows], yerr=[below, above], fmt="o", color="C0", capsize=3,
+                label="measured, best fixed k (range over prompts)")
+    ax.plot(c, [r.auto_speedup for r in rows], "s", color="C1", label="measured, auto")
     for r in rows:
-        ax.annotate(f"N={r.extra}, k={r.best_k}", (r.cost_ratio, r.best_speedup), textcoords="offset points", xytext=(4, -12), fontsize=8)
+        ax.annotate(f"N={r.extra}, k={r.best_k}", (r.cost_ratio, r.best_speedup), textcoords="offset points", xytext=(6, -3), fontsize=8)
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xlabel("c = draft step / target step")
     ax.set_ylabel("speed-up over target-only (T = 0)")
     ax.set_title("Built-in Q4_1 draft vs F32 target deepened by N zero-output blocks")
     ax.legend()
     fig.savefig(path, dpi=110)
+
+
+def rows_from_json(path: Path) -> list[DeepRow]:
+    """The rows a `sweep --json` wrote (to plot several runs together)."""
+    rows = []
+    for raw in json.loads(path.read_text())["rows"]:
+        raw["best_range"] = tuple(raw["best_range"])
+        raw["verify_ms"] = {int(k): v for k, v in raw["verify_ms"].items()}
+        rows.append(DeepRow(**raw))
+    return rows
 
 
 def print_costs(report: CostReport) -> None:
@@ -331,6 +346,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sweep.add_argument("-n", "--max-tokens", type=int, default=128)
     sweep.add_argument("--json", type=Path, help="write the rows as JSON here")
     sweep.add_argument("--plot", type=Path, help="write speed-up against c as a PNG here")
+    plot = sub.add_parser("plot", help="plot the rows of one or more `sweep --json` files")
+    plot.add_argument("png", type=Path)
+    plot.add_argument("inputs", type=Path, nargs="+")
     rand = sub.add_parser("random", help="cost curve and predicted speed-ups of a random pair")
     for prefix, default in (("draft", "0.5b"), ("target", "7b")):
         rand.add_argument(f"--{prefix}-shape", default=default, choices=sorted(sg.SHAPES))
@@ -341,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rand.add_argument("--seed", type=int, default=0)
     rand.add_argument("--max-batch", type=int, default=16)
     rand.add_argument("--json", type=Path)
-    for p in (ident, sweep, rand):
+    for p in (ident, sweep, rand, plot):
         p.add_argument("--ctx", type=int, default=2048)
         p.add_argument("--threads", type=int)
     args = parser.parse_args(argv)
@@ -358,6 +376,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{deepened.name}: {len(result.deepened_tokens)} greedy tokens, "
               + ("identical to the base model's" if where is None else f"DIFFERENT from the base model's at token {where}"))
         return 0 if where is None else 1
+    if args.command == "plot":
+        write_plot([row for path in args.inputs for row in rows_from_json(path)], args.png)
+        return 0
     if args.command == "sweep":
         by_name = {p.name: p for p in BUILTIN_PROMPTS}
         prompts = [by_name[name] for name in args.prompts.split(",")]
