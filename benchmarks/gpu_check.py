@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import importlib.metadata
 import json
 import platform
 import statistics
@@ -39,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import synthetic_gguf as sg  # noqa: E402
 from synthetic_pair import ALPHAS, predictions, random_model  # noqa: E402
 
+from specdec_cli.backend import gpu_offload_supported  # noqa: E402
 from specdec_cli.bench import SPECULATIVE, BenchConfig, decode_once, first_divergence, run_bench  # noqa: E402
 from specdec_cli.engine import GenerationConfig, measure_cost_curve  # noqa: E402
 from specdec_cli.policy import AUTO  # noqa: E402
@@ -70,10 +72,8 @@ def check(size: str, out: Path, models: Path | None, threads: int | None) -> dic
     options = LoadOptions(n_ctx=2048, n_threads=threads)  # gpu_layers None: every layer on the GPU if there is one
     loading = time.perf_counter()
     with open_pair(draft, target, options) as pair:
-        import llama_cpp  # only for the facts reported: the version and the backend
-
         result["seconds"]["load"] = round(time.perf_counter() - loading, 3)
-        result["llama_cpp"] = {"version": llama_cpp.__version__, "gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
+        result["llama_cpp"] = {"version": importlib.metadata.version("llama-cpp-python"), "gpu_offload": gpu_offload_supported(),
                                "target_gpu_layers": pair.target.n_gpu_layers, "draft_gpu_layers": pair.draft.n_gpu_layers}
 
         with stage("identity"):

@@ -51,6 +51,7 @@ import synthetic_gguf as sg  # noqa: E402
 
 from specdec_cli.bench import BenchConfig, decode_once, first_divergence, parse_draft_tokens, run_bench  # noqa: E402
 from specdec_cli.engine import CostCurve, GenerationConfig, measure_cost_curve  # noqa: E402
+from specdec_cli.errors import ModelNotFound  # noqa: E402
 from specdec_cli.policy import AUTO  # noqa: E402
 from specdec_cli.prompts import BUILTIN_PROMPTS, Prompt  # noqa: E402
 from specdec_cli.registry import builtin_draft_path, builtin_pair, cache_dir  # noqa: E402
@@ -93,7 +94,7 @@ def random_model(shape: sg.Shape, seed: int, directory: Path | None = None, noti
             builtin = sg.tokenizer_fields(builtin_draft_path())
             if sg.vocab_size(builtin) == shape.vocab:
                 tokenizer = builtin
-        except Exception:  # no built-in model here (e.g. the GPU machine): the minimal tokenizer
+        except ModelNotFound:  # no built-in model here (e.g. the GPU machine): the minimal tokenizer
             pass
         sg.write_random(dst, shape, seed, tokenizer)
     return dst
