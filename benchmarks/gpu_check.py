@@ -41,8 +41,12 @@ import synthetic_gguf as sg  # noqa: E402
 from synthetic_pair import ALPHAS, predictions, random_model  # noqa: E402
 
 from specdec_cli.backend import gpu_offload_supported  # noqa: E402
-from specdec_cli.bench import SPECULATIVE, BenchConfig, decode_once, first_divergence, run_bench  # noqa: E402
-from specdec_cli.engine import GenerationConfig, measure_cost_curve  # noqa: E402
+from specdec_cli.bench import decode_once, run_bench  # noqa: E402
+from specdec_cli.bench_model import SPECULATIVE, BenchConfig  # noqa: E402
+from specdec_cli.bench_stats import first_divergence  # noqa: E402
+from specdec_cli.cost_curve import measure_cost_curve  # noqa: E402
+from specdec_cli.engine import GenerationConfig  # noqa: E402
+from specdec_cli.stats import consume  # noqa: E402
 from specdec_cli.policy import AUTO  # noqa: E402
 from specdec_cli.prompts import BUILTIN_PROMPTS  # noqa: E402
 from specdec_cli.sampling import GREEDY  # noqa: E402
@@ -80,9 +84,10 @@ def check(size: str, out: Path, models: Path | None, threads: int | None) -> dic
             rows = []
             for prompt in PROMPTS:
                 ids = pair.prompt_tokens(prompt.text)
-                _, expected, _ = decode_once(pair.engine(speculative=False), ids, GenerationConfig(max_tokens=n_tokens, sampling=GREEDY))
+                expected = consume(pair.engine(speculative=False).generate(ids, GenerationConfig(max_tokens=n_tokens, sampling=GREEDY))).tokens
                 for drafter, k in IDENTITY:
-                    stats, got, _ = decode_once(pair.engine(drafter=drafter), ids, GenerationConfig(max_tokens=n_tokens, draft_tokens=k, sampling=GREEDY))
+                    outcome = decode_once(pair.engine(drafter=drafter), ids, GenerationConfig(max_tokens=n_tokens, sampling=GREEDY), k)
+                    stats, got = outcome.stats, outcome.tokens
                     rows.append({"prompt": prompt.name, "drafter": drafter, "k": k, "tokens": len(got), "drafted": stats.drafted,
                                  "accepted": stats.accepted, "divergence": first_divergence(expected, got)})
             result["identity"] = rows

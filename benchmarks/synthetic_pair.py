@@ -49,15 +49,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import synthetic_gguf as sg  # noqa: E402
 
-from specdec_cli.bench import BenchConfig, decode_once, first_divergence, parse_draft_tokens, run_bench  # noqa: E402
-from specdec_cli.engine import CostCurve, GenerationConfig, measure_cost_curve  # noqa: E402
+from specdec_cli.bench import run_bench  # noqa: E402
+from specdec_cli.bench_model import BenchConfig  # noqa: E402
+from specdec_cli.bench_stats import first_divergence  # noqa: E402
+from specdec_cli.cli_options import parse_draft_tokens  # noqa: E402
+from specdec_cli.cost_curve import CostCurve, measure_cost_curve  # noqa: E402
+from specdec_cli.engine import GenerationConfig  # noqa: E402
 from specdec_cli.errors import ModelNotFound  # noqa: E402
 from specdec_cli.policy import AUTO  # noqa: E402
 from specdec_cli.prompts import BUILTIN_PROMPTS, Prompt  # noqa: E402
 from specdec_cli.registry import builtin_draft_path, builtin_pair, cache_dir  # noqa: E402
 from specdec_cli.sampling import GREEDY  # noqa: E402
 from specdec_cli.session import LoadOptions, open_pair  # noqa: E402
-from specdec_cli.stats import predict  # noqa: E402
+from specdec_cli.stats import consume, predict  # noqa: E402
 
 PROSE = ("chat", "story")  # the suite's free-prose prompts (the others are code, lists, copies)
 ALPHAS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
@@ -117,8 +121,8 @@ def greedy_tokens(target: Path, prompt: str, max_tokens: int, options: LoadOptio
     """Target-only greedy decoding of `prompt` (chat template) on one model."""
     with open_pair(None, target, options) as pair:
         ids = pair.prompt_tokens(prompt)
-        _, tokens, _ = decode_once(pair.engine(speculative=False), ids, GenerationConfig(max_tokens=max_tokens, sampling=GREEDY))
-    return tokens
+        tokens = consume(pair.engine(speculative=False).generate(ids, GenerationConfig(max_tokens=max_tokens, sampling=GREEDY))).tokens
+    return tuple(tokens)
 
 
 def check_identity(base: Path, deepened: Path, prompt: str, max_tokens: int = 32, options: LoadOptions = LoadOptions()) -> Identity:

@@ -120,7 +120,7 @@ def test_deepening_refuses_quantized_models(tmp_path):
 def test_best_k_per_alpha_follows_theorem_3_8():
     from synthetic_pair import predictions
 
-    from specdec_cli.engine import CostCurve
+    from specdec_cli.cost_curve import CostCurve
 
     # Draft 2 ms, T(n) = 20 + 0.5 n ms: at alpha = 0.8, k = 5 gives E = 3.69 tokens per
     # 5 x 2 + 23 = 33 ms against 20.5 ms per token target-only: 2.29x, the best k.
