@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import secrets
 import sys
 from typing import Annotated, Optional
@@ -93,8 +94,19 @@ def simulate(
 
 
 def main() -> None:
-    """The `specdec` script. Usage errors exit 2 with click's message; commands convert their own errors (see _Group)."""
-    logging.basicConfig(level=logging.WARNING, format="specdec: %(message)s", stream=sys.stderr)
+    """The `specdec` script, run in a forked child so that a native crash is explained (crashguard.py).
+
+    Usage errors exit 2 with click's message; commands convert their own errors (see _Group).
+    SPECDEC_LLAMA_LOG=1 also shows specdec's info lines (e.g. the repack choice).
+    """
+    from .crashguard import guard
+
+    verbose = os.environ.get("SPECDEC_LLAMA_LOG", "") not in ("", "0")
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="specdec: %(message)s", stream=sys.stderr)
+    guard(_run_app)
+
+
+def _run_app() -> None:
     try:
         app(prog_name="specdec")
     except SpecdecError as exc:  # raised while parsing, outside any command
