@@ -314,6 +314,12 @@ class LlamaModel:
             self._log.pending = self._log.pending or exc
             return False
 
+    def describe(self) -> str:
+        """llama.cpp's one-line description, e.g. "llama 134M Q4_1 - Medium"."""
+        buf = ctypes.create_string_buffer(256)
+        n = lc.llama_model_desc(self._model, buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace") if n >= 0 else "unknown"
+
     def meta(self, key: str) -> str | None:
         """A GGUF metadata value as text, e.g. meta("general.architecture") -> "llama"."""
         buf = ctypes.create_string_buffer(256)

@@ -4,6 +4,7 @@
     echo "Summarise: ..." | specdec run --json -n 64     # prompt from stdin, JSON on stdout
     specdec run --draft tiny.gguf --target big.gguf -k 6 --baseline "prompt"
     specdec simulate --accept-rate 0.7 --draft-tokens 4  # the acceptance model, no models
+    specdec doctor                                       # the llama.cpp build, paths, models probed
 
 stdout carries only the generated text (or the JSON); everything else goes to stderr.
 Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input, 130 interrupted. A
@@ -27,6 +28,7 @@ import typer
 from typer.core import TyperGroup
 
 from .cli_bench import bench
+from .cli_doctor import doctor
 from .cli_models import models_app
 from .cli_options import EXIT_INTERRUPTED, ColorMode, _err, check_draft_tokens
 from .cli_run import run
@@ -58,6 +60,7 @@ app = typer.Typer(
 app.add_typer(models_app, name="models")
 app.command()(run)
 app.command()(bench)
+app.command()(doctor)
 
 
 @app.callback()

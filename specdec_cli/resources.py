@@ -5,7 +5,7 @@ kernel kills the process; `check_kv_fits` refuses first, with the numbers:
 
     per_token = kv_bytes_per_token(n_layer=30, n_head_kv=3, head_k=64, head_v=64)   # 23040 bytes (f16 K and V)
     check_kv_fits("smol.gguf", n_ctx=10**9, per_token=per_token, available=8 * 2**30)
-    -> BadInput: a context of 1000000000 tokens for smol.gguf needs a 21.5 TiB KV cache, but 8.0 GiB
+    -> BadInput: a context of 1000000000 tokens for smol.gguf needs a 23040.00 GB KV cache, but 8.59 GB
        of memory is available; at most 372736 tokens fit: pass a smaller --ctx or --draft-ctx ...
 
 Free memory is /proc/meminfo's MemAvailable (else the free pages sysconf reports), capped by
@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .download import human_size
 from .errors import BadInput
 
 F16_BYTES = 2
@@ -58,15 +59,6 @@ def available_memory(meminfo: str = "/proc/meminfo", cgroup: str = "/sys/fs/cgro
     return found
 
 
-def human_bytes(n: float) -> str:
-    """Example: 1536 -> '1.5 KiB', 23 * 2**40 -> '23.0 TiB'."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} B" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
-
-
 def memory_check_enabled() -> bool:
     return os.environ.get("SPECDEC_NO_MEMORY_CHECK", "") in ("", "0")
 
@@ -82,6 +74,6 @@ def check_kv_fits(name: str, n_ctx: int, per_token: int, available: int | None) 
     fits = available // per_token // _CTX_STEP * _CTX_STEP
     advice = f"at most {fits} tokens fit: pass a smaller --ctx or --draft-ctx" if fits else "no context fits: free some memory"
     raise BadInput(
-        f"a context of {n_ctx} tokens for {name} needs a {human_bytes(need)} KV cache, but {human_bytes(available)} "
+        f"a context of {n_ctx} tokens for {name} needs a {human_size(need)} KV cache, but {human_size(available)} "
         f"of memory is available; {advice} (SPECDEC_NO_MEMORY_CHECK=1 skips this check)"
     )
