@@ -22,19 +22,24 @@ piped: ttys, colour detection and `specdec run - < file` behave as without the f
 
 Why a fork and not a subprocess: the child is the same interpreter with the same parsed
 state and file descriptors, there is nothing to re-exec, and it costs about a millisecond.
-Where there is no fork (Windows) or SPECDEC_NO_FORK=1 (for a debugger), `guard` just calls main.
+Where there is no fork (Windows) or SPECDEC_NO_FORK=1 (for a debugger), `guard` just calls main;
+so it does when the caller has replaced sys.stdout or sys.stderr (a test harness, a program
+embedding specdec): a forked child would write into its own copy, which the caller never sees.
+The child never returns into its caller's stack: it ends with os._exit once main is done.
 
 Left out: the commands themselves (cli.py), catching anything inside the child.
 """
 
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import mmap
 import os
 import signal
 import sys
 import tempfile
+import traceback
 from dataclasses import dataclass
 from typing import Callable, NoReturn
 
@@ -96,7 +101,8 @@ def describe(status: int, activity: str, log_path: str) -> str | None:
 
 def guard(main: Callable[[], object]) -> NoReturn:
     """Run `main` in a forked child and explain a native crash; exits with the child's outcome."""
-    if not hasattr(os, "fork") or os.environ.get("SPECDEC_NO_FORK", "") not in ("", "0"):
+    own_streams = sys.stdout is sys.__stdout__ and sys.stderr is sys.__stderr__
+    if not hasattr(os, "fork") or not own_streams or os.environ.get("SPECDEC_NO_FORK", "") not in ("", "0"):
         main()
         sys.exit(0)
     page = mmap.mmap(-1, _PAGE)  # anonymous and shared: the child's writes are visible here
@@ -111,8 +117,7 @@ def guard(main: Callable[[], object]) -> NoReturn:
         crumb = _Breadcrumb(page, log_path, open(log_path, "w", encoding="utf-8"))
         _active.append(crumb)
         faulthandler.enable(file=crumb.log_file, all_threads=True)
-        main()
-        sys.exit(0)
+        _exit_child(main)
     status = _wait(pid)
     message = describe(status, read_mark(page), log_path)
     if message is None:
@@ -128,6 +133,34 @@ def guard(main: Callable[[], object]) -> NoReturn:
     sys.stderr.write(f"specdec: error: {message}\n")
     sys.stderr.flush()
     sys.exit(1)
+
+
+def _exit_child(main: Callable[[], object]) -> NoReturn:
+    """Run main and end the child as Python would end a process, without unwinding into the caller."""
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    except KeyboardInterrupt:
+        code = -signal.SIGINT
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    if code == -signal.SIGINT:  # as Python ends on an uncaught KeyboardInterrupt
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code & 0xFF)
 
 
 def _wait(pid: int) -> int:
