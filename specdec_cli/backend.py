@@ -287,9 +287,10 @@ class LlamaModel:
         threads = n_threads or max(os.cpu_count() or 1, 1)
         cparams = lc.llama_context_default_params()
         cparams.n_ctx = n_ctx
-        # llama.cpp pads n_ctx (to 256) and then caps n_batch and n_ubatch at it; read both back.
-        cparams.n_batch = n_batch
-        cparams.n_ubatch = n_batch
+        # llama.cpp pads n_ctx (to 256) but caps n_batch at the unpadded request: cap it at the
+        # padded one here (so --ctx 8 -k 16 can verify 17 tokens at once), then read both back.
+        cparams.n_batch = min(n_batch, resources.padded_ctx(n_ctx))
+        cparams.n_ubatch = cparams.n_batch
         cparams.n_seq_max = 1
         cparams.n_threads = threads
         cparams.n_threads_batch = threads

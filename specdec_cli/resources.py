@@ -26,7 +26,12 @@ from .download import human_size
 from .errors import BadInput
 
 F16_BYTES = 2
-_CTX_STEP = 256  # llama.cpp pads a context to a multiple of 256 tokens
+CTX_STEP = 256  # llama.cpp pads a context to a multiple of 256 tokens (--ctx 64 gets 256)
+
+
+def padded_ctx(n_ctx: int) -> int:
+    """The context llama.cpp will allocate for a request. Example: 64 -> 256, 300 -> 512."""
+    return -(-n_ctx // CTX_STEP) * CTX_STEP
 
 
 def kv_bytes_per_token(n_layer: int, n_head_kv: int, head_k: int, head_v: int, elem_bytes: int = F16_BYTES) -> int:
@@ -67,11 +72,10 @@ def check_kv_fits(name: str, n_ctx: int, per_token: int, available: int | None) 
     """Raise BadInput when a KV cache of n_ctx tokens (padded as llama.cpp pads it) exceeds `available`."""
     if available is None or per_token <= 0:
         return
-    padded = -(-n_ctx // _CTX_STEP) * _CTX_STEP
-    need = padded * per_token
+    need = padded_ctx(n_ctx) * per_token
     if need <= available:
         return
-    fits = available // per_token // _CTX_STEP * _CTX_STEP
+    fits = available // per_token // CTX_STEP * CTX_STEP
     advice = f"at most {fits} tokens fit: pass a smaller --ctx or --draft-ctx" if fits else "no context fits: free some memory"
     raise BadInput(
         f"a context of {n_ctx} tokens for {name} needs a {human_size(need)} KV cache, but {human_size(available)} "

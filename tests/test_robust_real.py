@@ -48,10 +48,9 @@ def test_both_repack_settings_run_end_to_end(builtin_paths, flag):
     proc = specdec("run", "--temperature", "0", "-n", "8", "-k", "4", "--json", flag, "Hello", env={"SPECDEC_LLAMA_LOG": "1"})
     assert proc.returncode == 0, explain(proc)
     assert json.loads(proc.stdout)["stats"]["new_tokens"] >= 1
-    if flag == "--no-repack":
-        assert "CPU_REPACK" not in proc.stderr  # llama.cpp made no repacked buffer
-    else:
-        assert "REPACK = 1" in proc.stderr  # this llama.cpp was built with repacking (its system info, echoed)
+    # llama.cpp's log (echoed by SPECDEC_LLAMA_LOG=1) names the CPU_REPACK buffer type only when
+    # extra buffer types are on: it puts tensors there, or says they "cannot be used with" it.
+    assert ("CPU_REPACK" in proc.stderr) is (flag == "--repack"), proc.stderr[-2000:]
 
 
 def test_a_crash_inside_llama_decode_names_the_model_and_what_to_try(builtin_paths, tmp_path):
