@@ -71,8 +71,9 @@ def models(folder: Path) -> list[tuple[str, Path]]:
     found = [("Q4_1 (built-in draft)", draft), ("F32 (built-in target)", target)]
     for file_type in ("Q4_0", "Q8_0"):
         dst = folder / f"SmolLM2-135M-Instruct.{file_type}.gguf"
-        print(f"converting to {file_type} ...", file=sys.stderr)
+        start = time.perf_counter()
         convert_gguf(target, dst, file_type)
+        print(f"converted F32 -> {file_type} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
         found.append((file_type, dst))
     return found
 

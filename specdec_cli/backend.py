@@ -286,10 +286,11 @@ class LlamaModel:
                 raise
         threads = n_threads or max(os.cpu_count() or 1, 1)
         cparams = lc.llama_context_default_params()
-        cparams.n_ctx = n_ctx
-        # llama.cpp pads n_ctx (to 256) but caps n_batch at the unpadded request: cap it at the
-        # padded one here (so --ctx 8 -k 16 can verify 17 tokens at once), then read both back.
-        cparams.n_batch = min(n_batch, resources.padded_ctx(n_ctx))
+        # llama.cpp pads n_ctx to 256 but caps n_batch at the unpadded request (--ctx 8 gave a
+        # 256-token context taking 8-token batches, too few to verify -k 16): ask for the padded size.
+        padded = resources.padded_ctx(n_ctx)
+        cparams.n_ctx = padded if padded <= 0xFFFFFFFF else n_ctx  # uint32_t
+        cparams.n_batch = min(n_batch, cparams.n_ctx)
         cparams.n_ubatch = cparams.n_batch
         cparams.n_seq_max = 1
         cparams.n_threads = threads
