@@ -80,9 +80,15 @@ def read_prompt(prompt: str | None) -> str:
 
 def check_load_limits(ctx: int | None, draft_ctx: int | None, threads: int | None, *gpu_layers: tuple[str, int]) -> None:
     """Values the C types behind them cannot hold (llama.cpp would wrap --ctx 4294967552 to 256)."""
-    for flag, value, top in (("--ctx", ctx, UINT32_MAX), ("--draft-ctx", draft_ctx, UINT32_MAX), ("--threads", threads, INT32_MAX)):
-        if value is not None and not 1 <= value <= top:
-            raise BadInput(f"{flag} must be between 1 and {top}, got {value}")
+    for flag, value, top, unit in (
+        ("--ctx", ctx, UINT32_MAX, " tokens"),
+        ("--draft-ctx", draft_ctx, UINT32_MAX, " tokens"),
+        ("--threads", threads, INT32_MAX, ""),
+    ):
+        if value is not None and value < 1:
+            raise BadInput(f"{flag} must be at least 1{unit.rstrip('s')}, got {value}")
+        if value is not None and value > top:
+            raise BadInput(f"{flag} must be at most {top}{unit} (what llama.cpp's C type holds), got {value}")
     for flag, value in gpu_layers:
         if not -1 <= value <= INT32_MAX:
             raise BadInput(f"{flag} must be -1 (all) or between 0 and {INT32_MAX}, got {value}")

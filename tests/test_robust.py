@@ -49,10 +49,11 @@ def no_load(monkeypatch):
 @pytest.mark.parametrize(
     "args, named",
     [
-        (["--ctx", "4294967552"], "--ctx must be between 1 and 4294967295, got 4294967552"),
-        (["--draft-ctx", str(2**32)], "--draft-ctx must be between 1 and 4294967295"),
-        (["--threads", str(2**31)], "--threads must be between 1 and 2147483647"),
-        (["--threads", "0"], "--threads must be between 1 and 2147483647, got 0"),
+        (["--ctx", "4294967552"], "--ctx must be at most 4294967295 tokens (what llama.cpp's C type holds), got 4294967552"),
+        (["--draft-ctx", str(2**32)], "--draft-ctx must be at most 4294967295 tokens"),
+        (["--draft-ctx", "0"], "--draft-ctx must be at least 1 token, got 0"),
+        (["--threads", str(2**31)], "--threads must be at most 2147483647 (what llama.cpp's C type holds)"),
+        (["--threads", "0"], "--threads must be at least 1, got 0"),
         (["--gpu-layers", str(2**31)], "--gpu-layers must be -1 (all) or between 0 and 2147483647"),
         (["--draft-gpu-layers", "-2"], "--draft-gpu-layers must be -1 (all)"),
         (["--seed", "-1"], "--seed must be between 0 and 184467440737095516"),  # bench: minus its repeats
