@@ -8,9 +8,9 @@ without it, in alternating order (A B, then B A, ...), and measures on a fresh c
 - prompt: one batch of --prompt-tokens tokens (prefill), tokens/s;
 - generation: --gen-tokens single-token decodes (greedy), tokens/s;
 
-after one unrecorded warm-up decode. It reports the median over --repeats and the range, the
-ratio without / with repacking, and how many MiB llama.cpp put in its CPU_REPACK buffer (0
-when the type has no repacked layout on this CPU, so the two settings are the same code).
+after one unrecorded warm-up decode. It reports the median over --repeats and the range, and
+the ratio without / with repacking. Whether llama.cpp repacked a file at all shows in its log
+(SPECDEC_LLAMA_LOG=1 specdec run ...: "cannot be used with preferred buffer type CPU_REPACK").
 
 Run it alone, inside the CPU lock (two llama.cpp processes at once make both crawl):
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import sys
 import tempfile
@@ -38,18 +37,14 @@ TEXT = (
     "and wrote the weather into a book that nobody read. Ships passed far out, their lights small "
     "and steady, and the sea kept its own time against the rocks below the tower. "
 )
-_REPACK_SIZE = re.compile(r"CPU_REPACK model buffer size\s*=\s*([\d.]+)\s*MiB")
 
 
 def measure_once(path: Path, repack: bool, prompt_ids: list[int], gen_tokens: int, threads: int | None) -> dict:
     import numpy as np
 
-    from specdec_cli.backend import LlamaModel, llama_log
+    from specdec_cli.backend import LlamaModel
 
-    log = llama_log()
-    mark = log.count
     with LlamaModel(path, n_ctx=1024, n_threads=threads, n_gpu_layers=0, repack=repack) as model:
-        repacked = sum(float(m) for line in log.since(mark) for m in _REPACK_SIZE.findall(line))
         model.decode(prompt_ids[:8])  # warm-up: first-call allocations
         model.reset()
         start = time.perf_counter()
@@ -60,7 +55,7 @@ def measure_once(path: Path, repack: bool, prompt_ids: list[int], gen_tokens: in
         for _ in range(gen_tokens):
             token = int(np.argmax(model.decode([token])[-1]))
         gen_s = time.perf_counter() - start
-    return {"prompt_tps": len(prompt_ids) / prompt_s, "gen_tps": gen_tokens / gen_s, "repacked_mib": repacked}
+    return {"prompt_tps": len(prompt_ids) / prompt_s, "gen_tps": gen_tokens / gen_s}
 
 
 def models(folder: Path) -> list[tuple[str, Path]]:
@@ -97,7 +92,6 @@ def run(args: argparse.Namespace) -> list[dict]:
                     values = [r[figure] for r in runs[repack]]
                     row[f"{name}_{figure}"] = statistics.median(values)
                     row[f"{name}_{figure}_range"] = [min(values), max(values)]
-                row[f"{name}_repacked_mib"] = runs[repack][0]["repacked_mib"]
             rows.append(row)
         return [{"system_info": system_info().strip(), "repeats": args.repeats}] + rows
 
@@ -108,12 +102,12 @@ def table(rows: list[dict]) -> str:
         f"llama.cpp: {head['system_info']}",
         f"medians of {head['repeats']} alternating repeats; ratio = without / with repacking",
         "",
-        "| model | repacked | prompt t/s with | prompt t/s without | ratio | generation t/s with | generation t/s without | ratio |",
-        "|---|---|---|---|---|---|---|---|",
+        "| model | prompt t/s with | prompt t/s without | ratio | generation t/s with | generation t/s without | ratio |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         out.append(
-            f"| {r['model']} | {r['repack_repacked_mib']:.1f} MiB "
+            f"| {r['model']} "
             f"| {r['repack_prompt_tps']:.0f} | {r['no_repack_prompt_tps']:.0f} | {r['no_repack_prompt_tps'] / r['repack_prompt_tps']:.2f} "
             f"| {r['repack_gen_tps']:.1f} | {r['no_repack_gen_tps']:.1f} | {r['no_repack_gen_tps'] / r['repack_gen_tps']:.2f} |"
         )
