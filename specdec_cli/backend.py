@@ -15,6 +15,18 @@ buffer: they are valid until the next `decode` call on the same model.
 
 llama.cpp's own log is captured into a ring buffer (`LlamaLog`) rather than printed, and
 its tail is attached to the error when a load fails. `SPECDEC_LLAMA_LOG=1` echoes it live.
+A Ctrl-C that lands inside one of llama.cpp's callbacks (where ctypes would print and drop
+it) is kept, aborts a load through the progress callback, and is raised once the C call returns.
+
+Repacking: llama.cpp copies quantized weights into "extra buffer types" laid out for the
+CPU's SIMD units. Its AMX buffer type crashes on some Intel CPUs (ggml-org/llama.cpp #20824),
+so `resolve_repack(None)` turns repacking off when the system info reports AMX_INT8 = 1:
+
+    repack_default("CPU : SSE3 = 1 | AVX2 = 1 | AMX_INT8 = 1 |")  -> False
+    repack_default("CPU : SSE3 = 1 | AVX2 = 1 |")                 -> True
+
+Before a context is created its KV cache is sized from the model's metadata and checked
+against free memory (resources.py), so a huge --ctx is refused instead of swapping to death.
 """
 
 from __future__ import annotations
@@ -34,12 +46,19 @@ import numpy as np
 
 import llama_cpp as lc
 
+from . import crashguard, resources
 from .errors import ContextOverflow, ModelLoadError, ModelNotFound, SpecdecError
 
 log = logging.getLogger("specdec")
 
 VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
-FILE_TYPES = {"F32": lc.LLAMA_FTYPE_ALL_F32, "F16": lc.LLAMA_FTYPE_MOSTLY_F16, "Q8_0": lc.LLAMA_FTYPE_MOSTLY_Q8_0}
+FILE_TYPES = {
+    "F32": lc.LLAMA_FTYPE_ALL_F32,
+    "F16": lc.LLAMA_FTYPE_MOSTLY_F16,
+    "Q8_0": lc.LLAMA_FTYPE_MOSTLY_Q8_0,
+    "Q4_0": lc.LLAMA_FTYPE_MOSTLY_Q4_0,
+    "Q4_1": lc.LLAMA_FTYPE_MOSTLY_Q4_1,
+}
 GGUF_MAGIC = b"GGUF"
 
 
@@ -51,20 +70,30 @@ class LlamaLog:
         self.count = 0  # lines seen so far, kept or not: `since(mark)` finds the newer ones
         self.echo = os.environ.get("SPECDEC_LLAMA_LOG", "") not in ("", "0")
         self._partial = ""
+        self.pending: BaseException | None = None  # a Ctrl-C that arrived inside a callback
         # The ctypes callback must outlive every call into llama.cpp, so this object holds it.
         self._callback = lc.llama_log_callback(self._on_log)
         lc.llama_log_set(self._callback, ctypes.c_void_p(0))
 
     def _on_log(self, level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-        piece = text.decode("utf-8", errors="replace")
-        if self.echo:
-            sys.stderr.write(piece)
-        self._partial += piece
-        *done, self._partial = self._partial.split("\n")
-        for line in done:
-            if line.strip():
-                self.lines.append(line)
-                self.count += 1
+        try:
+            piece = text.decode("utf-8", errors="replace")
+            if self.echo:
+                sys.stderr.write(piece)
+            self._partial += piece
+            *done, self._partial = self._partial.split("\n")
+            for line in done:
+                if line.strip():
+                    self.lines.append(line)
+                    self.count += 1
+        except BaseException as exc:  # KeyboardInterrupt: ctypes would print it and drop it
+            self.pending = self.pending or exc
+
+    def raise_pending(self) -> None:
+        """Raise the Ctrl-C (or other exception) that arrived inside a callback, once."""
+        exc, self.pending = self.pending, None
+        if exc is not None:
+            raise exc
 
     def tail(self, n: int = 12) -> str:
         return "\n".join(list(self.lines)[-n:])
@@ -117,6 +146,49 @@ def gpu_offload_supported() -> bool:
     return bool(lc.llama_supports_gpu_offload())
 
 
+def system_info() -> str:
+    """llama.cpp's one-line build report, e.g. "CPU : SSE3 = 1 | AVX2 = 1 | ... | REPACK = 1 |"."""
+    llama_log()
+    raw = lc.llama_print_system_info()
+    return raw.decode("utf-8", errors="replace") if raw else ""
+
+
+def llama_cpp_version() -> str:
+    return getattr(lc, "__version__", "unknown")
+
+
+_AMX = re.compile(r"\bAMX_INT8\s*=\s*1\b")
+
+
+def has_amx(info: str) -> bool:
+    return bool(_AMX.search(info))
+
+
+def repack_default(info: str) -> bool:
+    """Repack weights for the CPU unless llama.cpp reports AMX, whose buffer type can crash (#20824)."""
+    return not has_amx(info)
+
+
+def can_choose_repack() -> bool:
+    """Whether this llama-cpp-python exposes llama_model_params.use_extra_bufts."""
+    return any(name == "use_extra_bufts" for name, *_ in lc.llama_model_params._fields_)
+
+
+@functools.lru_cache(maxsize=1)
+def auto_repack() -> bool:
+    """The repack default for the loaded llama.cpp, said once on the specdec logger (info level)."""
+    info = system_info()
+    if has_amx(info):
+        log.info("llama.cpp reports AMX_INT8 = 1: loading models without repacking (llama.cpp #20824); --repack overrides")
+        return False
+    return True
+
+
+def resolve_repack(requested: bool | None) -> bool:
+    """None means auto: off on AMX, on elsewhere."""
+    return auto_repack() if requested is None else requested
+
+
 def resolve_gpu_layers(requested: int | None) -> int:
     """None or -1 means "all layers on the GPU if there is one"; without a GPU every request means 0
     (the command line warns about it once, in cli_options.gpu_layers_to_load)."""
@@ -163,6 +235,8 @@ class LlamaModel:
         n_gpu_layers: int | None = None,
         n_batch: int = 512,
         vocab_only: bool = False,
+        repack: bool | None = None,
+        role: str = "model",
     ) -> None:
         self.path = Path(path)
         check_gguf_file(self.path)
@@ -172,13 +246,25 @@ class LlamaModel:
         self._batch = None
         self.tokens: list[int] = []
         self._pieces: dict[int, bytes] = {}
+        self.role = role  # "draft" or "target": named in the crash guard's breadcrumb
 
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = 0 if vocab_only else resolve_gpu_layers(n_gpu_layers)
         mparams.vocab_only = vocab_only
+        self.repack = resolve_repack(repack)
+        if can_choose_repack():
+            mparams.use_extra_bufts = self.repack
+        elif not self.repack:
+            log.warning("this llama-cpp-python cannot turn repacking off (no use_extra_bufts); loading with it")
+            self.repack = True
         self.n_gpu_layers = mparams.n_gpu_layers
+        # Returning False from the progress callback aborts the load: that is how Ctrl-C gets in.
+        progress = lc.llama_progress_callback(self._on_progress)
+        mparams.progress_callback = progress
         mark = self._log.count
+        crashguard.mark(f"loading the {role} {self.path.name}" + ("" if self.repack or vocab_only else " (repacking off)"))
         self._model = lc.llama_model_load_from_file(str(self.path).encode(), mparams)
+        self._log.raise_pending()
         if not self._model:
             raise ModelLoadError(
                 f"llama.cpp could not load {self.path}: {self._log.reason(mark)} "
@@ -190,24 +276,69 @@ class LlamaModel:
             self.n_ctx = 0
             return
 
+        if self.n_gpu_layers == 0 and resources.memory_check_enabled():
+            try:
+                resources.check_kv_fits(self.path.name, n_ctx, self.kv_bytes_per_token(), resources.available_memory())
+            except SpecdecError:
+                self.close()
+                raise
         threads = n_threads or max(os.cpu_count() or 1, 1)
         cparams = lc.llama_context_default_params()
-        cparams.n_ctx = n_ctx
-        cparams.n_batch = min(n_batch, n_ctx)
+        # llama.cpp pads n_ctx to 256 but caps n_batch at the unpadded request (--ctx 8 gave a
+        # 256-token context taking 8-token batches, too few to verify -k 16): ask for the padded size.
+        padded = resources.padded_ctx(n_ctx)
+        cparams.n_ctx = padded if padded <= 0xFFFFFFFF else n_ctx  # uint32_t
+        cparams.n_batch = min(n_batch, cparams.n_ctx)
         cparams.n_ubatch = cparams.n_batch
         cparams.n_seq_max = 1
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         mark = self._log.count
+        crashguard.mark(f"allocating the context of the {role} {self.path.name}")
         self._ctx = lc.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             self.close()
+            self._log.raise_pending()
             raise ModelLoadError(f"llama.cpp could not create a context of {n_ctx} tokens for {self.path}: {self._log.reason(mark)}")
         self.n_ctx = int(lc.llama_n_ctx(self._ctx))
-        self.n_batch = int(cparams.n_batch)
+        self.n_ctx_requested = n_ctx
+        self.n_batch = min(int(lc.llama_n_batch(self._ctx)), int(lc.llama_n_ubatch(self._ctx)))
         self.n_threads = threads
         self._memory = lc.llama_get_memory(self._ctx)
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
+
+    def _on_progress(self, progress: float, user_data: ctypes.c_void_p) -> bool:
+        try:
+            return self._log.pending is None
+        except BaseException as exc:  # KeyboardInterrupt landed here: keep it, abort the load
+            self._log.pending = self._log.pending or exc
+            return False
+
+    def describe(self) -> str:
+        """llama.cpp's one-line description, e.g. "llama 134M Q4_1 - Medium"."""
+        buf = ctypes.create_string_buffer(256)
+        n = lc.llama_model_desc(self._model, buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace") if n >= 0 else "unknown"
+
+    def meta(self, key: str) -> str | None:
+        """A GGUF metadata value as text, e.g. meta("general.architecture") -> "llama"."""
+        buf = ctypes.create_string_buffer(256)
+        n = lc.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
+
+    def kv_bytes_per_token(self) -> int:
+        """f16 K and V bytes per token over all layers, from the metadata (head sizes default to n_embd / n_head)."""
+        n_layer = int(lc.llama_model_n_layer(self._model))
+        n_head = max(int(lc.llama_model_n_head(self._model)), 1)
+        n_head_kv = int(lc.llama_model_n_head_kv(self._model))
+        head = int(lc.llama_model_n_embd(self._model)) // n_head
+        arch = self.meta("general.architecture") or ""
+
+        def dim(key: str) -> int:
+            value = self.meta(f"{arch}.attention.{key}")
+            return int(value) if value and value.isdigit() else head
+
+        return resources.kv_bytes_per_token(n_layer, n_head_kv, dim("key_length"), dim("value_length"))
 
     # -- lifetime ---------------------------------------------------------------------
 
@@ -342,6 +473,7 @@ class LlamaModel:
                 f"the context holds {self.n_ctx} tokens but {start + n} are needed; pass a larger --ctx"
             )
         batch = self._batch
+        crashguard.mark(f"decoding with the {self.role} {self.path.name}" + ("" if self.repack else " (repacking off)"))
         first_logit = n - n_logits
         # Chunks of at most n_batch tokens; the last one holds every row that wants logits.
         last_start = max(0, n - self.n_batch)
@@ -414,11 +546,13 @@ def convert_gguf(src: Path, dst: Path, file_type: str = "F32", n_threads: int = 
 
     Writes straight to `dst`; callers that need atomicity write to a temporary name first.
     """
-    llama_log()
+    captured = llama_log()
     params = lc.llama_model_quantize_default_params()
     params.nthread = n_threads
     params.ftype = FILE_TYPES[file_type]
     params.allow_requantize = True
+    crashguard.mark(f"converting {src.name} to {file_type}")
     rc = lc.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    captured.raise_pending()  # a Ctrl-C during the conversion: the caller removes the partial file
     if rc != 0:
         raise SpecdecError(f"llama.cpp could not convert {src} to {file_type} (code {rc}):\n{llama_log().tail(4)}")

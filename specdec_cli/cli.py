@@ -4,6 +4,7 @@
     echo "Summarise: ..." | specdec run --json -n 64     # prompt from stdin, JSON on stdout
     specdec run --draft tiny.gguf --target big.gguf -k 6 --baseline "prompt"
     specdec simulate --accept-rate 0.7 --draft-tokens 4  # the acceptance model, no models
+    specdec doctor                                       # the llama.cpp build, paths, models probed
 
 stdout carries only the generated text (or the JSON); everything else goes to stderr.
 Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input, 130 interrupted. A
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import secrets
 import sys
 from typing import Annotated, Optional
@@ -28,6 +30,7 @@ import typer
 from typer.core import TyperGroup
 
 from .cli_bench import bench
+from .cli_doctor import doctor
 from .cli_models import models_app
 from .cli_options import EXIT_INTERRUPTED, ColorMode, _err, check_draft_tokens
 from .cli_run import run
@@ -59,6 +62,7 @@ app = typer.Typer(
 app.add_typer(models_app, name="models")
 app.command()(run)
 app.command()(bench)
+app.command()(doctor)
 
 
 @app.callback()
@@ -95,8 +99,19 @@ def simulate(
 
 
 def main() -> None:
-    """The `specdec` script. Usage errors exit 2 with click's message; commands convert their own errors (see _Group)."""
-    logging.basicConfig(level=logging.WARNING, format="specdec: %(message)s", stream=sys.stderr)
+    """The `specdec` script, run in a forked child so that a native crash is explained (crashguard.py).
+
+    Usage errors exit 2 with click's message; commands convert their own errors (see _Group).
+    SPECDEC_LLAMA_LOG=1 also shows specdec's info lines (e.g. the repack choice).
+    """
+    from .crashguard import guard
+
+    verbose = os.environ.get("SPECDEC_LLAMA_LOG", "") not in ("", "0")
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="specdec: %(message)s", stream=sys.stderr)
+    guard(_run_app)
+
+
+def _run_app() -> None:
     try:
         app(prog_name="specdec")
     except SpecdecError as exc:  # raised while parsing, outside any command

@@ -29,12 +29,15 @@ from .cli_options import (
     GpuLayersOption,
     MinPOption,
     PairOption,
+    RepackOption,
     TargetOption,
     ThreadsOption,
     TopKOption,
     TopPOption,
     _err,
+    check_load_limits,
     check_sampling_options,
+    check_seed,
     context_size,
     gpu_layers_to_load,
     option_list,
@@ -68,6 +71,7 @@ def bench(
     threads: ThreadsOption = None,
     gpu_layers: GpuLayersOption = -1,
     draft_gpu_layers: DraftGpuLayersOption = -1,
+    repack: RepackOption = None,
     raw: Annotated[bool, typer.Option("--raw", help="Send prompts as they are, without the chat template.")] = False,
     warmup: Annotated[int, typer.Option(help="Tokens of one unrecorded warm-up run per side; 0 skips it.")] = 16,
     json_out: Annotated[bool, typer.Option("--json", help="Write every measurement as one JSON object on stdout.")] = False,
@@ -97,6 +101,8 @@ def bench(
         raise BadInput(f"--repeats must be at least 1, got {repeats}")
     if warmup < 0:
         raise BadInput(f"--warmup must be 0 (none) or more tokens, got {warmup}")
+    check_load_limits(ctx, draft_ctx, threads, ("--gpu-layers", gpu_layers), ("--draft-gpu-layers", draft_gpu_layers))
+    check_seed(seed, repeats)
     # Fail before the models load, not after a long bench.
     for option, path in (("--csv", csv_path), ("--plot", plot)):
         if path is not None and not path.expanduser().resolve().parent.is_dir():
@@ -123,7 +129,7 @@ def bench(
     console = bench_console()
     ctx = context_size(ctx, pair_name)
     gpu_layers, draft_gpu_layers = gpu_layers_to_load(gpu_layers, draft_gpu_layers)
-    options = LoadOptions(n_ctx=ctx, draft_ctx=draft_ctx, n_threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers)
+    options = LoadOptions(n_ctx=ctx, draft_ctx=draft_ctx, n_threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, repack=repack)
     with open_pair(draft_path, target_path, options) as pair:
 
         def run_llama_cpp(prompt, setting):
@@ -132,7 +138,8 @@ def bench(
                 binary, draft_path, target_path, text,
                 draft_tokens=setting.k, max_tokens=max_tokens, temperature=setting.temperature,
                 top_k=top_k, top_p=top_p, min_p=min_p, seed=seed, ctx=ctx, threads=threads,
-                gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, extra=extra,
+                gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
+                extra=([] if pair.target.repack else ["--no-repack"]) + extra,
             )  # fmt: skip
             return run_native(command)
 
@@ -142,7 +149,8 @@ def bench(
             "threads": pair.target.n_threads,
             "gpu_layers": pair.target.n_gpu_layers,
             "draft_gpu_layers": pair.draft.n_gpu_layers,
-            "ctx": ctx,
+            "ctx": pair.target.n_ctx,  # what llama.cpp allocated (it pads the request)
+            "repack": pair.target.repack,
             "native": str(binary) if binary else None,
         }
         with progress_bar(console) as update:

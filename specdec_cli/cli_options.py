@@ -58,6 +58,22 @@ DraftCtxOption = Annotated[Optional[int], typer.Option("--draft-ctx", help="Draf
 ThreadsOption = Annotated[Optional[int], typer.Option("--threads", help="CPU threads (default: all cores).")]
 GpuLayersOption = Annotated[int, typer.Option("--gpu-layers", help="Target layers on the GPU; -1 all when llama.cpp has a GPU backend.")]
 DraftGpuLayersOption = Annotated[int, typer.Option("--draft-gpu-layers", help="Draft layers on the GPU; -1 as for the target.")]
+RepackOption = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--repack/--no-repack",
+        help="Repack quantized weights for the CPU's SIMD units (llama.cpp's extra buffer types). "
+        "Default: off where llama.cpp reports AMX (it can crash there), on elsewhere.",
+        show_default=False,
+    ),
+]
+
+# What the C fields behind the options hold (llama.cpp's n_ctx is uint32_t, n_threads and
+# n_gpu_layers int32_t); numpy seeds a generator from any integer >= 0, and 2**64 - 1 keeps
+# a seed one machine word (llama.cpp's own --seed is 32-bit).
+UINT32_MAX = 2**32 - 1
+INT32_MAX = 2**31 - 1
+SEED_MAX = 2**64 - 1
 
 
 class ColorMode(str, enum.Enum):
@@ -79,6 +95,28 @@ def read_prompt(prompt: str | None) -> str:
     if not prompt.strip():
         raise BadInput("the prompt is empty")
     return prompt
+
+
+def check_load_limits(ctx: int | None, draft_ctx: int | None, threads: int | None, *gpu_layers: tuple[str, int]) -> None:
+    """Values the C types behind them cannot hold (llama.cpp would wrap --ctx 4294967552 to 256)."""
+    for flag, value, top, unit in (
+        ("--ctx", ctx, UINT32_MAX, " tokens"),
+        ("--draft-ctx", draft_ctx, UINT32_MAX, " tokens"),
+        ("--threads", threads, INT32_MAX, ""),
+    ):
+        if value is not None and value < 1:
+            raise BadInput(f"{flag} must be at least 1{unit.rstrip('s')}, got {value}")
+        if value is not None and value > top:
+            raise BadInput(f"{flag} must be at most {top}{unit} (what llama.cpp's C type holds), got {value}")
+    for flag, value in gpu_layers:
+        if not -1 <= value <= INT32_MAX:
+            raise BadInput(f"{flag} must be -1 (all) or between 0 and {INT32_MAX}, got {value}")
+
+
+def check_seed(seed: int | None, repeats: int = 1) -> None:
+    """A seed numpy and the reports can use: 0 to 2**64 - 1 (for bench, the last repeat's seed too)."""
+    if seed is not None and not (0 <= seed and seed + repeats - 1 <= SEED_MAX):
+        raise BadInput(f"--seed must be between 0 and {SEED_MAX - repeats + 1}, got {seed}")
 
 
 def check_draft_tokens(draft_tokens: DraftTokens) -> None:

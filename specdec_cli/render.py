@@ -221,6 +221,7 @@ def stats_table(
     predicted: float | None = None,
     costs: CostCurve | None = None,
     note: str | None = None,
+    context: str | None = None,
 ) -> Table:
     """The run's figures as a two-column table; `predicted` and `costs` come from the measured cost curve."""
     table = Table(title="specdec run", box=box.SIMPLE_HEAD, show_header=False, title_justify="left", pad_edge=False)
@@ -253,6 +254,8 @@ def stats_table(
         row("", f"verify batch of {k + 1} tokens {_ms(costs.target_batch[k])}")
     elif note:
         row("predicted speed-up", note)
+    if context is not None:
+        row("context", context)
     if seed is not None:
         row("seed", str(seed))
     return table

@@ -35,6 +35,7 @@ class LoadOptions:
     n_threads: int | None = None
     gpu_layers: int | None = None  # None: all layers on the GPU when there is one
     draft_gpu_layers: int | None = None
+    repack: bool | None = None  # None: auto (off where llama.cpp reports AMX, on elsewhere)
 
 
 @dataclass
@@ -104,7 +105,10 @@ def open_pair(
         if on_load:
             on_load("target", target_path)
         target = stack.enter_context(
-            LlamaModel(target_path, n_ctx=options.n_ctx, n_threads=options.n_threads, n_gpu_layers=options.gpu_layers)
+            LlamaModel(
+                target_path, n_ctx=options.n_ctx, n_threads=options.n_threads, n_gpu_layers=options.gpu_layers,
+                repack=options.repack, role="target",
+            )  # fmt: skip
         )
         draft = None
         vocab_limit = target.n_vocab
@@ -112,7 +116,10 @@ def open_pair(
             if on_load:
                 on_load("draft", draft_path)
             draft = stack.enter_context(
-                LlamaModel(draft_path, n_ctx=draft_ctx, n_threads=options.n_threads, n_gpu_layers=options.draft_gpu_layers)
+                LlamaModel(
+                    draft_path, n_ctx=draft_ctx, n_threads=options.n_threads, n_gpu_layers=options.draft_gpu_layers,
+                    repack=options.repack, role="draft",
+                )  # fmt: skip
             )
             vocab_limit = check_pair(draft, target)
         yield LoadedPair(target=target, draft=draft, vocab_limit=vocab_limit)

@@ -436,7 +436,7 @@ def _fake_models(monkeypatch, pair):
     import specdec_cli.session
 
     for model in (pair.target, pair.draft):
-        model.n_threads, model.n_gpu_layers = 1, 0
+        model.n_threads, model.n_gpu_layers, model.repack = 1, 0, True  # as LlamaModel has them
 
     @contextlib.contextmanager
     def open_pair(draft, target, options=None, on_load=None):

@@ -1,0 +1,180 @@
+"""A native crash is never silent: the `specdec` process forks, and the parent explains a crash.
+
+A segfault inside llama.cpp cannot be caught in Python, but it can be explained by a
+process that did not crash. So `guard(main)` forks once, before llama_cpp is imported:
+
+    parent: waits; forwards SIGTERM (and a SIGINT/SIGHUP sent to its pid with `kill`) to the child
+    child:  runs the command; marks what it is doing in a shared page (`mark("decoding with the
+            draft tinydraft.gguf")`); faulthandler writes the Python stack to a log file
+
+If the child dies by SIGSEGV, SIGBUS, SIGILL, SIGFPE or SIGABRT, the parent prints one line
+
+    specdec: error: llama.cpp crashed (signal 11, SIGSEGV) while decoding with the draft
+    tinydraft.gguf; try --no-repack, or --gpu-layers 0; details in /tmp/specdec-crash-ab12.log
+
+and exits 1 (a runtime failure, as README's exit codes say; the line names the signal).
+A SIGKILL (the kernel's out-of-memory killer) is explained the same way. Any other end is
+passed on unchanged: the child's exit code, or the same signal raised on the parent (so a
+shell still sees 143 after `kill`). Ctrl-C on a terminal reaches the child directly (the
+terminal signals the whole foreground group), so the parent does not forward a SIGINT the
+kernel sent: the child must not see it twice. stdin, stdout and stderr are inherited, not
+piped: ttys, colour detection and `specdec run - < file` behave as without the fork.
+
+Why a fork and not a subprocess: the child is the same interpreter with the same parsed
+state and file descriptors, there is nothing to re-exec, and it costs about a millisecond.
+Where there is no fork (Windows) or SPECDEC_NO_FORK=1 (for a debugger), `guard` just calls main;
+so it does when the caller has replaced sys.stdout or sys.stderr (a test harness, a program
+embedding specdec): a forked child would write into its own copy, which the caller never sees.
+The child never returns into its caller's stack: it ends with os._exit once main is done.
+
+Left out: the commands themselves (cli.py), catching anything inside the child.
+"""
+
+from __future__ import annotations
+
+import atexit
+import faulthandler
+import mmap
+import os
+import signal
+import sys
+import tempfile
+import traceback
+from dataclasses import dataclass
+from typing import Callable, NoReturn
+
+CRASH_SIGNALS = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT)
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_PAGE = 4096
+_SI_KERNEL = 0x80  # siginfo.si_code of a signal the kernel raised (a terminal's Ctrl-C)
+HINT = "try --no-repack, or --gpu-layers 0"
+
+
+@dataclass
+class _Breadcrumb:
+    """The shared page the child writes its current activity into, and the crash log file."""
+
+    page: mmap.mmap
+    log_path: str
+    log_file: object = None
+    last: str = ""
+
+
+# The one process-wide guard, set once in the child by `guard` (like faulthandler's own
+# file): `mark` must be callable from any layer without passing an object down.
+_active: list[_Breadcrumb] = []
+
+
+def mark(activity: str) -> None:
+    """Record what the process is doing now (no-op without a guard). Example: "loading the draft x.gguf"."""
+    if not _active:
+        return
+    crumb = _active[0]
+    if activity == crumb.last:
+        return
+    crumb.last = activity
+    data = activity.encode("utf-8", errors="replace")[: _PAGE - 1]
+    crumb.page[: len(data) + 1] = data + b"\0"
+
+
+def read_mark(page: mmap.mmap) -> str:
+    raw = bytes(page[:_PAGE])
+    return raw.split(b"\0", 1)[0].decode("utf-8", errors="replace")
+
+
+def describe(status: int, activity: str, log_path: str) -> str | None:
+    """The one line for a child that died by `status` (a wait status), or None if it was no crash."""
+    if not os.WIFSIGNALED(status):
+        return None
+    number = os.WTERMSIG(status)
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        name = "unknown"
+    doing = f" while {activity}" if activity else ""
+    if number in CRASH_SIGNALS:
+        return f"llama.cpp crashed (signal {number}, {name}){doing}; {HINT}; details in {log_path}"
+    if number == signal.SIGKILL:
+        return f"specdec was killed (signal 9, SIGKILL){doing}; if the system ran out of memory, try a smaller --ctx"
+    return None
+
+
+def guard(main: Callable[[], object]) -> NoReturn:
+    """Run `main` in a forked child and explain a native crash; exits with the child's outcome."""
+    own_streams = sys.stdout is sys.__stdout__ and sys.stderr is sys.__stderr__
+    if not hasattr(os, "fork") or not own_streams or os.environ.get("SPECDEC_NO_FORK", "") not in ("", "0"):
+        main()
+        sys.exit(0)
+    page = mmap.mmap(-1, _PAGE)  # anonymous and shared: the child's writes are visible here
+    fd, log_path = tempfile.mkstemp(prefix="specdec-crash-", suffix=".log")
+    os.close(fd)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, (*_FORWARDED, signal.SIGCHLD))
+    pid = os.fork()
+    if pid == 0:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        crumb = _Breadcrumb(page, log_path, open(log_path, "w", encoding="utf-8"))
+        _active.append(crumb)
+        faulthandler.enable(file=crumb.log_file, all_threads=True)
+        _exit_child(main)
+    status = _wait(pid)
+    message = describe(status, read_mark(page), log_path)
+    if message is None:
+        os.unlink(log_path)
+        if os.WIFSIGNALED(status):  # end the same way, so a shell sees 128 + the signal
+            number = os.WTERMSIG(status)
+            signal.signal(number, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+            os.kill(os.getpid(), number)
+        sys.exit(os.waitstatus_to_exitcode(status))
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(f"\ncommand: {' '.join(sys.argv)}\n{message}\n")
+    sys.stderr.write(f"specdec: error: {message}\n")
+    sys.stderr.flush()
+    sys.exit(1)
+
+
+def _exit_child(main: Callable[[], object]) -> NoReturn:
+    """Run main and end the child as Python would end a process, without unwinding into the caller."""
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    except KeyboardInterrupt:
+        code = -signal.SIGINT
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    if code == -signal.SIGINT:  # as Python ends on an uncaught KeyboardInterrupt
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code & 0xFF)
+
+
+def _wait(pid: int) -> int:
+    """Wait for the child, forwarding the signals meant for it; return its wait status."""
+    waiting = (*_FORWARDED, signal.SIGCHLD)
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        info = signal.sigtimedwait(waiting, 0.5)
+        if info is None or info.si_signo == signal.SIGCHLD:
+            continue
+        if info.si_signo == signal.SIGTERM or info.si_code != _SI_KERNEL:
+            try:
+                os.kill(pid, info.si_signo)
+            except ProcessLookupError:
+                pass
