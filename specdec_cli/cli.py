@@ -6,9 +6,14 @@
     specdec simulate --accept-rate 0.7 --draft-tokens 4  # the acceptance model, no models
 
 stdout carries only the generated text (or the JSON); everything else goes to stderr.
-Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input, 130 interrupted. A
-`SpecdecError` becomes one stderr line and its exit code wherever it is raised (the app's
-group class converts it for every command); click's usage errors keep click's own message.
+Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input, 130 interrupted, 141
+stdout's reader went away (`| head`). A `SpecdecError` becomes one stderr line and its exit
+code wherever it is raised (the app's group class converts it for every command); a usage
+error is click's message on one line plus a usage line:
+
+    specdec: error: No such option: --bogus
+    usage: specdec run [OPTIONS] [PROMPT]; see 'specdec run --help'
+
 llama_cpp is imported only inside commands, so `--help` stays fast.
 
 Left out: the maths (sampling.py, stats.py), the loop (engine.py), the layout (render.py).
@@ -18,10 +23,12 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import secrets
 import sys
 from typing import Annotated, Optional
 
+import click
 import typer
 from typer.core import TyperGroup
 
@@ -32,8 +39,49 @@ from .cli_run import run
 from .errors import BadInput, SpecdecError
 
 
+EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a tool killed by SIGPIPE (`yes | head -1`)
+
+
 class _Group(TyperGroup):
-    """Every command's SpecdecError becomes one stderr line and its exit code; Ctrl-C exits 130."""
+    """The edge where errors become exit codes, for every command and for Typer's runner alike.
+
+    A SpecdecError becomes one stderr line and its exit code; Ctrl-C exits 130. A usage error
+    (unknown option, missing or malformed value) is click's message on one line and a short
+    usage line that points to --help, exit 2. Writes to stdout go through `_GuardedStdout`:
+    a full or failing stdout is one line and exit 1; a reader that went away (`| head`) ends
+    the run quietly with exit 141, as `cat` or `git log` do when SIGPIPE kills them.
+    """
+
+    def main(self, args=None, prog_name=None, **extra):
+        extra["standalone_mode"] = False  # errors are shown here, in specdec's format
+        if sys.stdout is None:  # started with stdout closed (>&-)
+            _err("specdec: error: stdout is closed; redirect it to a file or to /dev/null instead (> out.txt)")
+            sys.exit(1)
+        guard = _GuardedStdout(sys.stdout)
+        sys.stdout = guard
+        try:
+            code = super().main(args, prog_name, **extra)
+            code = code if isinstance(code, int) else 0
+            guard.flush()  # text still buffered for a file must reach it before we report success
+        except click.UsageError as exc:
+            code = _usage_error(exc)
+        except click.ClickException as exc:
+            _err(f"specdec: error: {exc.format_message()}")
+            code = exc.exit_code
+        except click.Abort:
+            _err("specdec: interrupted")
+            code = EXIT_INTERRUPTED
+        except SpecdecError as exc:  # the final flush
+            _err(f"specdec: error: {exc}")
+            code = exc.exit_code
+        except BrokenPipeError:
+            code = EXIT_BROKEN_PIPE
+        finally:
+            sys.stdout = guard.raw
+        if guard.failed:
+            guard.silence()  # so that the interpreter's last flush of stdout raises nothing
+            code = EXIT_BROKEN_PIPE if guard.broken_pipe else (code or 1)
+        sys.exit(code)
 
     def invoke(self, ctx):
         try:
@@ -44,6 +92,70 @@ class _Group(TyperGroup):
         except KeyboardInterrupt:
             _err("specdec: interrupted")
             raise typer.Exit(EXIT_INTERRUPTED) from None
+        except BrokenPipeError:
+            raise typer.Exit(EXIT_BROKEN_PIPE) from None
+
+
+def _usage_error(exc: click.UsageError) -> int:
+    """click's message on one line, then `usage: specdec run [OPTIONS] [PROMPT]; see 'specdec run --help'`."""
+    if type(exc).__name__ == "NoArgsIsHelpError":  # click >= 8.2: bare `specdec` shows the help
+        exc.show()
+        return exc.exit_code
+    ctx = exc.ctx
+    message = " ".join(exc.format_message().split())
+    _err(f"specdec: error: {message}")
+    if ctx is not None:
+        pieces = " ".join(ctx.command.collect_usage_pieces(ctx))
+        _err(f"usage: {ctx.command_path} {pieces}; see '{ctx.command_path} --help'")
+    else:
+        _err("usage: see 'specdec --help'")
+    return exc.exit_code
+
+
+class _GuardedStdout:
+    """sys.stdout for the length of a command: a failed write raises SpecdecError (exit 1), naming the reason.
+
+    A broken pipe stays a BrokenPipeError (the reader is gone: a quiet exit). Everything
+    else (isatty, encoding, buffer, fileno) is the real stream's.
+    """
+
+    def __init__(self, raw) -> None:
+        self.raw = raw
+        self.failed = False
+        self.broken_pipe = False
+
+    def __getattr__(self, name):
+        return getattr(self.raw, name)
+
+    def write(self, text: str) -> int:
+        return self._guard(self.raw.write, text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        self._guard(self.raw.flush)
+
+    def _guard(self, op, *args):
+        try:
+            return op(*args)
+        except BrokenPipeError:
+            self.failed = self.broken_pipe = True
+            raise
+        except OSError as exc:
+            self.failed = True
+            reason = exc.strerror.lower() if exc.strerror else str(exc)
+            raise SpecdecError(f"cannot write to stdout: {reason}; free some space or send stdout elsewhere (> file, | less)") from None
+
+    def silence(self) -> None:
+        """Point the stdout descriptor at /dev/null and drop what is buffered for it."""
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.raw.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):  # no descriptor (Typer's runner): nothing to silence
+            pass
 
 
 app = typer.Typer(
@@ -93,13 +205,9 @@ def simulate(
 
 
 def main() -> None:
-    """The `specdec` script. Usage errors exit 2 with click's message; commands convert their own errors (see _Group)."""
+    """The `specdec` script; every error and exit code is decided in _Group.main."""
     logging.basicConfig(level=logging.WARNING, format="specdec: %(message)s", stream=sys.stderr)
-    try:
-        app(prog_name="specdec")
-    except SpecdecError as exc:  # raised while parsing, outside any command
-        _err(f"specdec: error: {exc}")
-        sys.exit(exc.exit_code)
+    app(prog_name="specdec")
 
 
 if __name__ == "__main__":

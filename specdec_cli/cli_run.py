@@ -45,6 +45,7 @@ from .cli_options import (
     resolve_paths,
 )
 from .errors import BadInput
+from .inputs import argv_text
 
 if TYPE_CHECKING:  # the real imports happen inside the command, keeping --help fast
     from .engine import CostCurve
@@ -143,6 +144,8 @@ def run(
         raise BadInput(f"--threads must be at least 1, got {threads}")
     stops = parse_stops(stop)
     text = read_prompt(prompt)
+    if system is not None:
+        system = argv_text(system, "--system")
 
     from .engine import GenerationConfig
     from .render import Activity, JsonlRenderer, TextRenderer, color_enabled, legend, stats_table, stderr_console

@@ -35,12 +35,14 @@ import importlib.resources
 import importlib.util
 import os
 import re
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Union
 
 from .errors import BadConfig, BadInput, ModelNotFound
+from .inputs import kind_of, os_reason, read_text_file, regular_file
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -69,10 +71,34 @@ Notify = Callable[[str], None]
 
 
 def cache_dir() -> Path:
+    """$SPECDEC_CACHE, else $XDG_CACHE_HOME/specdec, else ~/.cache/specdec; BadConfig if it cannot be a folder."""
     if os.environ.get("SPECDEC_CACHE"):
-        return Path(os.environ["SPECDEC_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "specdec"
+        path, source = Path(os.environ["SPECDEC_CACHE"]).expanduser(), "SPECDEC_CACHE"
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+        path, source = Path(base) / "specdec", "XDG_CACHE_HOME" if os.environ.get("XDG_CACHE_HOME") else "HOME"
+    check_folder(path, f"the cache folder {path} (from {source})")
+    return path
+
+
+def check_folder(path: Path, what: str) -> None:
+    """BadConfig unless `path` is a folder or can become one: the part of it that exists must be a folder.
+
+    Example: SPECDEC_CACHE=/etc/hostname -> "the cache folder /etc/hostname (from SPECDEC_CACHE)
+    is a regular file, not a folder; ..."
+    """
+    for part in (path, *path.parents):
+        try:
+            st = os.stat(part)
+        except FileNotFoundError:
+            continue  # created on first use
+        except OSError as exc:
+            raise BadConfig(f"{what} cannot be used: {os_reason(exc)}") from None
+        if not stat.S_ISDIR(st.st_mode):
+            kind = "a regular file" if stat.S_ISREG(st.st_mode) else kind_of(st.st_mode)
+            why = f"it is {kind}" if part == path else f"{part}, on its path, is {kind}"
+            raise BadConfig(f"{what} is not a folder ({why}); point it at a folder or unset the variable")
+        return
 
 
 def builtin_draft_path() -> Path:
@@ -162,12 +188,20 @@ def user_catalogue_path() -> Path | None:
     explicit = os.environ.get("SPECDEC_MODELS")
     if explicit:
         path = Path(explicit).expanduser()
-        if not path.is_file():
-            raise BadConfig(f"SPECDEC_MODELS points to {path}, which is not a file; fix the path or unset SPECDEC_MODELS")
+        try:
+            regular_file(path, "file")
+        except BadInput as exc:
+            raise BadConfig(f"SPECDEC_MODELS points to {path}, which is not a file we can read ({exc}); fix the path or unset SPECDEC_MODELS") from None
         return path
     base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
     path = Path(base) / "specdec" / "models.toml"
-    return path if path.is_file() else None
+    try:
+        regular_file(path, "models.toml")
+    except ModelNotFound:
+        return None
+    except BadInput as exc:
+        raise BadConfig(f"{exc}; fix or remove it") from None
+    return path
 
 
 def load_catalogue(user_file: Path | None | bool = True) -> dict[str, PairEntry]:
@@ -182,9 +216,9 @@ def load_catalogue(user_file: Path | None | bool = True) -> dict[str, PairEntry]
     if user_file:
         path = Path(user_file)
         try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise BadConfig(f"cannot read {path}: {exc.strerror or exc}") from exc
+            text = read_text_file(path, "models.toml")
+        except BadInput as exc:
+            raise BadConfig(str(exc)) from None
         for name, (table, origin) in parse_catalogue(text, str(path)).items():
             base = merged[name][0] if name in merged else {}
             merged[name] = ({**base, **table}, origin)  # key by key; draft/target tables replaced whole
@@ -197,6 +231,8 @@ def parse_catalogue(text: str, origin: str) -> dict[str, tuple[dict[str, Any], s
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise BadConfig(f"{origin} is not valid TOML: {exc}") from exc
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise BadConfig(f"{origin} nests arrays or tables too deeply for the TOML parser; a models.toml needs two levels") from None
     unknown = set(data) - {"schema", "pair"}
     if unknown:
         raise BadConfig(f"{origin}: unknown top-level key {sorted(unknown)[0]!r}; expected 'schema' and [[pair]] tables")
