@@ -145,11 +145,16 @@ class VocabInfo:
 def check_gguf_file(path: Path) -> None:
     """Fail early and clearly for a missing file, a FIFO/socket/device/folder, an unreadable file, or one that is not GGUF.
 
-    `stat` is asked first and the file opened non-blocking (paths.read_head): a FIFO is never opened.
+    `stat` is asked first and the file opened non-blocking (inputs.read_head): a FIFO is never
+    opened. The path must be UTF-8, since llama.cpp is handed str(path).encode().
     """
     magic = read_head(path, 4, "model file")
     if magic != GGUF_MAGIC:
         raise ModelLoadError(f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF')")
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:  # a file name in another encoding, passed through argv as surrogates
+        raise BadInput(f"the model path {path} is not valid UTF-8, which llama.cpp needs; rename the file or link it under a UTF-8 name") from None
 
 
 class LlamaModel:

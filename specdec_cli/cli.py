@@ -76,6 +76,8 @@ class _Group(TyperGroup):
             code = exc.exit_code
         except BrokenPipeError:
             code = EXIT_BROKEN_PIPE
+        except SystemExit as exc:  # click's own exits (a broken pipe while printing --help)
+            code = exc.code if isinstance(exc.code, int) else 1
         finally:
             sys.stdout = guard.raw
         if guard.failed:

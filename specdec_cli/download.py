@@ -189,8 +189,16 @@ def _snapshots(repo_dir: Path, revision: str) -> list[Path]:
     pinned = _ref_snapshot(repo_dir, snapshots, revision)
     if pinned is not None:
         ordered.append(pinned)
-    others = sorted((p for p in snapshots.iterdir() if p.is_dir() and p not in ordered), key=lambda p: p.stat().st_mtime, reverse=True)
-    return ordered + others
+    inside = [p for p in snapshots.iterdir() if p not in ordered and _inside(p, snapshots) and p.is_dir()]
+    return ordered + sorted(inside, key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether `path`, symlinks resolved, lies in `folder` (resolved too)."""
+    try:
+        return path.resolve().is_relative_to(folder.resolve())
+    except (OSError, RuntimeError):  # a symlink loop
+        return False
 
 
 def _ref_snapshot(repo_dir: Path, snapshots: Path, revision: str) -> Path | None:
@@ -207,11 +215,7 @@ def _ref_snapshot(repo_dir: Path, snapshots: Path, revision: str) -> Path | None
     if not REF_RE.fullmatch(commit):
         return None
     pinned = snapshots / commit
-    try:
-        inside = pinned.resolve().is_relative_to(snapshots.resolve())
-    except OSError:
-        return None
-    return pinned if inside and pinned.is_dir() else None
+    return pinned if _inside(pinned, snapshots) and pinned.is_dir() else None
 
 
 def cached_model(

@@ -63,7 +63,7 @@ def regular_file(path: Path, what: str) -> os.stat_result:
     except OSError as exc:
         raise BadInput(f"cannot look at the {what} {path}: {os_reason(exc)}") from None
     except ValueError:  # an embedded NUL byte
-        raise BadInput(f"the {what} path {path!r} contains a NUL byte") from None
+        raise BadInput(f"the {what} path {str(path)!r} contains a NUL byte") from None
     if not stat.S_ISREG(st.st_mode):
         raise BadInput(f"{what} {path} is {kind_of(st.st_mode)}, not a regular file; give the path of the file itself")
     return st
@@ -118,6 +118,9 @@ def writable_file(path: Path, option: str) -> None:
         st = None
     except OSError as exc:
         raise BadInput(f"{option}: cannot write {path}: {os_reason(exc)}") from None
+    if st is not None and (stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode)):
+        _has_reader(path, option)  # /dev/stdout, a pipe someone reads: fine
+        return
     if st is not None and not stat.S_ISREG(st.st_mode):
         raise BadInput(f"{option}: {path} is {kind_of(st.st_mode)}; give the path of a file to write")
     if st is None and not path.parent.is_dir():
@@ -129,6 +132,16 @@ def writable_file(path: Path, option: str) -> None:
         raise BadInput(f"{option}: cannot write {path}: {os_reason(exc)}") from None
     if st is None:
         path.unlink(missing_ok=True)
+
+
+def _has_reader(path: Path, option: str) -> None:
+    """A FIFO or device opened for writing without blocking: ENXIO means a FIFO nobody reads (writing would hang)."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise BadInput(f"{option}: {path} is a FIFO (named pipe) with no reader; start the reader first or give a file") from None
+        raise BadInput(f"{option}: cannot write {path}: {os_reason(exc)}") from None
 
 
 def argv_text(text: str, what: str) -> str:

@@ -21,6 +21,12 @@ Its drafting is llama.cpp's, not specdec's: it may draft fewer than --draft-max 
 the draft is unsure (--draft-p-min), and it may decode a few tokens past -n. Pass its own
 options through `extra` to change that.
 
+`run_native` sends the binary's output to a log file and stops it (and all it started)
+after `timeout` seconds (`--native-timeout`); a run that fails keeps its log and names it:
+
+    --native: llama-speculative-simple exited with code 1 (its last line: error: failed to
+    load model); its full log: /tmp/specdec-native-3f9a.log
+
 Left out: the bench that calls it (bench.py) and the table it lands in (render_bench.py).
 """
 
