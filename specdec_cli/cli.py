@@ -28,7 +28,6 @@ import secrets
 import sys
 from typing import Annotated, Optional
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -38,6 +37,9 @@ from .cli_options import EXIT_INTERRUPTED, ColorMode, _err, check_draft_tokens
 from .cli_run import run
 from .errors import BadInput, SpecdecError
 
+
+# click's exception classes, as the installed Typer raises them (typer >= 0.26 vendors click).
+_ClickException, _UsageError = (next(c for c in typer.BadParameter.__mro__ if c.__name__ == name) for name in ("ClickException", "UsageError"))
 
 EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a tool killed by SIGPIPE (`yes | head -1`)
 
@@ -63,12 +65,12 @@ class _Group(TyperGroup):
             code = super().main(args, prog_name, **extra)
             code = code if isinstance(code, int) else 0
             guard.flush()  # text still buffered for a file must reach it before we report success
-        except click.UsageError as exc:
+        except _UsageError as exc:
             code = _usage_error(exc)
-        except click.ClickException as exc:
+        except _ClickException as exc:
             _err(f"specdec: error: {exc.format_message()}")
             code = exc.exit_code
-        except click.Abort:
+        except typer.Abort:
             _err("specdec: interrupted")
             code = EXIT_INTERRUPTED
         except SpecdecError as exc:  # the final flush
@@ -96,12 +98,24 @@ class _Group(TyperGroup):
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except BrokenPipeError:
             raise typer.Exit(EXIT_BROKEN_PIPE) from None
+        except _UsageError as exc:
+            if exc.ctx is None:  # some parser errors carry no context: give them the command's, for its usage line
+                exc.ctx = self._command_context(ctx)
+            raise
+
+    def _command_context(self, ctx):
+        """A context for the command being parsed (`specdec run`), or the group's if there is none."""
+        try:
+            name = ctx.invoked_subcommand  # set before the command parses its arguments
+            return self.get_command(ctx, name).make_context(name, [], parent=ctx, resilient_parsing=True)
+        except Exception:  # only for a nicer usage line; the error itself is already known
+            return ctx
 
 
-def _usage_error(exc: click.UsageError) -> int:
+def _usage_error(exc) -> int:
     """click's message on one line, then `usage: specdec run [OPTIONS] [PROMPT]; see 'specdec run --help'`."""
     if type(exc).__name__ == "NoArgsIsHelpError":  # click >= 8.2: bare `specdec` shows the help
-        exc.show()
+        typer.echo(exc.ctx.get_help())
         return exc.exit_code
     ctx = exc.ctx
     message = " ".join(exc.format_message().split())

@@ -90,8 +90,8 @@ def check_folder(path: Path, what: str) -> None:
     for part in (path, *path.parents):
         try:
             st = os.stat(part)
-        except FileNotFoundError:
-            continue  # created on first use
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # created on first use, or a parent is the problem
         except OSError as exc:
             raise BadConfig(f"{what} cannot be used: {os_reason(exc)}") from None
         if not stat.S_ISDIR(st.st_mode):
