@@ -54,6 +54,19 @@ def os_reason(exc: OSError) -> str:
     return exc.strerror.lower() if exc.strerror else str(exc)
 
 
+def file_problem(path: Path) -> str | None:
+    """Why `path` is not a regular file, as the end of a sentence ("is a FIFO (named pipe)"), or None. Never opens it."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return "does not exist"
+    except OSError as exc:
+        return f"cannot be looked at: {os_reason(exc)}"
+    except ValueError:
+        return "contains a NUL byte"
+    return None if stat.S_ISREG(st.st_mode) else f"is {kind_of(st.st_mode)}"
+
+
 def regular_file(path: Path, what: str) -> os.stat_result:
     """The stat of `path` if it is a regular file (symlinks followed); ModelNotFound or BadInput otherwise. Never opens it."""
     try:

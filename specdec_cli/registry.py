@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Callable, Union
 
 from .errors import BadConfig, BadInput, ModelNotFound
-from .inputs import kind_of, os_reason, read_text_file, regular_file
+from .inputs import file_problem, kind_of, os_reason, read_text_file
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -188,19 +188,17 @@ def user_catalogue_path() -> Path | None:
     explicit = os.environ.get("SPECDEC_MODELS")
     if explicit:
         path = Path(explicit).expanduser()
-        try:
-            regular_file(path, "file")
-        except BadInput as exc:
-            raise BadConfig(f"SPECDEC_MODELS points to {path}, which is not a file we can read ({exc}); fix the path or unset SPECDEC_MODELS") from None
+        problem = file_problem(path)  # never opens it: a FIFO would hang
+        if problem:
+            raise BadConfig(f"SPECDEC_MODELS points to {path}, which {problem}; point it at a models.toml file or unset SPECDEC_MODELS")
         return path
     base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
     path = Path(base) / "specdec" / "models.toml"
-    try:
-        regular_file(path, "models.toml")
-    except ModelNotFound:
+    problem = file_problem(path)
+    if problem == "does not exist":
         return None
-    except BadInput as exc:
-        raise BadConfig(f"{exc}; fix or remove it") from None
+    if problem:
+        raise BadConfig(f"{path} {problem}, not a models.toml file; remove it or replace it with a file")
     return path
 
 

@@ -353,7 +353,7 @@ def test_user_models_toml_not_utf8_or_nested_too_deeply(config_env, content, nee
     assert str(user) in line and needle in line
 
 
-@pytest.mark.parametrize("kind, needle", [("folder", "is a directory"), ("fifo", "is a FIFO (named pipe)"), ("missing", "not found")])
+@pytest.mark.parametrize("kind, needle", [("folder", "is a directory"), ("fifo", "is a FIFO (named pipe)"), ("missing", "does not exist")])
 def test_specdec_models_pointing_at_something_that_is_not_a_file(config_env, kind, needle):
     target = config_env / "thing"
     if kind == "folder":
@@ -363,14 +363,14 @@ def test_specdec_models_pointing_at_something_that_is_not_a_file(config_env, kin
     proc = models_list(SPECDEC_MODELS=target)  # a process with a timeout: reading a FIFO would hang
     assert proc.returncode == 2
     line = one_line(proc.stderr.decode())
-    assert line.startswith(f"specdec: error: SPECDEC_MODELS points to {target}, which is not a file we can read") and needle in line
+    assert line == f"specdec: error: SPECDEC_MODELS points to {target}, which {needle}; point it at a models.toml file or unset SPECDEC_MODELS"
 
 
 def test_xdg_models_toml_that_is_a_fifo_is_refused(config_env):
     (config_env / "config" / "specdec").mkdir(parents=True)
     os.mkfifo(config_env / "config" / "specdec" / "models.toml")
     proc = models_list(XDG_CONFIG_HOME=config_env / "config")
-    assert proc.returncode == 2 and "is a FIFO (named pipe), not a regular file" in one_line(proc.stderr.decode())
+    assert proc.returncode == 2 and "models.toml is a FIFO (named pipe), not a models.toml file" in one_line(proc.stderr.decode())
 
 
 @pytest.mark.parametrize("inside", [False, True])
@@ -479,6 +479,16 @@ def test_bench_csv_check_creates_nothing_and_keeps_an_existing_file(tmp_path):
     assert result.exit_code == 2 and kept.read_text() == "old"
     result = bench("--csv", str(tmp_path / "new.csv"), "--native-args", "'")
     assert result.exit_code == 2 and not (tmp_path / "new.csv").exists()
+
+
+def test_bench_csv_that_cannot_be_written():
+    """A file even root cannot open for writing: a read-only sysfs attribute."""
+    notes = Path("/sys/kernel/notes")
+    if not notes.is_file():
+        pytest.skip("no /sys/kernel/notes on this machine")
+    result = bench("--csv", str(notes))
+    assert result.exit_code == 2
+    assert one_line(result.stderr) == "specdec: error: --csv: cannot write /sys/kernel/notes: permission denied"
 
 
 def test_bench_csv_in_a_missing_folder(tmp_path):
