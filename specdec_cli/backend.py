@@ -154,7 +154,8 @@ def check_gguf_file(path: Path) -> None:
     try:
         str(path).encode("utf-8")
     except UnicodeEncodeError:  # a file name in another encoding, passed through argv as surrogates
-        raise BadInput(f"the model path {path} is not valid UTF-8, which llama.cpp needs; rename the file or link it under a UTF-8 name") from None
+        shown = os.fsencode(path).decode("utf-8", "backslashreplace")  # the bytes as they are: mod\xe8le.gguf
+        raise BadInput(f"the model path {shown} is not valid UTF-8, which llama.cpp needs; rename the file or link it under a UTF-8 name") from None
 
 
 class LlamaModel:
