@@ -12,7 +12,7 @@ code wherever it is raised (the app's group class converts it for every command)
 error is click's message on one line plus a usage line:
 
     specdec: error: No such option: --bogus
-    usage: specdec run [OPTIONS] [PROMPT]; see 'specdec run --help'
+    usage: specdec run [OPTIONS] [prompt]; see 'specdec run --help'
 
 llama_cpp is imported only inside commands, so `--help` stays fast.
 
@@ -113,7 +113,7 @@ class _Group(TyperGroup):
 
 
 def _usage_error(exc) -> int:
-    """click's message on one line, then `usage: specdec run [OPTIONS] [PROMPT]; see 'specdec run --help'`."""
+    """click's message on one line, then `usage: specdec run [OPTIONS] [prompt]; see 'specdec run --help'`."""
     if type(exc).__name__ == "NoArgsIsHelpError":  # click >= 8.2: bare `specdec` shows the help
         typer.echo(exc.ctx.get_help())
         return exc.exit_code
