@@ -47,7 +47,8 @@ import numpy as np
 import llama_cpp as lc
 
 from . import crashguard, resources
-from .errors import ContextOverflow, ModelLoadError, ModelNotFound, SpecdecError
+from .errors import BadInput, ContextOverflow, ModelLoadError, SpecdecError
+from .inputs import read_head
 
 log = logging.getLogger("specdec")
 
@@ -212,15 +213,19 @@ class VocabInfo:
 
 
 def check_gguf_file(path: Path) -> None:
-    """Fail early and clearly for a missing file or one that is not GGUF at all."""
-    if not path.exists():
-        raise ModelNotFound(f"model file not found: {path}")
-    if path.is_dir():
-        raise ModelNotFound(f"model path is a directory, not a GGUF file: {path}")
-    with open(path, "rb") as f:
-        magic = f.read(4)
+    """Fail early and clearly for a missing file, a FIFO/socket/device/folder, an unreadable file, or one that is not GGUF.
+
+    `stat` is asked first and the file opened non-blocking (inputs.read_head): a FIFO is never
+    opened. The path must be UTF-8, since llama.cpp is handed str(path).encode().
+    """
+    magic = read_head(path, 4, "model file")
     if magic != GGUF_MAGIC:
         raise ModelLoadError(f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF')")
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:  # a file name in another encoding, passed through argv as surrogates
+        shown = os.fsencode(path).decode("utf-8", "backslashreplace")  # the bytes as they are: mod\xe8le.gguf
+        raise BadInput(f"the model path {shown} is not valid UTF-8, which llama.cpp needs; rename the file or link it under a UTF-8 name") from None
 
 
 class LlamaModel:
@@ -433,6 +438,8 @@ class LlamaModel:
             raise SpecdecError(f"{self.path.name} has no chat template; pass --raw to send the prompt as it is")
         try:
             return render_jinja_template(template, messages, bos=self.token_text(self.vocab.bos), eos=self.token_text(self.vocab.eos))
+        except BadInput as exc:  # a limit was hit: the template is at fault, no fallback
+            raise BadInput(f"{self.path.name}: {exc}") from None
         except Exception as exc:  # jinja2 errors of every kind: fall back to llama.cpp's matcher
             log.debug("jinja rendering of the chat template failed (%s); using llama.cpp's matcher", exc)
         return self._apply_builtin_template(template, messages)
@@ -524,21 +531,93 @@ class LlamaModel:
         self.tokens.clear()
 
 
-def render_jinja_template(template: str, messages: Sequence[tuple[str, str]], *, bos: str, eos: str) -> str:
-    """Render a Hugging Face chat template in a sandbox, with the generation prompt added."""
+# A chat template is code that comes with the GGUF file: it renders under these limits.
+TEMPLATE_SECONDS = 2.0  # real templates render in milliseconds
+TEMPLATE_MIN_CHARS = 1 << 16  # output allowed beyond 8x the messages' own length
+
+
+class _TemplateTimeout(BaseException):
+    """Raised by the watchdog inside the template's code; a BaseException, so no `except Exception` there swallows it."""
+
+
+def render_jinja_template(
+    template: str, messages: Sequence[tuple[str, str]], *, bos: str, eos: str, seconds: float = TEMPLATE_SECONDS
+) -> str:
+    """Render a Hugging Face chat template in a sandbox, with the generation prompt added, within limits.
+
+    Limits (BadInput when one is passed, so the caller does not fall back to another
+    template): `seconds` of rendering, checked on every line the template's compiled code
+    runs (a trace function, only when no debugger or coverage tool has set one); output of
+    at most TEMPLATE_MIN_CHARS + 8 x the messages' length; `*` and `**` that would build a
+    string, list or number beyond that; recursion beyond Python's limit. Jinja's sandbox
+    itself caps each range() at 100000 items.
+
+    Example: "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"
+    -> BadInput("the chat template did not finish within 2 s ...")
+    """
+    import time
+
     import jinja2.sandbox
+
+    max_chars = TEMPLATE_MIN_CHARS + 8 * sum(len(role) + len(content) for role, content in messages)
+
+    def too_big() -> BadInput:
+        return BadInput(
+            f"the chat template writes more than {max_chars} characters for this prompt (an endless loop?); "
+            "pass --raw and format the prompt yourself"
+        )
+
+    class Sandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset({"*", "**"})
+
+        def call_binop(self, context, operator, left, right):
+            if operator == "*":
+                for seq, n in ((left, right), (right, left)):
+                    if isinstance(seq, (str, list, tuple)) and isinstance(n, int) and len(seq) * n > max_chars:
+                        raise too_big()
+            elif isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1:
+                if right * abs(left).bit_length() > 8 * max_chars:  # a number with more digits than the output may hold
+                    raise too_big()
+            return super().call_binop(context, operator, left, right)
 
     def raise_exception(message: str) -> None:
         raise ValueError(message)
 
-    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env = Sandbox(trim_blocks=True, lstrip_blocks=True)
     env.globals["raise_exception"] = raise_exception
-    return env.from_string(template).render(
-        messages=[{"role": role, "content": content} for role, content in messages],
-        add_generation_prompt=True,
-        bos_token=bos,
-        eos_token=eos,
-    )
+    deadline = time.monotonic() + seconds
+
+    def watchdog(frame, event, arg):
+        if time.monotonic() > deadline:
+            raise _TemplateTimeout  # raised in the traced frame; the trace function is then removed
+        return watchdog
+
+    timed = sys.gettrace() is None
+    pieces: list[str] = []
+    size = 0
+    try:
+        if timed:
+            sys.settrace(watchdog)
+        for piece in env.from_string(template).generate(
+            messages=[{"role": role, "content": content} for role, content in messages],
+            add_generation_prompt=True,
+            bos_token=bos,
+            eos_token=eos,
+        ):
+            size += len(piece)
+            if size > max_chars:
+                raise too_big()
+            pieces.append(piece)
+    except _TemplateTimeout:
+        raise BadInput(
+            f"the chat template did not finish within {seconds:g} s (an endless loop?); pass --raw and format the prompt yourself"
+        ) from None
+    except RecursionError:
+        raise BadInput("the chat template recurses without end (Python's recursion limit); pass --raw and format the prompt yourself") from None
+    finally:
+        if timed:
+            sys.settrace(None)
+    return "".join(pieces)
 
 
 def convert_gguf(src: Path, dst: Path, file_type: str = "F32", n_threads: int = 0) -> None:

@@ -7,9 +7,14 @@
     specdec doctor                                       # the llama.cpp build, paths, models probed
 
 stdout carries only the generated text (or the JSON); everything else goes to stderr.
-Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input, 130 interrupted. A
-`SpecdecError` becomes one stderr line and its exit code wherever it is raised (the app's
-group class converts it for every command); click's usage errors keep click's own message.
+Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input, 130 interrupted, 141
+stdout's reader went away (`| head`). A `SpecdecError` becomes one stderr line and its exit
+code wherever it is raised (the app's group class converts it for every command); a usage
+error is click's message on one line plus a usage line:
+
+    specdec: error: No such option: --bogus
+    usage: specdec run [OPTIONS] [prompt]; see 'specdec run --help'
+
 llama_cpp is imported only inside commands, so `--help` stays fast.
 
 Left out: the commands' bodies (cli_run.py, cli_bench.py, cli_models.py; `simulate` is
@@ -37,8 +42,54 @@ from .cli_run import run
 from .errors import BadInput, SpecdecError
 
 
+# click's exception classes, as the installed Typer raises them (typer >= 0.26 vendors click).
+_ClickException, _UsageError = (next(c for c in typer.BadParameter.__mro__ if c.__name__ == name) for name in ("ClickException", "UsageError"))
+
+EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a tool killed by SIGPIPE (`yes | head -1`)
+
+
 class _Group(TyperGroup):
-    """Every command's SpecdecError becomes one stderr line and its exit code; Ctrl-C exits 130."""
+    """The edge where errors become exit codes, for every command and for Typer's runner alike.
+
+    A SpecdecError becomes one stderr line and its exit code; Ctrl-C exits 130. A usage error
+    (unknown option, missing or malformed value) is click's message on one line and a short
+    usage line that points to --help, exit 2. Writes to stdout go through `_GuardedStdout`:
+    a full or failing stdout is one line and exit 1; a reader that went away (`| head`) ends
+    the run quietly with exit 141, as `cat` or `git log` do when SIGPIPE kills them.
+    """
+
+    def main(self, args=None, prog_name=None, **extra):
+        extra["standalone_mode"] = False  # errors are shown here, in specdec's format
+        if sys.stdout is None:  # started with stdout closed (>&-)
+            _err("specdec: error: stdout is closed; redirect it to a file or to /dev/null instead (> out.txt)")
+            sys.exit(1)
+        guard = _GuardedStdout(sys.stdout)
+        sys.stdout = guard
+        try:
+            code = super().main(args, prog_name, **extra)
+            code = code if isinstance(code, int) else 0
+            guard.flush()  # text still buffered for a file must reach it before we report success
+        except _UsageError as exc:
+            code = _usage_error(exc)
+        except _ClickException as exc:
+            _err(f"specdec: error: {exc.format_message()}")
+            code = exc.exit_code
+        except typer.Abort:
+            _err("specdec: interrupted")
+            code = EXIT_INTERRUPTED
+        except SpecdecError as exc:  # the final flush
+            _err(f"specdec: error: {exc}")
+            code = exc.exit_code
+        except BrokenPipeError:
+            code = EXIT_BROKEN_PIPE
+        except SystemExit as exc:  # click's own exits (a broken pipe while printing --help)
+            code = exc.code if isinstance(exc.code, int) else 1
+        finally:
+            sys.stdout = guard.raw
+        if guard.failed:
+            guard.silence()  # so that the interpreter's last flush of stdout raises nothing
+            code = EXIT_BROKEN_PIPE if guard.broken_pipe else (code or 1)
+        sys.exit(code)
 
     def invoke(self, ctx):
         try:
@@ -49,6 +100,82 @@ class _Group(TyperGroup):
         except KeyboardInterrupt:
             _err("specdec: interrupted")
             raise typer.Exit(EXIT_INTERRUPTED) from None
+        except BrokenPipeError:
+            raise typer.Exit(EXIT_BROKEN_PIPE) from None
+        except _UsageError as exc:
+            if exc.ctx is None:  # some parser errors carry no context: give them the command's, for its usage line
+                exc.ctx = self._command_context(ctx)
+            raise
+
+    def _command_context(self, ctx):
+        """A context for the command being parsed (`specdec run`), or the group's if there is none."""
+        try:
+            name = ctx.invoked_subcommand  # set before the command parses its arguments
+            return self.get_command(ctx, name).make_context(name, [], parent=ctx, resilient_parsing=True)
+        except Exception:  # only for a nicer usage line; the error itself is already known
+            return ctx
+
+
+def _usage_error(exc) -> int:
+    """click's message on one line, then `usage: specdec run [OPTIONS] [prompt]; see 'specdec run --help'`."""
+    if type(exc).__name__ == "NoArgsIsHelpError":  # click >= 8.2: bare `specdec` shows the help
+        typer.echo(exc.ctx.get_help())
+        return exc.exit_code
+    ctx = exc.ctx
+    message = " ".join(exc.format_message().split())
+    _err(f"specdec: error: {message}")
+    if ctx is not None:
+        pieces = " ".join(ctx.command.collect_usage_pieces(ctx))
+        _err(f"usage: {ctx.command_path} {pieces}; see '{ctx.command_path} --help'")
+    else:
+        _err("usage: see 'specdec --help'")
+    return exc.exit_code
+
+
+class _GuardedStdout:
+    """sys.stdout for the length of a command: a failed write raises SpecdecError (exit 1), naming the reason.
+
+    A broken pipe stays a BrokenPipeError (the reader is gone: a quiet exit). Everything
+    else (isatty, encoding, buffer, fileno) is the real stream's.
+    """
+
+    def __init__(self, raw) -> None:
+        self.raw = raw
+        self.failed = False
+        self.broken_pipe = False
+
+    def __getattr__(self, name):
+        return getattr(self.raw, name)
+
+    def write(self, text: str) -> int:
+        return self._guard(self.raw.write, text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        self._guard(self.raw.flush)
+
+    def _guard(self, op, *args):
+        try:
+            return op(*args)
+        except BrokenPipeError:
+            self.failed = self.broken_pipe = True
+            raise
+        except OSError as exc:
+            self.failed = True
+            reason = exc.strerror.lower() if exc.strerror else str(exc)
+            raise SpecdecError(f"cannot write to stdout: {reason}; free some space or send stdout elsewhere (> file, | less)") from None
+
+    def silence(self) -> None:
+        """Point the stdout descriptor at /dev/null and drop what is buffered for it."""
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.raw.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):  # no descriptor (Typer's runner): nothing to silence
+            pass
 
 
 app = typer.Typer(
@@ -101,8 +228,8 @@ def simulate(
 def main() -> None:
     """The `specdec` script, run in a forked child so that a native crash is explained (crashguard.py).
 
-    Usage errors exit 2 with click's message; commands convert their own errors (see _Group).
-    SPECDEC_LLAMA_LOG=1 also shows specdec's info lines (e.g. the repack choice).
+    Every error and exit code is decided in _Group.main. SPECDEC_LLAMA_LOG=1 also shows
+    specdec's info lines (e.g. the repack choice).
     """
     from .crashguard import guard
 
@@ -112,11 +239,7 @@ def main() -> None:
 
 
 def _run_app() -> None:
-    try:
-        app(prog_name="specdec")
-    except SpecdecError as exc:  # raised while parsing, outside any command
-        _err(f"specdec: error: {exc}")
-        sys.exit(exc.exit_code)
+    app(prog_name="specdec")
 
 
 if __name__ == "__main__":

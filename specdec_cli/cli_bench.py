@@ -20,6 +20,7 @@ import typer
 from .cli_options import (
     DEFAULT_DRAFT_TOKENS,
     DEFAULT_DRAFTERS,
+    DEFAULT_NATIVE_TIMEOUT,
     DEFAULT_REPEATS,
     DEFAULT_TEMPERATURES,
     CtxOption,
@@ -47,6 +48,19 @@ from .cli_options import (
     resolve_paths,
 )
 from .errors import BadInput, SpecdecError
+from .inputs import writable_file
+
+
+def check_plot_format(path: Path, matplotlib) -> None:
+    """BadInput unless matplotlib can write the format `path`'s suffix names (no suffix: its default, PNG)."""
+    suffix = path.suffix.lstrip(".").lower()
+    if not suffix:
+        return
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    known = FigureCanvasBase.get_supported_filetypes()
+    if suffix not in known:
+        raise BadInput(f"--plot: matplotlib cannot write .{suffix} files; use one of {', '.join('.' + k for k in sorted(known))}")
 
 
 def bench(
@@ -79,6 +93,7 @@ def bench(
     plot: Annotated[Optional[Path], typer.Option(dir_okay=False, help="Draw speed-up and acceptance against k into this PNG (needs matplotlib).")] = None,
     native: Annotated[Optional[str], typer.Option(help="Also run llama.cpp's llama-speculative-simple (path or name on PATH) with the same settings.")] = None,
     native_args: Annotated[str, typer.Option(help="Extra arguments for --native, e.g. \"--draft-p-min 0\".")] = "",
+    native_timeout: Annotated[float, typer.Option(help="Seconds one --native run may take before it is stopped.")] = DEFAULT_NATIVE_TIMEOUT,
 ) -> None:
     """Measure speculative against target-only decoding on the same models, interleaved, and recommend k.
 
@@ -105,12 +120,17 @@ def bench(
     check_seed(seed, repeats)
     # Fail before the models load, not after a long bench.
     for option, path in (("--csv", csv_path), ("--plot", plot)):
-        if path is not None and not path.expanduser().resolve().parent.is_dir():
-            raise BadInput(f"{option}: the folder of {path} does not exist; create it first")
+        if path is not None:
+            writable_file(path, option)
     if plot is not None:
-        require_matplotlib()
+        check_plot_format(plot, require_matplotlib())
     binary = find_binary(native) if native else None
-    extra = shlex.split(native_args)
+    try:
+        extra = shlex.split(native_args)
+    except ValueError as exc:  # "No closing quotation", "No escaped character"
+        raise BadInput(f"--native-args {native_args!r} cannot be split as a shell would: {str(exc).lower()}; check its quotes") from None
+    if not (native_timeout > 0 and native_timeout != float("inf")):
+        raise BadInput(f"--native-timeout must be a positive number of seconds, got {native_timeout}")
     suite = load_prompts(prompts) if prompts else builtin_prompts()
     config = BenchConfig(
         draft_tokens=ks,
@@ -141,7 +161,7 @@ def bench(
                 gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
                 extra=([] if pair.target.repack else ["--no-repack"]) + extra,
             )  # fmt: skip
-            return run_native(command)
+            return run_native(command, timeout=native_timeout)
 
         models = {
             "draft": str(draft_path),

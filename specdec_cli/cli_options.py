@@ -25,6 +25,7 @@ import typer
 
 from .errors import BadInput
 from .events import AUTO, DraftTokens
+from .inputs import argv_text, read_stdin
 
 log = logging.getLogger("specdec")
 
@@ -39,6 +40,7 @@ DEFAULT_DRAFT_TOKENS: tuple[DraftTokens, ...] = (2, 4, 8, 12, AUTO)
 DEFAULT_DRAFTERS: tuple[str, ...] = ("model", "lookup")
 DEFAULT_TEMPERATURES: tuple[float, ...] = (0.0, 0.7)
 DEFAULT_REPEATS = 2
+DEFAULT_NATIVE_TIMEOUT = 600.0  # seconds for one llama-speculative-simple run: load both models, decode -n tokens
 
 
 def option_list(values) -> str:
@@ -88,8 +90,10 @@ def _err(message: str) -> None:
 
 def read_prompt(prompt: str | None) -> str:
     """The prompt argument, or stdin when the argument is '-' or absent and stdin is piped."""
-    if prompt == "-" or (prompt is None and not sys.stdin.isatty()):
-        prompt = sys.stdin.read()
+    if prompt == "-" or (prompt is None and sys.stdin is not None and not sys.stdin.isatty()):
+        prompt = read_stdin("the prompt")
+    elif prompt is not None:
+        prompt = argv_text(prompt, "the prompt")
     if prompt is None:
         raise BadInput('no prompt: give one as an argument, or pipe it on stdin (specdec run - < prompt.txt)')
     if not prompt.strip():
@@ -199,7 +203,7 @@ def parse_stops(stops: list[str] | None) -> tuple[str, ...]:
     """--stop values with \\n, \\t, \\r and \\\\ understood (as llama.cpp does). Example: 'a\\\\n' -> 'a' + newline."""
     out = []
     for raw in stops or []:
-        text = re.sub(r"\\([ntr\\])", lambda m: _ESCAPES[m.group(1)], raw)
+        text = re.sub(r"\\([ntr\\])", lambda m: _ESCAPES[m.group(1)], argv_text(raw, "a --stop string"))
         if not text:
             raise BadInput("a --stop string must not be empty")
         out.append(text)

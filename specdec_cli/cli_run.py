@@ -50,6 +50,7 @@ from .cli_options import (
     resolve_paths,
 )
 from .errors import BadInput
+from .inputs import argv_text
 
 if TYPE_CHECKING:  # the real imports happen inside the command, keeping --help fast
     from .cost_curve import CostCurve
@@ -111,6 +112,8 @@ def run(
     check_seed(seed)
     stops = parse_stops(stop)
     text = read_prompt(prompt)
+    if system is not None:
+        system = argv_text(system, "--system")
 
     from .engine import GenerationConfig
     from .render import Activity, JsonlRenderer, TextRenderer, color_enabled, legend, stats_table, stderr_console

@@ -38,6 +38,7 @@ from typing import Callable, Iterable, Iterator, Mapping
 from .errors import DownloadError, ModelNotFound
 
 SPLIT_RE = re.compile(r"^(?P<stem>.+)-(?P<part>\d{5})-of-(?P<total>\d{5})\.gguf$", re.IGNORECASE)
+REF_RE = re.compile(r"[0-9a-fA-F]{7,64}")  # what refs/<revision> holds: a commit hash, nothing else
 REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 LISTED_FILES_MAX = 40  # how many GGUF models an error message lists before "... and N more"
 
@@ -116,7 +117,7 @@ def select_model(repo: str, pattern: str, sizes: Mapping[str, int | None]) -> Re
     the pattern picks several models, or when a split model lacks some of its parts.
     """
     models = group_models(sizes)
-    picked = [files for files in models if any(matches(name, pattern) for name in files)]
+    picked = picked_models(models, pattern)
     if not picked:
         if not models:
             others = ", ".join(sorted(sizes)[:LISTED_FILES_MAX]) or "nothing"
@@ -125,10 +126,7 @@ def select_model(repo: str, pattern: str, sizes: Mapping[str, int | None]) -> Re
             f"no GGUF file in {repo} matches {pattern!r}; the repository has: {describe_files(sizes)}"
         )
     if len(picked) > 1:
-        raise ModelNotFound(
-            f"{pattern!r} matches {len(picked)} models in {repo}: {describe_files(n for files in picked for n in files)}; "
-            f"give a narrower pattern, e.g. {picked[0][0]!r}"
-        )
+        raise ambiguous(repo, pattern, picked)
     files = picked[0]
     part = split_part(files[0])
     if part is not None:
@@ -143,6 +141,19 @@ def select_model(repo: str, pattern: str, sizes: Mapping[str, int | None]) -> Re
     known = [sizes[name] for name in files]
     size = sum(known) if all(s is not None for s in known) else None
     return RemoteModel(repo=repo, files=files, size=size)
+
+
+def picked_models(models: list[tuple[str, ...]], pattern: str) -> list[tuple[str, ...]]:
+    """The models (grouped files) of which `pattern` matches at least one file."""
+    return [files for files in models if any(matches(name, pattern) for name in files)]
+
+
+def ambiguous(repo: str, pattern: str, picked: list[tuple[str, ...]], where: str = "") -> ModelNotFound:
+    """The error for a pattern that picks several models, listing them."""
+    return ModelNotFound(
+        f"{pattern!r} matches {len(picked)} models in {repo}{where}: {describe_files(n for files in picked for n in files)}; "
+        f"give a narrower pattern, e.g. {picked[0][0]!r}"
+    )
 
 
 def check_repo(repo: str) -> None:
@@ -175,13 +186,36 @@ def _snapshots(repo_dir: Path, revision: str) -> list[Path]:
     if not snapshots.is_dir():
         return []
     ordered: list[Path] = []
+    pinned = _ref_snapshot(repo_dir, snapshots, revision)
+    if pinned is not None:
+        ordered.append(pinned)
+    inside = [p for p in snapshots.iterdir() if p not in ordered and _inside(p, snapshots) and p.is_dir()]
+    return ordered + sorted(inside, key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether `path`, symlinks resolved, lies in `folder` (resolved too)."""
+    try:
+        return path.resolve().is_relative_to(folder.resolve())
+    except (OSError, RuntimeError):  # a symlink loop
+        return False
+
+
+def _ref_snapshot(repo_dir: Path, snapshots: Path, revision: str) -> Path | None:
+    """The snapshot folder `refs/<revision>` names, if it names one inside `snapshots`; never a path outside it.
+
+    huggingface-hub writes a commit hash there. Anything else ('../../..', a path, bytes that
+    are not text) is ignored, so a tampered cache cannot point specdec at files elsewhere.
+    """
     ref = repo_dir / "refs" / revision
-    if ref.is_file():
-        pinned = snapshots / ref.read_text().strip()
-        if pinned.is_dir():
-            ordered.append(pinned)
-    others = sorted((p for p in snapshots.iterdir() if p.is_dir() and p not in ordered), key=lambda p: p.stat().st_mtime, reverse=True)
-    return ordered + others
+    try:
+        commit = ref.read_text(encoding="ascii").strip() if ref.is_file() else ""
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not REF_RE.fullmatch(commit):
+        return None
+    pinned = snapshots / commit
+    return pinned if _inside(pinned, snapshots) and pinned.is_dir() else None
 
 
 def cached_model(
@@ -196,12 +230,15 @@ def cached_model(
     repo_dir = hub_cache_dir(cache_dir) / ("models--" + repo.replace("/", "--"))
     for snapshot in _snapshots(repo_dir, revision):
         names = [p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*") if p.suffix.lower() == ".gguf" and p.is_file()]
-        if not any(matches(name, pattern) for name in names):
+        picked = picked_models(group_models(names), pattern)
+        if not picked:
             continue
+        if len(picked) > 1:  # the same pattern would pick several on the Hub too: say so now
+            raise ambiguous(repo, pattern, picked, f" (in the cache, {snapshot})")
         try:
             chosen = select_model(repo, pattern, {name: (snapshot / name).stat().st_size for name in names})
         except ModelNotFound:
-            continue  # an incomplete split or an ambiguous match here: look elsewhere, or pull
+            continue  # an incomplete split here: look elsewhere, or pull
         path = snapshot / chosen.files[0]
         return LocalModel(repo=repo, files=chosen.files, path=path, size=chosen.size or 0)
     return None

@@ -21,6 +21,12 @@ Its drafting is llama.cpp's, not specdec's: it may draft fewer than --draft-max 
 the draft is unsure (--draft-p-min), and it may decode a few tokens past -n. Pass its own
 options through `extra` to change that.
 
+`run_native` sends the binary's output to a log file and stops it (and all it started)
+after `timeout` seconds (`--native-timeout`); a run that fails keeps its log and names it:
+
+    --native: llama-speculative-simple exited with code 1 (its last line: error: failed to
+    load model); its full log: /tmp/specdec-native-3f9a.log
+
 Left out: the bench that calls it (bench.py) and the table it lands in (render_bench.py).
 """
 
@@ -29,7 +35,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
@@ -148,17 +156,58 @@ def parse_output(text: str) -> NativeResult:
 
 
 def run_native(command: Sequence[str], timeout: float = 600.0) -> NativeResult:
-    """Run the binary, wait, and parse what it printed; a failure carries the tail of its log."""
+    """Run the binary with its output going to a log file, wait at most `timeout` s, and parse the log.
+
+    A run that fails, hangs or prints no speed raises SpecdecError in one line, ending with the
+    path of its full log, which is kept; a good run's log is removed. The binary runs in its own
+    session, so a timeout or Ctrl-C stops it and every process it started.
+    """
+    fd, name = tempfile.mkstemp(prefix="specdec-native-", suffix=".log")
+    log_path = Path(name)
+    with open(fd, "wb") as log:
+        try:
+            proc = subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as exc:
+            log_path.unlink(missing_ok=True)
+            raise BadInput(f"--native: cannot run {command[0]}: {exc.strerror or exc}") from None
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+            raise SpecdecError(
+                f"--native: {BINARY_NAME} did not finish within {timeout:g} s and was stopped "
+                f"(raise --native-timeout if it is only slow); its log: {log_path}"
+            ) from None
+        except BaseException:  # Ctrl-C: never leave it running
+            _stop(proc)
+            raise
+    text = log_path.read_text(encoding="utf-8", errors="replace")
+    if code != 0:
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        raise SpecdecError(f"--native: {BINARY_NAME} {how} ({_last_line(text)}); its full log: {log_path}")
     try:
-        done = subprocess.run(list(command), capture_output=True, text=True, errors="replace", timeout=timeout)
-    except FileNotFoundError:
-        raise BadInput(f"--native: cannot run {command[0]}: no such file") from None
-    except subprocess.TimeoutExpired:
-        raise SpecdecError(f"--native: {BINARY_NAME} did not finish within {timeout:.0f} s") from None
-    output = (done.stdout or "") + "\n" + (done.stderr or "")
-    if done.returncode != 0:
-        raise SpecdecError(f"--native: {BINARY_NAME} exited with code {done.returncode}; its last lines were:\n{_tail(output)}")
-    return parse_output(output)
+        result = parse_output(text)
+    except SpecdecError:
+        raise SpecdecError(
+            f"--native: found no 'decoded N tokens in S seconds, speed: X t/s' line in the output of {BINARY_NAME} "
+            f"({_last_line(text)}); its full log: {log_path}"
+        ) from None
+    log_path.unlink(missing_ok=True)
+    return result
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Kill the process and everything in its session, then reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    proc.wait()
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return f"its last line: {lines[-1]}" if lines else "it printed nothing"
 
 
 def _float(text: str) -> float:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import BadInput
+from .inputs import read_text_file
 
 
 @dataclass(frozen=True)
@@ -109,12 +110,7 @@ def load_prompts(path: Path) -> list[Prompt]:
     The file is read as JSONL when its name ends in .jsonl or its first non-blank line starts
     with "{"; then every non-blank line must be such an object.
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BadInput(f"prompt file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"cannot read the prompt file {path}: {exc}") from None
+    text = read_text_file(path, "prompt file")  # never opens a FIFO; UTF-8 only
     lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not lines:
         raise BadInput(f"the prompt file {path} holds no prompts; write one prompt per line, or JSONL with a \"prompt\" key")

@@ -38,12 +38,14 @@ import importlib.resources
 import importlib.util
 import os
 import re
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Union
 
 from .errors import BadConfig, BadInput, ModelNotFound
+from .inputs import file_problem, kind_of, os_reason, read_text_file
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -72,10 +74,34 @@ Notify = Callable[[str], None]
 
 
 def cache_dir() -> Path:
+    """$SPECDEC_CACHE, else $XDG_CACHE_HOME/specdec, else ~/.cache/specdec; BadConfig if it cannot be a folder."""
     if os.environ.get("SPECDEC_CACHE"):
-        return Path(os.environ["SPECDEC_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "specdec"
+        path, source = Path(os.environ["SPECDEC_CACHE"]).expanduser(), "SPECDEC_CACHE"
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+        path, source = Path(base) / "specdec", "XDG_CACHE_HOME" if os.environ.get("XDG_CACHE_HOME") else "HOME"
+    check_folder(path, f"the cache folder {path} (from {source})")
+    return path
+
+
+def check_folder(path: Path, what: str) -> None:
+    """BadConfig unless `path` is a folder or can become one: the part of it that exists must be a folder.
+
+    Example: SPECDEC_CACHE=/etc/hostname -> "the cache folder /etc/hostname (from SPECDEC_CACHE)
+    is a regular file, not a folder; ..."
+    """
+    for part in (path, *path.parents):
+        try:
+            st = os.stat(part)
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # created on first use, or a parent is the problem
+        except OSError as exc:
+            raise BadConfig(f"{what} cannot be used: {os_reason(exc)}") from None
+        if not stat.S_ISDIR(st.st_mode):
+            kind = "a regular file" if stat.S_ISREG(st.st_mode) else kind_of(st.st_mode)
+            why = f"it is {kind}" if part == path else f"{part}, on its path, is {kind}"
+            raise BadConfig(f"{what} is not a folder ({why}); point it at a folder or unset the variable")
+        return
 
 
 def builtin_draft_path() -> Path:
@@ -198,12 +224,18 @@ def user_catalogue_path() -> Path | None:
     explicit = os.environ.get("SPECDEC_MODELS")
     if explicit:
         path = Path(explicit).expanduser()
-        if not path.is_file():
-            raise BadConfig(f"SPECDEC_MODELS points to {path}, which is not a file; fix the path or unset SPECDEC_MODELS")
+        problem = file_problem(path)  # never opens it: a FIFO would hang
+        if problem:
+            raise BadConfig(f"SPECDEC_MODELS points to {path}, which {problem}; point it at a models.toml file or unset SPECDEC_MODELS")
         return path
     base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
     path = Path(base) / "specdec" / "models.toml"
-    return path if path.is_file() else None
+    problem = file_problem(path)
+    if problem == "does not exist":
+        return None
+    if problem:
+        raise BadConfig(f"{path} {problem}, not a models.toml file; remove it or replace it with a file")
+    return path
 
 
 def load_catalogue(user_file: Path | None | bool = True) -> dict[str, PairEntry]:
@@ -218,9 +250,9 @@ def load_catalogue(user_file: Path | None | bool = True) -> dict[str, PairEntry]
     if user_file:
         path = Path(user_file)
         try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise BadConfig(f"cannot read {path}: {exc.strerror or exc}") from exc
+            text = read_text_file(path, "models.toml")
+        except BadInput as exc:
+            raise BadConfig(str(exc)) from None
         for name, (table, origin) in parse_catalogue(text, str(path)).items():
             base = merged[name][0] if name in merged else {}
             merged[name] = ({**base, **table}, origin)  # key by key; draft/target tables replaced whole
@@ -233,6 +265,8 @@ def parse_catalogue(text: str, origin: str) -> dict[str, tuple[dict[str, Any], s
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise BadConfig(f"{origin} is not valid TOML: {exc}") from exc
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise BadConfig(f"{origin} nests arrays or tables too deeply for the TOML parser; a models.toml needs two levels") from None
     unknown = set(data) - {"schema", "pair"}
     if unknown:
         raise BadConfig(f"{origin}: unknown top-level key {sorted(unknown)[0]!r}; expected 'schema' and [[pair]] tables")
