@@ -177,28 +177,28 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> Distribution:
     Sparse whenever a filter is on; dense (float64 weights) for T > 0 with no filter.
     """
     n = logits.shape[-1]
-    best = _checked_argmax(logits)
-    top = float(logits[best])
     if params.greedy:
-        return Distribution(n, np.array([best]), np.array([1.0]))
-
+        return Distribution(n, np.array([_checked_argmax(logits)]), np.array([1.0]))
     top_k = params.top_k if 0 < params.top_k < n else 0
-    if top_k == 0 and params.top_p >= 1.0 and params.min_p <= 0.0:
-        return _dense(logits, top, params.temperature)
-
     if top_k:
-        ids = top_k_ids(logits, top_k)
-        z = logits[ids].astype(np.float64) - top  # log-weights at temperature 1, max 0
+        ids = top_k_ids(logits, top_k)  # checks the row too (NaN, +inf, all -inf)
+        kept = logits[ids].astype(np.float64)
+        top = float(kept.max())
+        z = kept - top  # log-weights at temperature 1, max 0
         w = np.exp(z)
         if params.top_p < 1.0:
             keep = np.sort(_nucleus(w, params.top_p))
             ids, z, w = ids[keep], z[keep], w[keep]
-    elif params.top_p < 1.0:
-        ids, z, w = _nucleus_of_row(logits, top, params.top_p)
     else:
-        ids = _min_p_candidates(logits, top, params.min_p)
-        z = logits[ids].astype(np.float64) - top
-        w = np.exp(z)
+        top = check_finite(logits)
+        if params.top_p >= 1.0 and params.min_p <= 0.0:
+            return _dense(logits, top, params.temperature)
+        if params.top_p < 1.0:
+            ids, z, w = _nucleus_of_row(logits, top, params.top_p)
+        else:
+            ids = _min_p_candidates(logits, top, params.min_p)
+            z = logits[ids].astype(np.float64) - top
+            w = np.exp(z)
     if params.min_p > 0.0:
         keep = w >= params.min_p * w.max()
         ids, z = ids[keep], z[keep]
@@ -244,10 +244,18 @@ def top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
     size = n // (_BLOCKS_PER_K * k)
     if size >= 8:
         cut = size * (_BLOCKS_PER_K * k)
-        maxima = logits[:cut].reshape(-1, size).max(axis=1)
-        threshold = np.partition(maxima, len(maxima) - k)[len(maxima) - k]
-        candidates = np.flatnonzero(logits >= threshold)  # the tail past `cut` is compared too
+        blocks = logits[:cut].reshape(-1, size)
+        maxima = blocks.max(axis=1)  # NaN in a block makes its maximum NaN
+        check_finite(maxima if cut == n else np.append(maxima, logits[cut:].max()))
+        threshold = maxima[np.argpartition(maxima, len(maxima) - k)[len(maxima) - k]]
+        # Only blocks whose maximum reaches the threshold can hold candidates (about k of 4k).
+        hit = np.flatnonzero(maxima >= threshold)
+        rows, cols = np.nonzero(blocks[hit] >= threshold)
+        candidates = hit[rows] * size + cols
+        if cut < n:  # the tail that does not fill a block
+            candidates = np.concatenate([candidates, cut + np.flatnonzero(logits[cut:] >= threshold)])
     else:
+        check_finite(logits)
         candidates = np.arange(n)
     if len(candidates) == k:
         return candidates
