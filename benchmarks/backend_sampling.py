@@ -140,10 +140,12 @@ def part2(model_path: str, k: int, params: SamplingParams) -> None:
     plain = context(False)
     plain_s = min(decode(plain) for _ in range(5))
     logits = [np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(plain, i), shape=(n_vocab,)).copy() for i in range(len(tokens))]
+    print("creating a context with the chain attached to sequence 0", flush=True)
     sampled = context(True)
     if not sampled:
         print("llama_init_from_model refused the sampler configuration")
         return
+    print("decoding with the chain", flush=True)
     sampled_s = min(decode(sampled) for _ in range(5))
     print(f"\nbackend sampling, {Path(model_path).name}, vocabulary {n_vocab:,}, one batch of {len(tokens)} tokens")
     print(f"decode without the chain {1e3 * plain_s:.1f} ms, with it {1e3 * sampled_s:.1f} ms (best of 5)")
