@@ -181,14 +181,7 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> Distribution:
         return Distribution(n, np.array([_checked_argmax(logits)]), np.array([1.0]))
     top_k = params.top_k if 0 < params.top_k < n else 0
     if top_k:
-        ids = top_k_ids(logits, top_k)  # checks the row too (NaN, +inf, all -inf)
-        kept = logits[ids].astype(np.float64)
-        top = float(kept.max())
-        z = kept - top  # log-weights at temperature 1, max 0
-        w = np.exp(z)
-        if params.top_p < 1.0:
-            keep = np.sort(_nucleus(w, params.top_p))
-            ids, z, w = ids[keep], z[keep], w[keep]
+        return _after_top_k(n, top_k_ids(logits, top_k), logits, params)
     else:
         top = check_finite(logits)
         if params.top_p >= 1.0 and params.min_p <= 0.0:
@@ -205,6 +198,27 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> Distribution:
 
     tempered = _tempered(z.max() - z, params.temperature)
     return Distribution(n, ids, tempered / tempered.sum())
+
+
+def _after_top_k(n: int, ids: np.ndarray, logits: np.ndarray, params: SamplingParams) -> Distribution:
+    """Top-p, min-p and temperature on the k ids top-k kept, in few numpy calls: sorted
+    largest first (ties: lowest id first), both cuts keep a prefix. The same sums and
+    comparisons as the general path (`_nucleus`, min-p, `_tempered`)."""
+    z_by_id = logits[ids].astype(np.float64)
+    order = np.argsort(-z_by_id, kind="stable")
+    z_by_id -= z_by_id[order[0]]  # log-weights at temperature 1, max 0
+    w_by_id = np.exp(z_by_id)
+    w = w_by_id[order]
+    m = len(w)
+    if params.top_p < 1.0:
+        cum = np.cumsum(w) / w_by_id.sum()
+        m = min(int(np.searchsorted(cum, params.top_p, side="left")), m - 1) + 1
+    if params.min_p > 0.0:
+        m = int(np.count_nonzero(w[:m] >= params.min_p * w[0]))  # w is descending: a prefix
+    keep = np.sort(order[:m])  # back to ascending ids
+    z = z_by_id[keep]
+    tempered = _tempered(-z, params.temperature)
+    return Distribution(n, ids[keep], tempered / tempered.sum())
 
 
 def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
