@@ -45,13 +45,13 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from .errors import BadInput
-from .sampling import SamplingParams, argmax, probabilities, sample
+from .sampling import Distribution, SamplingParams, argmax, distribution, sample
 
 
 @dataclass
 class Proposal:
     tokens: list[int] = field(default_factory=list)
-    q_rows: list[np.ndarray] | None = None  # None: deterministic proposal (q one-hot)
+    q_rows: list[Distribution] | None = None  # the sparse q of each draft; None: deterministic (q one-hot)
     decode_seconds: float = 0.0  # time spent inside the draft model's decode calls
     catch_up_seconds: float = 0.0  # of which bringing its cache up to the context (see policy.draft_step_seconds)
 
@@ -158,8 +158,8 @@ class ModelDrafter:
                     break
                 x = argmax(row)
             else:
-                q = probabilities(row, params)
-                if q.max() < p_min:
+                q = distribution(row, params)
+                if q.max_prob() < p_min:
                     break
                 x = sample(q, rng)
                 out.q_rows.append(q)

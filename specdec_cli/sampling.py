@@ -13,8 +13,31 @@ The same processing (top-k, top-p, min-p, then temperature; llama.cpp's default 
 is applied to p and q, so the output follows the *processed* target distribution exactly.
 Temperature 0 means greedy: the distribution is one-hot at the first maximal logit.
 
+A processed distribution is a `Distribution`: its support (ids, ascending) and the
+probabilities on it. With any filter on, the support is small (top-k 40 keeps at most 40
+ids) and everything after the selection (top-p, min-p, temperature, sampling, p/q, the
+residual, the bonus draw) touches only the support. Only T > 0 with no filter needs the
+whole vocabulary; then the row is kept dense.
+
+Precision. Logits arrive as float32, so selection (maximum, top-k threshold, min-p
+prefilter) compares float32 values, which is exact. Every probability is computed in
+float64, on the support only when a filter is on, so both paths equal a plain dense float64
+implementation (the tests hold them to 1e-12). float64 is kept for the dense path's exp too,
+although float32 exp costs about a quarter: it is off by ~1e-7 relative per probability,
+which the tests' float64 references (1e-9, 1e-12) reject, and p(x) / q(x) and the residual
+max(0, p - q) (which cancels when the draft is good) would inherit it. What float32 buys is
+spent instead on not touching the full row: one subtract, one exp and one blocked sum per
+dense row, sampling by block sums (no full cumsum), and nothing dense at all with a filter.
+
+Edges are handled in the maths, never by numpy warnings: a tiny temperature (1e-300) caps
+each gap at 800 temperatures before dividing, so exp underflows to exactly 0 instead of
+overflowing; a huge one flattens the distribution; -inf logits have probability 0; all -inf,
+NaN or +inf raise NumericalError.
+
 Example (greedy): p = one-hot(7), q = one-hot(7) -> the draft token 7 is accepted;
 p = one-hot(3), q = one-hot(7) -> 7 is rejected and the residual is one-hot(3).
+Example (sparse): logits [1, 5, 3, 4.5] with top-k 2 at T = 1 -> ids [1, 3], probabilities
+[0.62, 0.38]; sampling, p/q and the residual never look at ids 0 and 2.
 
 Left out: penalties (repetition, DRY), grammars, typical-p and mirostat, which change p
 in ways that depend on more than the logits row. No global RNG: every draw takes a
@@ -24,14 +47,21 @@ in ways that depend on more than the logits row. No global RNG: every draw takes
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, Union
 
 import numpy as np
 
 from .errors import NumericalError
 
-# How many of the largest logits are sorted before falling back to a full sort for top-p.
+# How many of the largest weights are sorted before falling back to a full sort for top-p.
 _TOP_P_CANDIDATES = 1024
+# Dense rows are summed and sampled in blocks of this many ids (a two-level CDF).
+_BLOCK = 1024
+# Top-k selection splits the row into 4k blocks; the k-th largest block maximum is a
+# threshold with at least k logits at or above it (each of k blocks holds one).
+_BLOCKS_PER_K = 4
+# A gap of more than this many temperatures gives weight exp(-800) == 0.0 in float64.
+_UNDERFLOW_GAPS = 800.0
 
 
 @dataclass(frozen=True)
@@ -51,21 +81,88 @@ class SamplingParams:
 GREEDY = SamplingParams(temperature=0.0)
 
 
+class Distribution:
+    """A processed distribution over ids 0..n-1: probability weights[i] / total at ids[i].
+
+    ids is ascending (sparse), or None when the row is dense (weights[j] belongs to id j;
+    weights may run past n with zeros, to whole blocks). Ids outside the support have
+    probability 0. `len()` is the vocabulary size n, as for a dense row.
+    Example: Distribution(5, np.array([1, 3]), np.array([0.25, 0.75])).dense() ->
+    [0, 0.25, 0, 0.75, 0].
+    """
+
+    __slots__ = ("n", "ids", "weights", "total", "block_sums")
+
+    def __init__(self, n: int, ids: np.ndarray | None, weights: np.ndarray, total: float = 1.0, block_sums=None) -> None:
+        self.n = n
+        self.ids = ids
+        self.weights = weights
+        self.total = float(total)
+        self.block_sums = block_sums  # dense rows only: sums of each _BLOCK weights (for sampling)
+
+    @classmethod
+    def from_dense(cls, probs: np.ndarray) -> "Distribution":
+        """The support of a dense probability row (which may be unnormalised)."""
+        probs = np.asarray(probs, dtype=np.float64)
+        ids = np.flatnonzero(probs > 0)
+        return cls(len(probs), ids, probs[ids], 1.0)
+
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def sparse(self) -> bool:
+        return self.ids is not None
+
+    def prob(self, x: int) -> float:
+        if self.ids is None:
+            return float(self.weights[x]) / self.total
+        i = int(np.searchsorted(self.ids, x))
+        if i < len(self.ids) and self.ids[i] == x:
+            return float(self.weights[i]) / self.total
+        return 0.0
+
+    def probs_at(self, ids: np.ndarray) -> np.ndarray:
+        """float64 probabilities at the given ids (ascending)."""
+        if self.ids is None:
+            return self.weights[ids].astype(np.float64) / self.total
+        out = np.zeros(len(ids), dtype=np.float64)
+        pos = np.minimum(np.searchsorted(self.ids, ids), len(self.ids) - 1)
+        hit = self.ids[pos] == ids
+        out[hit] = self.weights[pos[hit]] / self.total
+        return out
+
+    def max_prob(self) -> float:
+        return float(self.weights.max()) / self.total
+
+    def dense(self) -> np.ndarray:
+        """The float64 probability row of length n."""
+        if self.ids is None:
+            return self.weights[: self.n].astype(np.float64) / self.total
+        out = np.zeros(self.n, dtype=np.float64)
+        out[self.ids] = self.weights / self.total
+        return out
+
+
 def check_finite(logits: np.ndarray) -> float:
-    """Return the largest logit, raising NumericalError if any logit is NaN or +inf."""
-    top = float(logits.max())
-    if not np.isfinite(top):
+    """Return the largest logit, raising NumericalError if any logit is NaN or +inf (or all are -inf)."""
+    return float(logits[_checked_argmax(logits)])
+
+
+def _checked_argmax(logits: np.ndarray) -> int:
+    # One pass: argmax returns the first NaN if there is one, and +inf if there is one.
+    i = int(np.argmax(logits))
+    if not np.isfinite(logits[i]):
         raise NumericalError(
             "the model produced NaN or infinite logits; the GGUF file may be corrupt or the "
             "GPU offload broken (try --gpu-layers 0)"
         )
-    return top
+    return i
 
 
 def argmax(logits: np.ndarray) -> int:
     """Greedy choice: the first index of the largest logit (ties go to the lowest id)."""
-    check_finite(logits)
-    return int(np.argmax(logits))
+    return _checked_argmax(logits)
 
 
 def one_hot(n: int, index: int) -> np.ndarray:
@@ -74,45 +171,124 @@ def one_hot(n: int, index: int) -> np.ndarray:
     return out
 
 
-def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
-    """Processed distribution over the row: top-k, top-p, min-p (at temperature 1), then temperature.
+def distribution(logits: np.ndarray, params: SamplingParams) -> Distribution:
+    """Processed distribution of a row: top-k, top-p, min-p (at temperature 1), then temperature.
 
-    Returns float64 probabilities of the same length as `logits`, summing to 1.
+    Sparse whenever a filter is on; dense (float64 weights) for T > 0 with no filter.
     """
-    top = check_finite(logits)
     n = logits.shape[-1]
     if params.greedy:
-        return one_hot(n, int(np.argmax(logits)))
-
-    if 0 < params.top_k < n:
-        ids = np.argpartition(logits, n - params.top_k)[n - params.top_k :]
-        ids.sort()
+        return Distribution(n, np.array([_checked_argmax(logits)]), np.array([1.0]))
+    top_k = params.top_k if 0 < params.top_k < n else 0
+    if top_k:
+        return _after_top_k(n, top_k_ids(logits, top_k), logits, params)
     else:
-        ids = np.arange(n)
-    z = logits[ids].astype(np.float64) - top  # log-weights at temperature 1, max 0
-    w = np.exp(z)
-
-    if params.top_p < 1.0:
-        keep = _nucleus(w, params.top_p)
-        ids, z, w = ids[keep], z[keep], w[keep]
+        top = check_finite(logits)
+        if params.top_p >= 1.0 and params.min_p <= 0.0:
+            return _dense(logits, top, params.temperature)
+        if params.top_p < 1.0:
+            ids, z, w = _nucleus_of_row(logits, top, params.top_p)
+        else:
+            ids = _min_p_candidates(logits, top, params.min_p)
+            z = logits[ids].astype(np.float64) - top
+            w = np.exp(z)
     if params.min_p > 0.0:
         keep = w >= params.min_p * w.max()
         ids, z = ids[keep], z[keep]
 
-    tempered = np.exp((z - z.max()) / params.temperature)
-    out = np.zeros(n, dtype=np.float64)
-    out[ids] = tempered / tempered.sum()
-    return out
+    tempered = _tempered(z.max() - z, params.temperature)
+    return Distribution(n, ids, tempered / tempered.sum())
+
+
+def _after_top_k(n: int, ids: np.ndarray, logits: np.ndarray, params: SamplingParams) -> Distribution:
+    """Top-p, min-p and temperature on the k ids top-k kept, in few numpy calls: sorted
+    largest first (ties: lowest id first), both cuts keep a prefix. The same sums and
+    comparisons as the general path (`_nucleus`, min-p, `_tempered`)."""
+    z_by_id = logits[ids].astype(np.float64)
+    order = np.argsort(-z_by_id, kind="stable")
+    z_by_id -= z_by_id[order[0]]  # log-weights at temperature 1, max 0
+    w_by_id = np.exp(z_by_id)
+    w = w_by_id[order]
+    m = len(w)
+    if params.top_p < 1.0:
+        cum = np.cumsum(w) / w_by_id.sum()
+        m = min(int(np.searchsorted(cum, params.top_p, side="left")), m - 1) + 1
+    if params.min_p > 0.0:
+        m = int(np.count_nonzero(w[:m] >= params.min_p * w[0]))  # w is descending: a prefix
+    keep = np.sort(order[:m])  # back to ascending ids
+    z = z_by_id[keep]
+    tempered = _tempered(-z, params.temperature)
+    return Distribution(n, ids[keep], tempered / tempered.sum())
+
+
+def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """The processed distribution as a dense float64 row of the same length as `logits`, summing to 1."""
+    return distribution(logits, params).dense()
+
+
+def _tempered(gap: np.ndarray, temperature: float) -> np.ndarray:
+    """exp(-gap / T) in float64 for gaps >= 0 (inf allowed): a gap over 800 T gives exactly 0."""
+    return np.exp(-np.minimum(gap, _UNDERFLOW_GAPS * temperature) / temperature)
+
+
+def _dense(logits: np.ndarray, top: float, temperature: float) -> Distribution:
+    """softmax(logits / T) over the whole row: float64 weights padded with zeros to whole blocks."""
+    n = logits.shape[-1]
+    blocks = -(-n // _BLOCK)
+    w = np.zeros(blocks * _BLOCK, dtype=np.float64)
+    z = w[:n]
+    np.subtract(logits, top, out=z, dtype=np.float64)
+    if temperature != 1.0:
+        if temperature < 1.0:  # gaps beyond 800 T underflow anyway; capping them keeps z / T finite
+            np.maximum(z, -_UNDERFLOW_GAPS * temperature, out=z)
+        np.divide(z, temperature, out=z)
+    np.exp(z, out=z)
+    block_sums = w.reshape(blocks, _BLOCK).sum(axis=1)
+    return Distribution(n, None, w, float(block_sums.sum()), block_sums)
+
+
+def top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
+    """Ids of the k largest logits, ascending; ties at the k-th value go to the lowest ids.
+
+    Exact, without a full argpartition: the row is cut into 4k blocks, the k-th largest
+    block maximum is a threshold that at least k logits reach (one in each of k blocks), and
+    only the few ids at or above it are partitioned. Example: [1, 5, 3, 4.5], k=2 -> [1, 3].
+    """
+    n = logits.shape[-1]
+    size = n // (_BLOCKS_PER_K * k)
+    if size >= 8:
+        cut = size * (_BLOCKS_PER_K * k)
+        blocks = logits[:cut].reshape(-1, size)
+        maxima = blocks.max(axis=1)  # NaN in a block makes its maximum NaN
+        check_finite(maxima if cut == n else np.append(maxima, logits[cut:].max()))
+        threshold = maxima[np.argpartition(maxima, len(maxima) - k)[len(maxima) - k]]
+        # Only blocks whose maximum reaches the threshold can hold candidates (about k of 4k).
+        hit = np.flatnonzero(maxima >= threshold)
+        flat = np.flatnonzero(blocks[hit] >= threshold)  # (1-d: numpy's 2-d nonzero is slow)
+        candidates = hit[flat // size] * size + flat % size
+        if cut < n:  # the tail that does not fill a block
+            candidates = np.concatenate([candidates, cut + np.flatnonzero(logits[cut:] >= threshold)])
+    else:
+        check_finite(logits)
+        candidates = np.arange(n)
+    if len(candidates) == k:
+        return candidates
+    values = logits[candidates]
+    kth = np.partition(values, len(values) - k)[len(values) - k]
+    above = values > kth
+    keep = above.copy()
+    keep[np.flatnonzero(values == kth)[: k - int(above.sum())]] = True  # ties: lowest ids first
+    return candidates[keep]
 
 
 def _nucleus(w: np.ndarray, top_p: float) -> np.ndarray:
-    """Indices into `w` of the smallest set, largest first, whose mass reaches top_p (at least one)."""
+    """Indices into `w` of the smallest set, largest first, whose mass reaches top_p (at least one).
+
+    Ties in w are taken lowest index first. Returned largest weight first.
+    """
     total = w.sum()
     m = min(len(w), _TOP_P_CANDIDATES)
-    if m < len(w):
-        cand = np.argpartition(w, len(w) - m)[len(w) - m :]
-    else:
-        cand = np.arange(len(w))
+    cand = top_k_ids(w, m) if m < len(w) else np.arange(len(w))
     order = cand[np.argsort(-w[cand], kind="stable")]
     cum = np.cumsum(w[order]) / total
     cut = int(np.searchsorted(cum, top_p, side="left"))
@@ -123,24 +299,89 @@ def _nucleus(w: np.ndarray, top_p: float) -> np.ndarray:
     return order[: min(cut, len(order) - 1) + 1]
 
 
-def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
-    """Draw one token from a distribution by inverting its CDF (never a zero-probability id)."""
-    cdf = np.cumsum(probs)
-    u = rng.random() * cdf[-1]
-    return int(np.searchsorted(cdf, u, side="right"))
+def _nucleus_of_row(logits: np.ndarray, top: float, top_p: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Top-p over a whole row (no top-k before it): (ids ascending, z, w) of the nucleus.
+
+    The total mass needs every logit, in float64 (the cut compares cumulative shares with
+    top_p); the sort needs only the candidates the cut can reach.
+    """
+    w_all = _dense(logits, top, 1.0).weights[: logits.shape[-1]]
+    keep = np.sort(_nucleus(w_all, top_p))
+    return keep, logits[keep].astype(np.float64) - top, w_all[keep]
 
 
-def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+def _min_p_candidates(logits: np.ndarray, top: float, min_p: float) -> np.ndarray:
+    """Ids that may pass min-p (exp(z) >= min_p, z = logit - top), found by one float32 comparison.
+
+    The bound is loosened by a relative 1e-5 so that float32 rounding never drops an id that
+    the exact float64 test (done by the caller) keeps.
+    """
+    bound = top + float(np.log(min_p))
+    bound -= 1e-5 * (1.0 + abs(bound))
+    return np.flatnonzero(logits >= bound)
+
+
+def sample(probs: Union[Distribution, np.ndarray], rng: np.random.Generator) -> int:
+    """Draw one token from a distribution by inverting its CDF (never a zero-probability id).
+
+    A dense numpy row (possibly unnormalised) is accepted too.
+    """
+    dist = probs if isinstance(probs, Distribution) else Distribution.from_dense(probs)
+    if dist.ids is None:
+        return _sample_dense(dist, rng)
+    return int(dist.ids[_invert_cdf(dist.weights, rng.random())])
+
+
+def _invert_cdf(weights: np.ndarray, u: float) -> int:
+    """Index i with cdf[i-1] <= u * cdf[-1] < cdf[i], for u in [0, 1); never a zero weight."""
+    cdf = np.cumsum(weights, dtype=np.float64)
+    return _locate(cdf, u * cdf[-1], weights)
+
+
+def _locate(cdf: np.ndarray, target: float, weights: np.ndarray) -> int:
+    i = int(np.searchsorted(cdf, target, side="right"))
+    if i >= len(cdf):  # target rounded up to cdf[-1]: the last id with weight
+        i = int(np.flatnonzero(weights)[-1])
+    return i
+
+
+def _sample_dense(dist: Distribution, rng: np.random.Generator) -> int:
+    """Two-level CDF inversion with one uniform draw: the block by its sum, then the id inside it."""
+    block_cdf = np.cumsum(dist.block_sums)
+    target = rng.random() * block_cdf[-1]
+    b = _locate(block_cdf, target, dist.block_sums)
+    block = dist.weights[b * _BLOCK : (b + 1) * _BLOCK]
+    rest = target - (block_cdf[b - 1] if b > 0 else 0.0)
+    return b * _BLOCK + _locate(np.cumsum(block), rest, block)
+
+
+def residual(p: Union[Distribution, np.ndarray], q: Union[Distribution, np.ndarray]):
     """normalise(max(0, p - q)): what the target still owes after a rejected draft.
 
-    If p == q everywhere the residual has no mass; a rejection then has probability zero,
-    so returning p keeps the function total without changing any distribution.
+    It lives on p's support (where p = 0 so is max(0, p - q)), so a sparse p gives a sparse
+    residual whatever q is. If p == q everywhere the residual has no mass; a rejection then
+    has probability zero, so returning p keeps the function total without changing any
+    distribution. Dense numpy rows in give a dense numpy row out.
     """
-    r = np.maximum(p - q, 0.0)
+    if not isinstance(p, Distribution):
+        return residual(Distribution.from_dense(p), Distribution.from_dense(q)).dense()
+    if p.ids is None:
+        r = p.weights[: p.n].astype(np.float64) / p.total
+        if q.ids is None:
+            r -= q.weights[: q.n] / q.total
+        else:
+            r[q.ids] -= q.weights / q.total
+        ids = np.flatnonzero(r > 0.0)
+        r = r[ids]
+    else:
+        ids = p.ids
+        r = p.weights / p.total - q.probs_at(ids)
+        keep = r > 0.0
+        ids, r = ids[keep], r[keep]
     mass = r.sum()
     if mass <= 0.0:
         return p
-    return r / mass
+    return Distribution(p.n, ids, r / mass)
 
 
 @dataclass(frozen=True)
@@ -155,17 +396,17 @@ class Verdict:
 def verify(
     target_logits: np.ndarray,
     draft_tokens: Sequence[int],
-    q_rows: Sequence[np.ndarray] | None,
+    q_rows: Sequence[Union[Distribution, np.ndarray]] | None,
     params: SamplingParams,
     rng: np.random.Generator,
 ) -> Verdict:
     """Speculative sampling over one target batch (Leviathan et al. 2022, Algorithm 1).
 
     target_logits: (k + 1, n) rows; row i is the target's logits after draft i (row 0:
-    after the context). q_rows[i] is the draft's processed distribution for draft i, or
-    None for a deterministic drafter (then q is one-hot at the draft token, so x is kept
-    with probability p(x) and the residual is p without x). p rows are processed lazily:
-    rows after the first rejection are never touched.
+    after the context). q_rows[i] is the draft's processed distribution for draft i (a
+    Distribution, or a dense row), or None for a deterministic drafter (then q is one-hot at
+    the draft token, so x is kept with probability p(x) and the residual is p without x).
+    p rows are processed lazily: rows after the first rejection are never touched.
     """
     k = len(draft_tokens)
     assert target_logits.shape[0] >= k + 1, "the target must score every draft and one more position"
@@ -178,10 +419,14 @@ def verify(
 
     n = target_logits.shape[1]
     for i, x in enumerate(draft_tokens):
-        p = probabilities(target_logits[i], params)
-        q = one_hot(n, x) if q_rows is None else q_rows[i]
-        assert q[x] > 0.0, "a draft token must have positive draft probability"
-        if rng.random() < p[x] / q[x]:  # u < p/q happens with probability min(1, p/q)
+        p = distribution(target_logits[i], params)
+        if q_rows is None:
+            q = Distribution(n, np.array([x]), np.array([1.0]))
+        else:
+            q = q_rows[i] if isinstance(q_rows[i], Distribution) else Distribution.from_dense(q_rows[i])
+        q_x = q.prob(x)
+        assert q_x > 0.0, "a draft token must have positive draft probability"
+        if rng.random() < p.prob(x) / q_x:  # u < p/q happens with probability min(1, p/q)
             continue
         return Verdict(accepted=i, token=sample(residual(p, q), rng), bonus=False)
-    return Verdict(accepted=k, token=sample(probabilities(target_logits[k], params), rng), bonus=True)
+    return Verdict(accepted=k, token=sample(distribution(target_logits[k], params), rng), bonus=True)

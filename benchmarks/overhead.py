@@ -1,0 +1,256 @@
+"""The engine's own cost per round (Python and numpy, outside the models) at large vocabularies.
+
+    flock /tmp/specdec-cpu.lock python3 benchmarks/overhead.py
+    flock /tmp/specdec-cpu.lock python3 benchmarks/overhead.py --vocab 151936 --before main --tokens 200
+
+Fake target and draft models return stored logit rows: a bank of rows per vocabulary, the
+row for a position chosen by a hash of the whole context up to it, so the same prefix always
+gets the same row and rollback stays meaningful. The draft sees the target's row for that
+prefix with probability --agreement (a draw fixed by the prefix), another row otherwise.
+
+1. Python time: `Engine(target, ModelDrafter(draft)).generate(...)` at k = 8 for --tokens
+   tokens; per round, the round's time less the time inside the two models' decode calls,
+   at T = 0, at T = 0.8 with llama.cpp's defaults (top-k 40, top-p 0.95, min-p 0.05) and at
+   T = 1 with no filter. "before" is the code of git ref --before (exported with `git
+   archive` into a temporary folder), "after" the code next to this script; each runs in its
+   own child process, alternating per vocabulary, in the same invocation. Best of --repeats.
+2. Simulated GPU (--gpu-vocab): the fakes sleep so that each decode call costs a given curve
+   (target: --target-ms per batch + --extra-ms per token beyond the first; draft:
+   --draft-ms per call), and the table compares the measured speed-up over target-only
+   decoding with Leviathan et al.'s Theorem 3.8 prediction (stats.predicted_speedup) from
+   the measured per-token acceptance and the given costs.
+
+Left out: real models (see `specdec bench` and benchmarks/speed.py), exactness (the tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+VOCABS = (49_152, 128_256, 151_936, 262_144)
+SETTINGS = {  # name -> (temperature, top_k, top_p, min_p)
+    "T=0": (0.0, 40, 0.95, 0.05),
+    "T=0.8 defaults": (0.8, 40, 0.95, 0.05),
+    "T=1 no filter": (1.0, 0, 1.0, 0.0),
+}
+BANK_ROWS = 32
+
+
+def logit_bank(n_vocab: int, seed: int = 0) -> np.ndarray:
+    """BANK_ROWS rows shaped like a language model's: a noisy floor and a few strong candidates."""
+    rng = np.random.default_rng(seed)
+    bank = rng.standard_normal((BANK_ROWS, n_vocab), dtype=np.float32) * np.float32(1.5)
+    for row in bank:
+        row[rng.choice(n_vocab, 8, replace=False)] += rng.uniform(8.0, 14.0, 8).astype(np.float32)
+    return bank
+
+
+class StoredRows:
+    """A CausalModel whose logits after a prefix are a stored row picked by the prefix's hash.
+
+    `agreement` None: the target (row = hash % rows). A number: a draft that takes the
+    target's row with that probability (fixed per prefix), a different row otherwise.
+    `cost(n)` seconds, if given, is how long a decode of n tokens takes in all (it sleeps).
+    """
+
+    def __init__(self, bank: np.ndarray, agreement: float | None = None, cost=None, n_ctx: int = 4096) -> None:
+        self.bank = bank
+        self.n_vocab = bank.shape[1]
+        self.n_ctx = n_ctx
+        self.agreement = agreement
+        self.cost = cost
+        self.tokens: list[int] = []
+        self.hashes: list[int] = []
+
+    def row_index(self, h: int) -> int:
+        target = h % len(self.bank)
+        if self.agreement is None or (h >> 20) % 10_000 < self.agreement * 10_000:
+            return target
+        return (target + 1 + (h >> 8) % (len(self.bank) - 1)) % len(self.bank)
+
+    def decode(self, tokens, n_logits: int = 1):
+        start = time.perf_counter()
+        for t in tokens:
+            self.hashes.append(hash((self.hashes[-1] if self.hashes else 0, int(t))) & 0x7FFFFFFFFFFF)
+            self.tokens.append(int(t))
+        out = None
+        if n_logits:
+            out = self.bank[[self.row_index(h) for h in self.hashes[-n_logits:]]]
+        if self.cost is not None:
+            wait_until(start + self.cost(len(tokens)))
+        return out
+
+    def rewind(self, n_keep: int) -> None:
+        del self.tokens[n_keep:], self.hashes[n_keep:]
+
+
+def wait_until(deadline: float) -> None:
+    """Sleep until `deadline` (perf_counter seconds): sleep most of it, then spin the last 0.3 ms,
+    since time.sleep alone overshoots by a varying fraction of a millisecond."""
+    left = deadline - time.perf_counter()
+    if left > 3e-4:
+        time.sleep(left - 3e-4)
+    while time.perf_counter() < deadline:
+        pass
+
+
+def generate(engine, n_tokens: int, k: int, setting: tuple, seed: int) -> list:
+    from specdec_cli.engine import GenerationConfig
+    from specdec_cli.sampling import SamplingParams
+
+    if "draft_tokens" in GenerationConfig.__dataclass_fields__:  # the code before issue 11: k in the config
+        config = GenerationConfig(max_tokens=n_tokens, draft_tokens=k, sampling=SamplingParams(*setting), seed=seed)
+        return list(engine.generate([1, 2, 3, 4], config))
+    from specdec_cli.policy import draft_policy
+
+    config = GenerationConfig(max_tokens=n_tokens, sampling=SamplingParams(*setting), seed=seed)
+    return list(engine.generate([1, 2, 3, 4], config, draft_policy(k)))
+
+
+def rounds_of(events: list) -> list:
+    return [e for e in events if type(e).__name__ == "Round"]
+
+
+def make_engine(target, draft):
+    from specdec_cli.drafters import ModelDrafter
+    from specdec_cli.engine import Engine
+
+    return Engine(target, ModelDrafter(draft) if draft is not None else None, piece=lambda t: b" w", is_end=lambda t: False)
+
+
+def child_overhead(n_vocab: int, n_tokens: int, k: int, agreement: float, repeats: int) -> dict:
+    """Python ms per round and per emitted token, and the acceptance, for each setting."""
+    bank = logit_bank(n_vocab)
+    out = {}
+    for name, setting in SETTINGS.items():
+        best = None
+        for rep in range(repeats):
+            engine = make_engine(StoredRows(bank), StoredRows(bank, agreement))
+            events = generate(engine, n_tokens, k, setting, seed=rep)
+            rounds = rounds_of(events)
+            python = sum(r.seconds - r.draft_decode_seconds - r.verify_seconds for r in rounds)
+            tokens = sum(type(e).__name__ == "Token" for e in events)
+            drafted = sum(r.drafted for r in rounds)
+            accepted = sum(r.accepted for r in rounds)
+            figures = {
+                "ms_round": 1e3 * python / len(rounds),
+                "ms_token": 1e3 * python / tokens,
+                "tokens_per_round": tokens / len(rounds),
+                "acceptance": accepted / drafted if drafted else 0.0,
+            }
+            if best is None or figures["ms_round"] < best["ms_round"]:
+                best = figures
+        out[name] = best
+    return out
+
+
+def child_gpu(n_vocab: int, n_tokens: int, k: int, agreement: float, target_ms: float, extra_ms: float, draft_ms: float) -> dict:
+    """Measured and predicted speed-up over target-only decoding with sleeping fakes."""
+    from specdec_cli import stats
+
+    def fold(events: list) -> "stats.RunStats":
+        run = stats.RunStats()
+        for event in events:
+            run.add(event)
+        return run
+
+    bank = logit_bank(n_vocab)
+    target_cost = lambda n: (target_ms + extra_ms * (n - 1)) / 1e3  # noqa: E731
+    draft_cost = lambda n: draft_ms / 1e3  # noqa: E731
+    out = {}
+    for name, setting in SETTINGS.items():
+        base = fold(generate(make_engine(StoredRows(bank, cost=target_cost), None), n_tokens, k, setting, 0))
+        spec = fold(
+            generate(make_engine(StoredRows(bank, cost=target_cost), StoredRows(bank, agreement, cost=draft_cost)), n_tokens, k, setting, 0)
+        )
+        measured = spec.tokens_per_second / base.tokens_per_second
+        predicted = stats.predicted_speedup(spec.alpha, k, draft_ms, target_ms, target_ms + extra_ms * k)
+        out[name] = {"alpha": spec.alpha, "measured": measured, "predicted": predicted, "ratio": measured / predicted}
+    return out
+
+
+def run_child(code_dir: Path, args: argparse.Namespace, part: str, n_vocab: int) -> dict:
+    cmd = [sys.executable, __file__, "--child", part, "--vocab", str(n_vocab), "--tokens", str(args.tokens), "-k", str(args.k)]
+    cmd += ["--agreement", str(args.agreement), "--repeats", str(args.repeats)]
+    cmd += ["--target-ms", str(args.target_ms), "--extra-ms", str(args.extra_ms), "--draft-ms", str(args.draft_ms)]
+    env = dict(os.environ, PYTHONPATH=str(code_dir), SPECDEC_OVERHEAD_CODE=str(code_dir))
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"child for {code_dir} failed:\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def export(ref: str, into: Path) -> Path:
+    """The specdec_cli package at git ref `ref`, unpacked into `into`."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "specdec_cli"], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--vocab", type=int, nargs="+", default=list(VOCABS))
+    parser.add_argument("--tokens", type=int, default=200)
+    parser.add_argument("-k", type=int, default=8)
+    parser.add_argument("--agreement", type=float, default=0.9, help="share of prefixes where the draft sees the target's row")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--before", default="main", help="git ref of the 'before' column ('' to skip it)")
+    parser.add_argument("--gpu-vocab", type=int, nargs="*", default=[151_936], help="vocabularies for the simulated GPU")
+    parser.add_argument("--target-ms", type=float, default=10.0)
+    parser.add_argument("--extra-ms", type=float, default=0.15)
+    parser.add_argument("--draft-ms", type=float, default=2.0)
+    parser.add_argument("--child", choices=["overhead", "gpu"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.child:
+        sys.path.insert(0, os.environ["SPECDEC_OVERHEAD_CODE"])
+        if args.child == "overhead":
+            result = child_overhead(args.vocab[0], args.tokens, args.k, args.agreement, args.repeats)
+        else:
+            result = child_gpu(args.vocab[0], args.tokens, args.k, args.agreement, args.target_ms, args.extra_ms, args.draft_ms)
+        import specdec_cli
+
+        assert Path(specdec_cli.__file__).resolve().is_relative_to(Path(os.environ["SPECDEC_OVERHEAD_CODE"]).resolve()), specdec_cli.__file__
+        print(json.dumps(result))
+        return
+
+    with tempfile.TemporaryDirectory() as tmp:
+        versions = {"after": ROOT}
+        if args.before:
+            versions = {"before": export(args.before, Path(tmp)), "after": ROOT}
+        print(f"k = {args.k}, {args.tokens} tokens, agreement {args.agreement}, best of {args.repeats}; "
+              f"Python ms = round time less the models' decode calls\n")
+        print("| vocabulary | setting | " + " | ".join(f"{v} ms/round" for v in versions) + " | "
+              + " | ".join(f"{v} ms/token" for v in versions) + " | tokens/round | acceptance |")
+        print("|---|---|" + "---|" * (2 * len(versions) + 2))
+        for n_vocab in args.vocab:
+            results = {v: run_child(path, args, "overhead", n_vocab) for v, path in versions.items()}
+            for name in SETTINGS:
+                cells = [f"{results[v][name]['ms_round']:.2f}" for v in versions]
+                cells += [f"{results[v][name]['ms_token']:.3f}" for v in versions]
+                last = results["after"][name]
+                print(f"| {n_vocab:,} | {name} | " + " | ".join(cells) + f" | {last['tokens_per_round']:.2f} | {last['acceptance']:.2f} |", flush=True)
+        if args.gpu_vocab:
+            print(f"\nSimulated GPU: target {args.target_ms} ms + {args.extra_ms} ms per extra token, draft {args.draft_ms} ms per step\n")
+            print("| vocabulary | setting | code | alpha | measured speed-up | predicted (Thm 3.8) | measured / predicted |")
+            print("|---|---|---|---|---|---|---|")
+            for n_vocab in args.gpu_vocab:
+                results = {v: run_child(path, args, "gpu", n_vocab) for v, path in versions.items()}
+                for name in SETTINGS:
+                    for v in versions:
+                        r = results[v][name]
+                        print(f"| {n_vocab:,} | {name} | {v} | {r['alpha']:.3f} | {r['measured']:.2f} | {r['predicted']:.2f} | {r['ratio']:.3f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

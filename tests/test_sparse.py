@@ -1,0 +1,259 @@
+"""The sparse sampling path against a plain dense float64 reference, and numerical edges.
+
+sampling.distribution keeps only the support of a filtered distribution and selects top-k
+without a full sort; these tests hold it to a dense reference written the obvious way
+(full stable sort, every filter on the full row, float64) within 1e-12, on random rows for
+every filter combination, with ties, all-equal logits, -inf logits and vocabularies cut by
+a vocab limit. The residual and p/q are checked the same way for every sparse/dense mix.
+The edge tests turn every warning into an error: numpy's RuntimeWarnings must never reach
+a user. Nothing here is statistical (no sampling distribution is tested; test_sampling.py
+and test_engine_fake.py do that, unchanged).
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import numpy as np
+import pytest
+
+from fakes import MarkovModel
+from specdec_cli import sampling
+from specdec_cli.drafters import ModelDrafter
+from specdec_cli.engine import Engine, GenerationConfig
+from specdec_cli.events import Token
+from specdec_cli.policy import draft_policy
+from specdec_cli.errors import NumericalError
+from specdec_cli.sampling import GREEDY, Distribution, SamplingParams, distribution, probabilities, residual, sample, top_k_ids, verify
+
+TOP_K = [0, 1, 3, 40, 10_000]
+TOP_P = [1.0, 0.95, 0.5]
+MIN_P = [0.0, 0.05, 0.5]
+TEMPS = [0.3, 0.8, 1.0, 2.5]
+COMBOS = list(itertools.product(TOP_K, TOP_P, MIN_P))
+
+
+def reference(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """The processed distribution by the book: full stable sort (ties: lowest id first), float64."""
+    x = np.asarray(logits, dtype=np.float64)
+    n = len(x)
+    top = x.max()
+    if params.greedy:
+        out = np.zeros(n)
+        out[int(np.argmax(x))] = 1.0
+        return out
+    ids = np.argsort(-x, kind="stable")
+    if 0 < params.top_k < n:
+        ids = ids[: params.top_k]
+    z = x[ids] - top
+    w = np.exp(z)
+    if params.top_p < 1.0:
+        order = np.argsort(-w, kind="stable")
+        cum = np.cumsum(w[order]) / w.sum()
+        cut = min(int(np.searchsorted(cum, params.top_p, side="left")), len(order) - 1)
+        ids, z, w = ids[order[: cut + 1]], z[order[: cut + 1]], w[order[: cut + 1]]
+    if params.min_p > 0.0:
+        keep = w >= params.min_p * w.max()
+        ids, z = ids[keep], z[keep]
+    with np.errstate(all="ignore"):  # the reference may overflow at edges; only its values matter
+        tempered = np.exp((z - z.max()) / params.temperature)
+    out = np.zeros(n)
+    out[ids] = tempered / tempered.sum()
+    return out
+
+
+def rows(seed: int, n: int) -> dict[str, np.ndarray]:
+    """Random float32 logit rows of the kinds a model produces, plus the awkward ones."""
+    rng = np.random.default_rng(seed)
+    peaked = (rng.standard_normal(n) * 3).astype(np.float32)
+    peaked[rng.integers(n)] += 12
+    ties = rng.integers(-3, 4, size=n).astype(np.float32)  # thousands of ties at every value
+    minus_inf = (rng.standard_normal(n) * 2).astype(np.float32)
+    minus_inf[rng.random(n) < 0.5] = -np.inf
+    few_finite = np.full(n, -np.inf, dtype=np.float32)
+    few_finite[rng.choice(n, 2, replace=False)] = [1.0, 2.0]  # fewer finite logits than top-k 3 or 40
+    return {
+        "flat": (rng.standard_normal(n) * 0.3).astype(np.float32),
+        "llm-like": (rng.standard_normal(n) * 2).astype(np.float32),
+        "peaked": peaked,
+        "ties": ties,
+        "all-equal": np.full(n, 1.5, dtype=np.float32),
+        "minus-inf": minus_inf,
+        "few-finite": few_finite,
+    }
+
+
+@pytest.mark.parametrize("n", [7, 300, 50_000])
+def test_sparse_path_equals_the_dense_reference_for_every_filter_combination(n):
+    checked = 0
+    for name, row in rows(n, n).items():
+        for (top_k, top_p, min_p), temperature in itertools.product(COMBOS, TEMPS):
+            params = SamplingParams(temperature, top_k, top_p, min_p)
+            dist = distribution(row, params)
+            got, want = dist.dense(), reference(row, params)
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-12, err_msg=f"{name} {params}")
+            assert (got > 0).tolist() == (want > 0).tolist(), f"{name} {params}: supports differ"
+            assert len(dist) == n
+            filtered = 0 < top_k < n or top_p < 1 or min_p > 0
+            assert dist.sparse == filtered, "dense only without a filter"
+            checked += 1
+        np.testing.assert_array_equal(distribution(row, GREEDY).dense(), reference(row, GREEDY))
+    assert checked == 7 * len(COMBOS) * len(TEMPS)
+
+
+def test_top_k_ids_is_exact_with_ties_at_the_boundary():
+    rng = np.random.default_rng(4)
+    for n, k in [(100_000, 40), (151_936, 40), (5_000, 1), (5_000, 1024), (64, 40), (1_000, 999)]:
+        for row in (rng.integers(-5, 6, size=n).astype(np.float32), (rng.standard_normal(n)).astype(np.float32), np.zeros(n, np.float32)):
+            want = np.sort(np.argsort(-row.astype(np.float64), kind="stable")[:k])
+            np.testing.assert_array_equal(top_k_ids(row, k), want)
+
+
+def test_nucleus_over_a_whole_row_matches_the_reference_also_when_wide():
+    # Top-p with no top-k: the nucleus of a flat 50k row holds far more than the 1024
+    # candidates sorted first, so the fallback runs; the peaked row stays inside them.
+    rng = np.random.default_rng(8)
+    for spread in (0.01, 4.0):
+        row = (rng.standard_normal(50_000) * spread).astype(np.float32)
+        params = SamplingParams(1.0, 0, 0.9, 0.0)
+        np.testing.assert_allclose(probabilities(row, params), reference(row, params), rtol=0, atol=1e-12)
+        assert (reference(row, params) > 0).sum() > sampling._TOP_P_CANDIDATES if spread < 1 else True
+
+
+@pytest.mark.parametrize("limit_pad", [0, 64])
+def test_residual_and_ratio_equal_the_dense_reference_for_every_sparse_dense_mix(limit_pad):
+    # Target rows carry `limit_pad` padding ids (a padded vocabulary); both sides are cut to
+    # the shared limit as the engine does, and the result must match the dense formulas.
+    rng = np.random.default_rng(12)
+    n = 2_000
+    settings = [SamplingParams(1.0, 0, 1.0, 0.0), SamplingParams(0.8), SamplingParams(1.3, 0, 0.9, 0.0), SamplingParams(0.7, 5, 1.0, 0.2)]
+    for p_params, q_params in itertools.product(settings, settings):
+        target_row = (rng.standard_normal(n + limit_pad) * 2).astype(np.float32)
+        draft_row = (0.6 * target_row[:n] + rng.standard_normal(n)).astype(np.float32)
+        p = distribution(target_row[:n], p_params)
+        q = distribution(draft_row, q_params)
+        p_ref, q_ref = reference(target_row[:n], p_params), reference(draft_row, q_params)
+        r_ref = np.maximum(p_ref - q_ref, 0.0)
+        r_ref /= r_ref.sum()
+        np.testing.assert_allclose(residual(p, q).dense(), r_ref, rtol=0, atol=1e-12)
+        for x in np.flatnonzero(q_ref)[:20]:
+            assert abs(p.prob(int(x)) / q.prob(int(x)) - p_ref[x] / q_ref[x]) <= 1e-12 * max(1.0, p_ref[x] / q_ref[x])
+        # One-hot q (a deterministic drafter): the residual is p without x.
+        x = int(np.argmax(p_ref))
+        one_hot = Distribution(n, np.array([x]), np.array([1.0]))
+        r = np.where(np.arange(n) == x, 0.0, p_ref)
+        if r.sum() > 0:
+            np.testing.assert_allclose(residual(p, one_hot).dense(), r / r.sum(), rtol=0, atol=1e-12)
+
+
+def test_dense_sampling_never_draws_a_zero_and_inverts_the_cdf_exactly():
+    # The two-level (block) inversion must pick the same id as a plain CDF inversion of the
+    # same u, at the extremes of u and across block edges, and never a zero-probability id.
+    n = 3 * 1024 + 17
+    rng = np.random.default_rng(2)
+    row = (rng.standard_normal(n) * 2).astype(np.float32)
+    row[rng.random(n) < 0.3] = -np.inf
+    row[:1024] = -np.inf  # a whole block with no mass
+    row[-17:] = -np.inf  # and the padded tail
+    dist = distribution(row, SamplingParams(1.0, 0, 1.0, 0.0))
+    assert not dist.sparse
+    cdf = np.cumsum(dist.dense())
+    for u in [0.0, np.nextafter(1.0, 0.0), *np.random.default_rng(3).random(2000)]:
+        token = sample(dist, FixedRandom([u]))
+        assert dist.prob(token) > 0
+        want = min(int(np.searchsorted(cdf, u * cdf[-1], side="right")), int(np.flatnonzero(cdf < cdf[-1])[-1]) + 1)
+        if abs(u * cdf[-1] - cdf[min(want, n - 1)]) > 1e-12 and (want == 0 or abs(u * cdf[-1] - cdf[want - 1]) > 1e-12):
+            assert token == want, u
+
+
+class FixedRandom:
+    def __init__(self, values):
+        self.values = list(values)
+
+    def random(self):
+        return self.values.pop(0)
+
+
+# -- numerical edges: no warning may reach the user ------------------------------------
+
+EDGE_TEMPS = [5e-324, 1e-300, 1e-30, 1e-8, 0.8, 1.0, 1e8, 1e300, 1.7e308]
+EDGE_FILTERS = [(0, 1.0, 0.0), (40, 0.95, 0.05), (0, 0.9, 0.0), (0, 1.0, 0.1), (2, 1.0, 0.0)]
+
+
+def edge_rows() -> dict[str, np.ndarray]:
+    one = np.full(64, -np.inf, dtype=np.float32)
+    one[17] = 0.5
+    big = np.array([3e38, -3e38, 1e38, 0.0, -np.inf], dtype=np.float32)
+    return {
+        "all -inf but one": one,
+        "huge logits": big,
+        "tiny gaps": np.array([1.0, np.nextafter(np.float32(1.0), np.float32(0.0)), 0.0], dtype=np.float32),
+        "all equal": np.zeros(10, dtype=np.float32),
+        "one token": np.array([2.0], dtype=np.float32),
+        "float64 row": np.array([0.0, -1e10, -1e300, 5.0]),
+    }
+
+
+@pytest.fixture
+def warnings_are_errors():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with np.errstate(divide="raise", over="raise", invalid="raise"):
+            yield
+
+
+@pytest.mark.usefixtures("warnings_are_errors")
+def test_edge_temperatures_and_rows_give_valid_distributions_without_warnings():
+    rng = np.random.default_rng(0)
+    for (name, row), temperature, (top_k, top_p, min_p) in itertools.product(edge_rows().items(), EDGE_TEMPS, EDGE_FILTERS):
+        params = SamplingParams(temperature, top_k, top_p, min_p)
+        dist = distribution(row, params)
+        probs = dist.dense()
+        assert np.all(np.isfinite(probs)) and abs(probs.sum() - 1.0) < 1e-12, (name, params)
+        assert np.all(probs[~np.isfinite(row)] == 0), (name, params)
+        token = sample(dist, rng)
+        assert probs[token] > 0
+        rows2 = np.stack([row, row])
+        verdict = verify(rows2, [token], [dist], params, rng)
+        assert probs[verdict.token] > 0 or verdict.accepted == 1
+        residual(dist, dist)
+
+
+@pytest.mark.usefixtures("warnings_are_errors")
+def test_tiny_temperature_is_the_greedy_limit_and_huge_is_uniform():
+    row = np.array([0.5, 3.0, -1.0, 2.999, -np.inf], dtype=np.float32)
+    for temperature in (1e-300, 5e-324, 1e-20):
+        for top_k, top_p, min_p in EDGE_FILTERS:
+            np.testing.assert_array_equal(probabilities(row, SamplingParams(temperature, top_k, top_p, min_p)), [0, 1, 0, 0, 0])
+    flat = probabilities(row, SamplingParams(1e300, 0, 1.0, 0.0))
+    np.testing.assert_allclose(flat, [0.25, 0.25, 0.25, 0.25, 0.0], rtol=0, atol=1e-15)
+
+
+@pytest.mark.usefixtures("warnings_are_errors")
+def test_engine_at_temperature_1e_300_emits_the_greedy_output_without_warnings():
+    rng = np.random.default_rng(5)
+    table = (rng.standard_normal((12, 12)) * 2).astype(np.float32)
+    draft = table + (rng.standard_normal((12, 12)) * 0.5).astype(np.float32)
+
+    def run(params):
+        engine = Engine(MarkovModel(table), ModelDrafter(MarkovModel(draft)))
+        events = engine.generate([1], GenerationConfig(max_tokens=40, sampling=params, seed=3), draft_policy(4))
+        return [e.id for e in events if isinstance(e, Token)]
+
+    greedy = run(GREEDY)
+    assert len(greedy) == 40
+    assert run(SamplingParams(1e-300, 40, 0.95, 0.05)) == greedy
+    assert run(SamplingParams(1e-300, 0, 1.0, 0.0)) == greedy
+
+
+@pytest.mark.usefixtures("warnings_are_errors")
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_nan_or_inf_anywhere_raises_without_a_warning(bad):
+    row = np.zeros(5000, dtype=np.float32)
+    row[4321] = bad
+    for params in (GREEDY, SamplingParams(), SamplingParams(1.0, 0, 1.0, 0.0), SamplingParams(1.0, 0, 1.0, 0.2)):
+        with pytest.raises(NumericalError):
+            distribution(row, params)
+    with pytest.raises(NumericalError):
+        distribution(np.full(5000, -np.inf, dtype=np.float32), SamplingParams())
