@@ -108,8 +108,9 @@ def guard(main: Callable[[], object]) -> NoReturn:
     page = mmap.mmap(-1, _PAGE)  # anonymous and shared: the child's writes are visible here
     fd, log_path = tempfile.mkstemp(prefix="specdec-crash-", suffix=".log")
     os.close(fd)
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:  # None: started with that descriptor closed (>&-); the command says so
+            stream.flush()
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, (*_FORWARDED, signal.SIGCHLD))
     pid = os.fork()
     if pid == 0:
