@@ -155,7 +155,8 @@ def _exit_child(main: Callable[[], object]) -> NoReturn:
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
+            if stream is not None:
+                stream.flush()
         except (OSError, ValueError):
             pass
     if code == -signal.SIGINT:  # as Python ends on an uncaught KeyboardInterrupt
