@@ -106,10 +106,13 @@ def wait_until(deadline: float) -> None:
 
 def generate(engine, n_tokens: int, k: int, setting: tuple, seed: int) -> list:
     from specdec_cli.engine import GenerationConfig
+    from specdec_cli.policy import draft_policy
     from specdec_cli.sampling import SamplingParams
 
-    config = GenerationConfig(max_tokens=n_tokens, draft_tokens=k, sampling=SamplingParams(*setting), seed=seed)
-    return list(engine.generate([1, 2, 3, 4], config))
+    # k goes through the policy argument, which both this branch and main accept.
+    config = GenerationConfig(max_tokens=n_tokens, sampling=SamplingParams(*setting), seed=seed)
+    policy = draft_policy(k) if engine.drafter is not None else None
+    return list(engine.generate([1, 2, 3, 4], config, policy))
 
 
 def rounds_of(events: list) -> list:
