@@ -106,15 +106,13 @@ def wait_until(deadline: float) -> None:
 
 def generate(engine, n_tokens: int, k: int, setting: tuple, seed: int) -> list:
     from specdec_cli.engine import GenerationConfig
+    from specdec_cli.policy import draft_policy
     from specdec_cli.sampling import SamplingParams
 
-    if "draft_tokens" in GenerationConfig.__dataclass_fields__:  # the code before issue 11: k in the config
-        config = GenerationConfig(max_tokens=n_tokens, draft_tokens=k, sampling=SamplingParams(*setting), seed=seed)
-        return list(engine.generate([1, 2, 3, 4], config))
-    from specdec_cli.policy import draft_policy
-
+    # k goes through the policy argument, which both this branch and main accept.
     config = GenerationConfig(max_tokens=n_tokens, sampling=SamplingParams(*setting), seed=seed)
-    return list(engine.generate([1, 2, 3, 4], config, draft_policy(k)))
+    policy = draft_policy(k) if engine.drafter is not None else None
+    return list(engine.generate([1, 2, 3, 4], config, policy))
 
 
 def rounds_of(events: list) -> list:
@@ -158,7 +156,7 @@ def child_gpu(n_vocab: int, n_tokens: int, k: int, agreement: float, target_ms: 
     """Measured and predicted speed-up over target-only decoding with sleeping fakes."""
     from specdec_cli import stats
 
-    def fold(events: list) -> "stats.RunStats":
+    def fold(events: list) -> "stats.RunStats":  # RunStats.add exists before and after issue 11
         run = stats.RunStats()
         for event in events:
             run.add(event)
