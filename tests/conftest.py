@@ -40,3 +40,16 @@ def builtin_models(builtin_paths):
     yield draft, target
     draft.close()
     target.close()
+
+
+@pytest.fixture
+def hf_cache(monkeypatch, tmp_path) -> Path:
+    """An empty huggingface-hub cache; HF_HUB_OFFLINE on, so a miss can never reach the network."""
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hub"
+    cache.mkdir()
+    # huggingface-hub reads HF_HUB_CACHE / HF_HUB_OFFLINE once, at import: set what it read.
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return cache

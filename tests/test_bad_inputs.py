@@ -405,17 +405,6 @@ def put_in_cache(cache: Path, repo: str, files: dict[str, bytes], commit: str = 
     return snapshot
 
 
-@pytest.fixture
-def hf_cache(monkeypatch, tmp_path) -> Path:
-    from huggingface_hub import constants
-
-    cache = tmp_path / "hub"
-    cache.mkdir()
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    return cache
-
-
 def test_pattern_matching_several_cached_files_is_ambiguous_not_missing(hf_cache):
     put_in_cache(hf_cache, "me/tiny-GGUF", {"tiny-Q4_0.gguf": b"GGUF", "tiny-Q8_0.gguf": b"GGUF"})
     result = runner.invoke(app, ["run", "--draft", "hf:me/tiny-GGUF/tiny-*.gguf", "--target", "hf:me/tiny-GGUF/tiny-Q8_0.gguf", "hi"])

@@ -68,19 +68,6 @@ def no_user_file(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
 
 
-@pytest.fixture
-def hf_cache(monkeypatch, tmp_path) -> Path:
-    """An empty huggingface-hub cache; HF_HUB_OFFLINE on, so a miss can never reach the network."""
-    from huggingface_hub import constants
-
-    cache = tmp_path / "hub"
-    cache.mkdir()
-    # huggingface-hub reads HF_HUB_CACHE / HF_HUB_OFFLINE once, at import: set what it read.
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    return cache
-
-
 def put_in_cache(cache: Path, repo: str, files: dict[str, bytes], commit: str = "c" * 40) -> Path:
     """Lay out files as huggingface-hub does: blobs, a snapshot of links to them, refs/main."""
     root = cache / ("models--" + repo.replace("/", "--"))
