@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from hubcache import put_in_cache
 from specdec_cli import download
 from specdec_cli.cli import app
 from specdec_cli.errors import BadInput, SpecdecError
@@ -388,21 +389,6 @@ def test_specdec_cache_pointing_at_a_file(tmp_path, monkeypatch, inside):
 
 
 # -- the hub cache: ambiguous patterns, refs/ that lead elsewhere ---------------------------------------------
-
-
-def put_in_cache(cache: Path, repo: str, files: dict[str, bytes], commit: str = "c" * 40, ref: str | None = None) -> Path:
-    """huggingface-hub's layout: blobs, a snapshot of links to them, refs/main (holding `ref`, else the commit)."""
-    root = cache / ("models--" + repo.replace("/", "--"))
-    snapshot = root / "snapshots" / commit
-    (root / "blobs").mkdir(parents=True, exist_ok=True)
-    snapshot.mkdir(parents=True, exist_ok=True)
-    for i, (name, data) in enumerate(files.items()):
-        blob = root / "blobs" / f"{commit[:8]}{i:04d}"
-        blob.write_bytes(data)
-        (snapshot / name).symlink_to(os.path.relpath(blob, snapshot))
-    (root / "refs").mkdir(exist_ok=True)
-    (root / "refs" / "main").write_text(ref if ref is not None else commit)
-    return snapshot
 
 
 def test_pattern_matching_several_cached_files_is_ambiguous_not_missing(hf_cache):

@@ -7,12 +7,12 @@ fixed paths where a test only needs the resolution logic.
 
 from __future__ import annotations
 
-import os
 import tomllib
 from pathlib import Path
 
 import pytest
 
+from hubcache import put_in_cache
 from specdec_cli import download, registry
 from specdec_cli.errors import BadConfig, BadInput, ModelNotFound
 from specdec_cli.registry import HubModel, load_catalogue, parse_model, resolve_pair
@@ -66,23 +66,6 @@ def no_user_file(monkeypatch, tmp_path):
     """Tests see only the files they write: no SPECDEC_MODELS, an empty XDG config directory."""
     monkeypatch.delenv("SPECDEC_MODELS", raising=False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-
-
-def put_in_cache(cache: Path, repo: str, files: dict[str, bytes], commit: str = "c" * 40) -> Path:
-    """Lay out files as huggingface-hub does: blobs, a snapshot of links to them, refs/main."""
-    root = cache / ("models--" + repo.replace("/", "--"))
-    snapshot = root / "snapshots" / commit
-    (root / "blobs").mkdir(parents=True, exist_ok=True)
-    snapshot.mkdir(parents=True, exist_ok=True)
-    for i, (name, data) in enumerate(files.items()):
-        blob = root / "blobs" / f"{commit[:8]}{i:04d}"
-        blob.write_bytes(data)
-        link = snapshot / name
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(os.path.relpath(blob, link.parent))
-    (root / "refs").mkdir(exist_ok=True)
-    (root / "refs" / "main").write_text(commit)
-    return snapshot
 
 
 # -- the shipped catalogue ---------------------------------------------------------------------
