@@ -178,11 +178,10 @@ def can_choose_repack() -> bool:
 @functools.lru_cache(maxsize=1)
 def auto_repack() -> bool:
     """The repack default for the loaded llama.cpp, said once on the specdec logger (info level)."""
-    info = system_info()
-    if has_amx(info):
+    repack = repack_default(system_info())
+    if not repack:
         log.info("llama.cpp reports AMX_INT8 = 1: loading models without repacking (llama.cpp #20824); --repack overrides")
-        return False
-    return True
+    return repack
 
 
 def resolve_repack(requested: bool | None) -> bool:
@@ -251,7 +250,6 @@ class LlamaModel:
         self._batch = None
         self.tokens: list[int] = []
         self._pieces: dict[int, bytes] = {}
-        self.role = role  # "draft" or "target": named in the crash guard's breadcrumb
 
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = 0 if vocab_only else resolve_gpu_layers(n_gpu_layers)
@@ -267,7 +265,10 @@ class LlamaModel:
         progress = lc.llama_progress_callback(self._on_progress)
         mparams.progress_callback = progress
         mark = self._log.count
-        crashguard.mark(f"loading the {role} {self.path.name}" + ("" if self.repack or vocab_only else " (repacking off)"))
+        # What the crash guard names if llama.cpp dies: built once here, marked on every decode.
+        what = f"the {role} {self.path.name}" + ("" if self.repack or vocab_only else " (repacking off)")
+        self._decoding = f"decoding with {what}"
+        crashguard.mark(f"loading {what}")
         self._model = lc.llama_model_load_from_file(str(self.path).encode(), mparams)
         self._log.raise_pending()
         if not self._model:
@@ -480,7 +481,7 @@ class LlamaModel:
                 f"the context holds {self.n_ctx} tokens but {start + n} are needed; pass a larger --ctx"
             )
         batch = self._batch
-        crashguard.mark(f"decoding with the {self.role} {self.path.name}" + ("" if self.repack else " (repacking off)"))
+        crashguard.mark(self._decoding)
         first_logit = n - n_logits
         # Chunks of at most n_batch tokens; the last one holds every row that wants logits.
         last_start = max(0, n - self.n_batch)
