@@ -130,7 +130,7 @@ def first_pair_law(p1: dict[int, float], p2: dict[int, dict[int, float]], n: int
     """The law of the first two outcomes. p2[x1] is the law after x1 for every x1 followed up
     (END never is); any other x1 is the cell (x1,). A pair expecting fewer than MIN_EXPECTED
     of n draws goes into its x1's (x1, REST) cell. Example: p1 = {0: 0.5, END: 0.5},
-    p2 = {0: {0: 0.6, 1: 0.4}}, n = 10 -> cells (0, 0): 0.3, (0, REST): 0.2, (END,): 0.5."""
+    p2 = {0: {0: 0.6, 1: 0.4}}, n = 20 -> cells (0, 0): 0.3, (0, REST): 0.2, (END,): 0.5."""
     labels: list[Outcome] = []
     probs: list[float] = []
     index: dict[Outcome, int] = {}

@@ -46,7 +46,7 @@ class AuditDisplay:
         self._bar: Bar | None = None
         self._task = None
         self._told = False
-        self._next_line = 0
+        self._next_line = 1
 
     def _line(self, text: str) -> None:
         self.console.print(f"specdec: audit: {text}", markup=False, highlight=False, soft_wrap=True)
@@ -73,9 +73,10 @@ class AuditDisplay:
                 self._bar.start()
                 self._task = self._bar.add_task("draws", total=p.total)
             self._bar.update(self._task, completed=p.done)
-        elif p.done >= self._next_line and p.done:
+        elif p.done and (p.done >= self._next_line or p.done == p.total):
+            step = max(1, p.total // 10)
             self._line(f"{p.done}/{p.total} draws, {duration(p.elapsed_seconds)}")
-            self._next_line = p.done + max(1, p.total // 10)
+            self._next_line = (p.done // step + 1) * step
 
     def stop(self) -> None:
         if self._bar is not None:
