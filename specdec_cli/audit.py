@@ -1,7 +1,10 @@
 """The exactness audit: does speculative decoding leave this pair's output law unchanged?
 
 Three checks on one loaded pair, with the engines `run` uses (the caller builds them and the
-draft-length policy, exactly as `run` does):
+draft-length policy, exactly as `run` does). One policy serves every draw, so `auto` learns
+across the draws as it does across the rounds of one long run: its first rounds and its
+periodic re-measurements are plain target steps, and the rest draft the k it settled on.
+That keeps the output exact: k is chosen from earlier draws only (see policy.py).
 
   1. first token   N speculative generations (draw i seeded seed + i) give N first tokens;
                    their counts are tested against the target's EXACT processed law
@@ -55,7 +58,7 @@ from .stats import consume
 END = -1  # the outcome "generation ended" (any end-of-generation token)
 REST = -2  # in a pair (x1, REST): x1, then one of the second tokens too rare to stand alone
 DRAW_BUDGET = 65  # tokens a draw may generate: more than any k (cli_options.MAX_DRAFT_TOKENS), so round 1 is never capped
-TIMING_DRAWS = 5  # draws timed before the estimate
+TIMING_DRAWS = 10  # draws timed before the estimate
 GREEDY_TOKENS = 128
 DEFAULT_SAMPLES = 2000
 DEFAULT_ALPHA = 1e-3
@@ -329,11 +332,11 @@ def run_audit(
     target: Engine,
     prompt: Sequence[int],
     config: AuditConfig,
-    make_policy: Callable[[], DraftPolicy],
+    policy: DraftPolicy,
     progress: Callable[[Progress], None] = lambda p: None,
 ) -> AuditResult:
-    """The three checks above. `make_policy` builds a fresh draft-length policy per generation,
-    as `run` does; `target` is the target-only engine on the same loaded target."""
+    """The three checks above, all drafting under `policy` (draft_policy(k) or `auto`, as run
+    builds it); `target` is the target-only engine on the same loaded target."""
     if len(prompt) + 2 > target.target.n_ctx:
         raise ContextOverflow(
             f"prompt is {len(prompt)} tokens but the context holds {target.target.n_ctx}: no room for two tokens; "
@@ -357,7 +360,7 @@ def run_audit(
                 step = law_seconds / (passes + 1)  # the prompt's pass counts as one: a rough upper bound of a step
                 estimate = time.perf_counter() - start + per_draw * (n - i) + config.greedy_tokens * (per_draw + step)
             progress(Progress("drawing" if estimate is not None else "timing", i, n, estimate, time.perf_counter() - start))
-            outcome, first_round = draw(speculative, prompt, config.sampling, config.seed + i, make_policy())
+            outcome, first_round = draw(speculative, prompt, config.sampling, config.seed + i, policy)
             outcomes.append(outcome)
             drafting.add(first_round)
         progress(Progress("drawing", n, n, estimate, time.perf_counter() - start))
@@ -365,5 +368,5 @@ def run_audit(
         first_token = sampled_test(first_token_law(p1), [o[:1] for o in outcomes], config.level, rng)
         first_pair = sampled_test(first_pair_law(p1, p2, n), outcomes, config.level, rng)
     progress(Progress("greedy", 0, 0, estimate, time.perf_counter() - start))
-    greedy = greedy_check(speculative, target, prompt, config.greedy_tokens, make_policy())
+    greedy = greedy_check(speculative, target, prompt, config.greedy_tokens, policy)
     return AuditResult(config, first_token, first_pair, greedy, drafting, passes, estimate, time.perf_counter() - start)

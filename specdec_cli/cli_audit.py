@@ -5,10 +5,8 @@
     specdec audit --samples 5000 --alpha 0.0001 --json "Write a haiku" > audit.json
 
 The pair, prompt, drafter and draft length are loaded and built exactly as `specdec run`
-builds them (cli_run.load_pair, session.LoadedPair.engine, policy.draft_policy). One
-difference, so that the audit tests speculation at all: with `--draft-tokens auto` the
-policy starts from a cost curve measured once on the loaded pair, so round 1 already drafts
-(unseeded, `auto` takes its first two rounds as plain target steps to time them).
+builds them (cli_run.load_pair, session.LoadedPair.engine, policy.draft_policy); one policy
+serves all draws, so `auto` learns across them as across the rounds of a long run.
 Exit 0 consistent, 1 rejected (or inconclusive: nothing was drafted), 2 bad input.
 
 Left out: the checks (audit.py), the statistics (gof.py), the text (render_audit.py).
@@ -19,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
-from typing import TYPE_CHECKING, Annotated, Callable, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -50,7 +48,7 @@ from .errors import BadInput
 from .inputs import argv_text
 
 if TYPE_CHECKING:
-    from .events import DraftPolicy, DraftTokens
+    from .events import DraftTokens
     from .session import LoadedPair
 
 MAX_SAMPLES = 10_000_000
@@ -91,6 +89,7 @@ def audit(
     Example: specdec audit --samples 2000 "Tell me a story"
     """
     from .audit import AuditConfig, run_audit
+    from .policy import draft_policy
     from .render import Activity, stderr_console
     from .render_audit import AuditDisplay, report_text
     from .sampling import SamplingParams
@@ -124,26 +123,13 @@ def audit(
     with contextlib.ExitStack() as stack:
         pair = load_pair(stack, draft, target, options, Activity(console), pair_name=pair_name, need_draft=drafter != "lookup")
         prompt_ids = pair.prompt_tokens(text, chat=chat, system=system)
-        make_policy = audit_policy(k, p_min, pair, prompt_ids)
         with AuditDisplay(console, greedy_tokens) as display:
-            result = run_audit(pair.engine(drafter=drafter), pair.engine(speculative=False), prompt_ids, config, make_policy, display)
+            policy = draft_policy(k, p_min)
+            result = run_audit(pair.engine(drafter=drafter), pair.engine(speculative=False), prompt_ids, config, policy, display)
         describe = describe_pair(pair, drafter, k)
     typer.echo(json.dumps(result.to_dict() | {"pair": describe}) if json_out else report_text(result, describe))
     if result.verdict != "consistent":
         raise typer.Exit(1)
-
-
-def audit_policy(k: DraftTokens, p_min: float | None, pair: LoadedPair, prompt_ids: list[int]) -> Callable[[], DraftPolicy]:
-    """A fresh policy per generation, as run builds it; `auto` seeded with a cost curve measured here (module docstring)."""
-    from .policy import AUTO_MAX_K, AdaptivePolicy, draft_policy
-
-    if k != AUTO:
-        return lambda: draft_policy(k, p_min)
-    from .cost_curve import measure_cost_curve
-
-    p_min = draft_policy(AUTO, p_min).p_min  # the default applied as run applies it
-    curve = measure_cost_curve(pair.target, pair.draft, prompt_ids, AUTO_MAX_K + 1)
-    return lambda: AdaptivePolicy(p_min=p_min, costs=curve)
 
 
 def describe_pair(pair: LoadedPair, drafter: str, k: DraftTokens) -> str:

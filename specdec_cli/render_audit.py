@@ -3,7 +3,7 @@
 Progress is a Rich bar when stderr is a terminal, else one plain line per tenth of the draws
 ("specdec: audit: 400/2000 draws, 31 s"). The estimate is always one line, before the long
 part starts: "specdec: audit: 2000 draws and a greedy check of 128 tokens; about 2.5 min
-(from the first 5 draws)". The report, e.g.
+(from the first 10 draws)". The report, e.g.
 
     specdec audit: consistent (nothing rejects at alpha 0.001)
       first token   chi-square 14.2, df 17, p 0.65: 19 cells (28 outcomes, 10 pooled) ...
@@ -46,7 +46,6 @@ class AuditDisplay:
         self._bar: Bar | None = None
         self._task = None
         self._told = False
-        self._next_line = 1
 
     def _line(self, text: str) -> None:
         self.console.print(f"specdec: audit: {text}", markup=False, highlight=False, soft_wrap=True)
@@ -73,10 +72,10 @@ class AuditDisplay:
                 self._bar.start()
                 self._task = self._bar.add_task("draws", total=p.total)
             self._bar.update(self._task, completed=p.done)
-        elif p.done and (p.done >= self._next_line or p.done == p.total):
+        else:
             step = max(1, p.total // 10)
-            self._line(f"{p.done}/{p.total} draws, {duration(p.elapsed_seconds)}")
-            self._next_line = (p.done // step + 1) * step
+            if p.done and (p.done % step == 0 or p.done == p.total):
+                self._line(f"{p.done}/{p.total} draws, {duration(p.elapsed_seconds)}")
 
     def stop(self) -> None:
         if self._bar is not None:

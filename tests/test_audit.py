@@ -131,7 +131,7 @@ def toy_pair(seed: int) -> tuple[MarkovModel, MarkovModel]:
 def audit_toy(target, draft, params=PLAIN, k=K, seed=0, samples=N):
     engines = Engine(target, ModelDrafter(draft)), Engine(target)
     config = AuditConfig(samples=samples, alpha=ALPHA, sampling=params, seed=seed, greedy_tokens=64)
-    return run_audit(*engines, [3, 0], config, lambda: draft_policy(k))
+    return run_audit(*engines, [3, 0], config, draft_policy(k))
 
 
 @pytest.mark.parametrize("params", [PLAIN, PROCESSED], ids=["plain", "processed"])
@@ -210,7 +210,7 @@ def test_progress_gives_an_estimate_before_the_long_part():
     target, draft = toy_pair(1)
     seen = []
     config = AuditConfig(samples=50, sampling=PLAIN, greedy_tokens=8)
-    run_audit(Engine(target, ModelDrafter(draft)), Engine(target), [3, 0], config, lambda: draft_policy(2), seen.append)
+    run_audit(Engine(target, ModelDrafter(draft)), Engine(target), [3, 0], config, draft_policy(2), seen.append)
     stages = [p.stage for p in seen]
     assert stages[0] == "law" and stages[-1] == "greedy"
     drawing = [p for p in seen if p.stage == "drawing"]
@@ -264,7 +264,7 @@ def test_cli_report_on_stdout_progress_on_stderr_exit_0(toy_cli):
                    "draft draft.gguf -> target target.gguf, drafter model, k 4", "seeds 3..1002"):  # fmt: skip
         assert needle in out, needle
     err = result.stderr
-    assert "1000 draws and a greedy check of 128 tokens; about" in err and "(from the first 5 draws)" in err
+    assert "1000 draws and a greedy check of 128 tokens; about" in err and "(from the first 10 draws)" in err
     assert "100/1000 draws" in err and "1000/1000 draws" in err  # plain lines: stderr is not a terminal
 
 
