@@ -234,7 +234,7 @@ class AuditResult:
             c, tv = t.chi2, t.tv
             return {
                 "statistic": c.statistic, "dof": c.dof, "p_value": c.p_value, "rejects": t.rejects,
-                "cells": c.cells, "outcomes": c.outcomes, "pooled_outcomes": c.pooled, "impossible_draws": c.impossible,
+                "cells": c.cells, "cells_before_pooling": c.outcomes, "pooled_cells": c.pooled, "impossible_draws": c.impossible,
                 "tv": tv.estimate, "tv_interval": [tv.low, tv.high], "tv_level": TV_LEVEL, "tv_exact_engine_95": tv.noise,
             }  # fmt: skip
 

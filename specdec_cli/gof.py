@@ -112,8 +112,8 @@ class ChiSquare:
     dof: int
     p_value: float
     cells: int  # after pooling
-    outcomes: int  # outcomes of positive probability before pooling
-    pooled: int  # of which pooled into one cell (expected < MIN_EXPECTED each)
+    outcomes: int  # cells of positive probability before pooling
+    pooled: int  # of which pooled (each expected < MIN_EXPECTED draws)
     impossible: int  # draws that landed on outcomes of probability zero
 
 

@@ -6,7 +6,8 @@ part starts: "specdec: audit: 2000 draws and a greedy check of 128 tokens; about
 (from the first 10 draws)". The report, e.g.
 
     specdec audit: consistent (nothing rejects at alpha 0.001)
-      first token   chi-square 14.2, df 17, p 0.65: 19 cells (28 outcomes, 10 pooled) ...
+      first token   chi-square 4.1, df 11, p 0.966: passes at 0.0005
+                    12 cells, after pooling 0 of 12 that expect < 5 draws each ...
 
 Left out: computing anything (audit.py, gof.py); choosing what to run (cli_audit.py).
 """
@@ -100,7 +101,7 @@ def sampled_line(t: SampledTest, level: float) -> list[str]:
     impossible = f"; {c.impossible} draws the target gives probability 0" if c.impossible else ""
     return [
         f"chi-square {c.statistic:.1f}, df {c.dof}, p {c.p_value:.3g}: {verdict} at {level:g}{impossible}",
-        f"{c.cells} cells ({c.outcomes} outcomes, {c.pooled} of them pooled: each expects < {MIN_EXPECTED:g} draws)",
+        f"{c.cells} cells, after pooling {c.pooled} of {c.outcomes} that expect < {MIN_EXPECTED:g} draws each",
         f"total variation {tv.estimate:.3f}, {TV_LEVEL:.0%} interval [{tv.low:.3f}, {tv.high:.3f}]; "
         f"an exact engine shows up to {tv.noise:.3f} at this size ({TV_LEVEL:.0%} of the time)",
     ]

@@ -6,8 +6,8 @@ rejected with probability at most alpha = 1e-3 (Bonferroni over the two chi-squa
 the greedy check is deterministic). Each planted bug is caught with a power computed here
 (the non-central chi-square of stat_checks.power_against) of more than 1 - 1e-9.
 
-The real-model test runs the CLI on the built-in pair (marker `model`): N = 600 draws at
-the defaults (T = 0.8, top-k 40, top-p 0.95, min-p 0.05), false alarm 1e-3.
+The real-model test runs the CLI on the built-in pair (marker `model`): N = 400 draws at
+the defaults (T = 0.8, top-k 40, top-p 0.95, min-p 0.05, k auto), false alarm 1e-3.
 """
 
 from __future__ import annotations
@@ -275,7 +275,7 @@ def test_cli_json_and_a_planted_bug_exit_1(toy_cli, monkeypatch):
     out = json.loads(result.stdout)
     assert out["verdict"] == "rejected" and out["first_token"]["rejects"] and out["samples"] == 1000
     assert out["false_alarm_rate"] == 0.001 and out["level_per_test"] == 0.0005
-    assert set(out["first_token"]) >= {"statistic", "dof", "p_value", "tv", "tv_interval", "cells", "pooled_outcomes"}
+    assert set(out["first_token"]) >= {"statistic", "dof", "p_value", "tv", "tv_interval", "cells", "pooled_cells"}
 
 
 def one_line(stderr: str) -> str:
@@ -319,17 +319,19 @@ def test_cli_usage_errors_exit_2():
 
 @pytest.mark.model
 def test_real_audit_of_the_builtin_pair_passes(builtin_paths):
-    # N = 600 draws at run's defaults (T 0.8, top-k 40, top-p 0.95, min-p 0.05, k auto), and 64
-    # greedy tokens. False failure at most 1e-3 (the audit's own alpha).
+    # N = 400 draws at run's defaults (T 0.8, top-k 40, top-p 0.95, min-p 0.05, k auto) and 32
+    # greedy tokens, on a raw prompt whose first token is spread over 12 tokens. False failure
+    # at most 1e-3 (the audit's own alpha).
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run(
-        [sys.executable, "-m", "specdec_cli.cli", "audit", "--samples", "600", "--greedy-tokens", "64", "--seed", "1", "--json",
-         "Write a short story about a robot who learns to paint."],
+        [sys.executable, "-m", "specdec_cli.cli", "audit", "--samples", "400", "--greedy-tokens", "32", "--seed", "1", "--json",
+         "--raw", "The history of the Roman Empire"],
         capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = json.loads(proc.stdout)
-    assert out["verdict"] == "consistent" and out["samples"] == 600
-    assert out["drafting"]["drafted_draws"] > 300  # the draws tested speculation, not the target alone
-    assert out["greedy"]["identical"] and out["greedy"]["tokens"] == 64
-    assert out["first_token"]["cells"] >= 2 and out["first_pair"]["cells"] > out["first_token"]["cells"]
+    assert out["verdict"] == "consistent" and out["samples"] == 400
+    assert out["drafting"]["drafted_draws"] > 200  # the draws tested speculation, not the target alone
+    assert out["greedy"]["identical"] and out["greedy"]["tokens"] == 32
+    assert out["first_token"]["cells"] >= 5 and out["first_pair"]["cells"] > out["first_token"]["cells"]
+    assert "400 draws and a greedy check of 32 tokens; about" in proc.stderr
