@@ -83,10 +83,9 @@ def audit(
 ) -> None:
     """Test that speculative decoding leaves the target's output law unchanged, on your pair and settings.
 
-    Draws --samples speculative generations and tests their first token and first two
-    tokens against the target's exact distribution (chi-square, total variation with an
-    interval), then checks greedy output against target-only decoding token for token.
-    Example: specdec audit --samples 2000 "Tell me a story"
+    Draws --samples speculative generations, tests their first token and first two tokens against the target's exact distribution (chi-square, total variation), and checks greedy output against target-only decoding. Exit 0 consistent, 1 rejected.
+
+    Example: specdec audit --samples 2000 --raw "The history of the Roman Empire"
     """
     from .audit import AuditConfig, run_audit
     from .policy import draft_policy
