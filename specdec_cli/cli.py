@@ -17,7 +17,7 @@ error is click's message on one line plus a usage line:
 
 llama_cpp is imported only inside commands, so `--help` stays fast.
 
-Left out: the commands' bodies (cli_run.py, cli_bench.py, cli_models.py; `simulate` is
+Left out: the commands' bodies (cli_run.py, cli_bench.py, cli_models.py, cli_doctor.py, cli_audit.py; `simulate` is
 small enough to live here), option parsing (cli_options.py), the maths (sampling.py,
 stats.py), the loop (engine.py), the layout (render.py).
 """
@@ -34,6 +34,7 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperGroup
 
+from .cli_audit import audit
 from .cli_bench import bench
 from .cli_doctor import doctor
 from .cli_models import models_app
@@ -190,6 +191,7 @@ app.add_typer(models_app, name="models")
 app.command()(run)
 app.command()(bench)
 app.command()(doctor)
+app.command()(audit)
 
 
 @app.callback()

@@ -2,7 +2,8 @@
 
 A chi-square test is only trusted when every bin expects at least 5 counts, so bins that
 expect fewer are pooled into one bin (which is itself merged into the smallest regular bin
-if it still expects fewer than 5). A count in a bin of probability zero is never pooled
+if it still expects fewer than 5): specdec_cli.gof's pooling and statistic, which
+`specdec audit` uses too. A count in a bin of probability zero is never pooled
 away: it fails at once, since no sampling noise can put it there.
 
     counts = np.bincount(samples, minlength=len(p))
@@ -28,29 +29,14 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 from scipy import stats
 
+from specdec_cli import gof
 from specdec_cli.sampling import SamplingParams
 
 ALPHA = 1e-4  # per-test false-failure rate of every chi-square test in this suite
-MIN_EXPECTED = 5.0
+MIN_EXPECTED = gof.MIN_EXPECTED
 
 PLAIN = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)  # the raw softmax, no filter
 PROCESSED = SamplingParams(temperature=0.7, top_k=3, top_p=0.95, min_p=0.05)  # every filter biting
-
-
-def _bins(probs: np.ndarray, n: int) -> list[np.ndarray]:
-    """Index groups over `probs`: one per bin expecting >= MIN_EXPECTED counts, plus the pooled rest."""
-    probs = np.asarray(probs, dtype=np.float64)
-    expected = n * probs
-    big = np.flatnonzero(expected >= MIN_EXPECTED)
-    small = np.flatnonzero((expected < MIN_EXPECTED) & (probs > 0))
-    groups = [np.array([i]) for i in big]
-    if len(small):
-        if expected[small].sum() >= MIN_EXPECTED or not groups:
-            groups.append(small)
-        else:  # the pooled bin is still too small: merge it into the smallest regular bin
-            j = int(np.argmin(expected[big]))
-            groups[j] = np.concatenate([groups[j], small])
-    return groups
 
 
 def chi_square_pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
@@ -68,13 +54,9 @@ def chi_square_statistic(counts: np.ndarray, probs: np.ndarray) -> tuple[float, 
     probs = probs / probs.sum()  # float32 rows sum to 1 only up to rounding
     impossible = counts[probs <= 0].sum()
     assert impossible == 0, f"{impossible:.0f} draws landed on outcomes of probability zero"
-    n = counts.sum()
-    groups = _bins(probs, int(n))
-    assert len(groups) >= 2, "too few samples for a chi-square test: every bin expects < 5"
-    obs = np.array([counts[g].sum() for g in groups])
-    exp = np.array([n * probs[g].sum() for g in groups])
-    exp *= obs.sum() / exp.sum()  # removes float rounding; the sums are equal up to 1e-9
-    return float(((obs - exp) ** 2 / exp).sum()), len(groups) - 1
+    statistic, dof = gof.chi_square_statistic(counts, probs)
+    assert dof >= 1, "too few samples for a chi-square test: every bin expects < 5"
+    return statistic, dof
 
 
 def first_two_law(
@@ -106,7 +88,7 @@ def first_two_pvalue(samples: Iterable[Sequence[int]], law: dict[tuple[int, ...]
 
 def power_against(probs: np.ndarray, wrong: np.ndarray, n: int, alpha: float = ALPHA) -> float:
     """Probability that chi_square_pvalue rejects at `alpha` when the draws really follow `wrong`."""
-    groups = _bins(probs, n)
+    groups = gof.pool_cells(probs, n)
     p = np.array([np.asarray(probs)[g].sum() for g in groups])
     w = np.array([np.asarray(wrong)[g].sum() for g in groups])
     df = len(groups) - 1
