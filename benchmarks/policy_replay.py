@@ -12,6 +12,12 @@ compared with each fixed k on the same text, free of timing noise:
     # then, no model: auto against k = 1..16 with the costs a sweep measured
     python3 benchmarks/policy_replay.py compare --costs docs/synthetic.json
     python3 benchmarks/policy_replay.py compare --costs docs/synthetic.json --before 896be39   # and the code at a ref
+    python3 benchmarks/policy_replay.py compare --costs docs/synthetic.json --shifts 16   # starts 0, 2, .., 30
+
+Where the rejections fall relative to the round boundaries moves every fixed k by several
+per cent, so one text is a lucky or unlucky draw; `--shifts S` replays each text from S
+starts (tokens 0.., 2.., .., 2(S - 1)..) and prints the mean, lowest and highest of auto /
+best fixed k on the grid.
 
 The cost model (`Costs`): a plain step costs T(1), a round of k drafts costs its draft steps
 plus T(k + 1), with T(n) interpolated linearly between measured sizes; the draft model's
@@ -183,6 +189,21 @@ def compare(traces: dict[str, list[bool]], costs: Sequence[Costs], max_tokens: i
     return rows
 
 
+def shifted(traces: dict[str, list[bool]], shifts: int, max_tokens: int) -> dict[str, dict[int, list[bool]]]:
+    """Each trace from starts 0, 2, .., 2 (shifts - 1), as long as max_tokens fit."""
+    return {name: {2 * i: agrees[2 * i :] for i in range(shifts) if len(agrees) - 2 * i >= max_tokens} for name, agrees in traces.items()}
+
+
+def print_shifts(rows: list[dict], grid: Sequence[int]) -> None:
+    """rows from compare() over shifted traces named "prompt@start": auto / best on the grid, per costs and prompt."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        groups.setdefault((r["costs"], r["prompt"].split("@")[0]), []).append(r["auto"] / max(r["fixed"][k] for k in grid))
+    print(f"{'costs':>14} {'prompt':>8} {'starts':>6} {'auto/grid mean':>14} {'lowest':>7} {'highest':>7}")
+    for (costs, prompt), ratios in groups.items():
+        print(f"{costs:>14} {prompt:>8} {len(ratios):>6} {sum(ratios) / len(ratios):>14.3f} {min(ratios):>7.3f} {max(ratios):>7.3f}")
+
+
 def print_rows(rows: list[dict], grid: Sequence[int]) -> None:
     print(f"{'costs':>14} {'prompt':>8} {'tokens':>6} {'best k':>6} {'speed-up':>8} "
           + " ".join(f"{'k=' + str(k):>6}" for k in grid) + f" {'auto':>6} {'auto/best':>9} {'auto/grid':>9}  auto's k per round")
@@ -207,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cmp.add_argument("--prompts", default="chat,story")
     cmp.add_argument("-n", "--max-tokens", type=int, default=128)
     cmp.add_argument("--grid", default="8,12,16", help="the fixed k a sweep measures (column auto/grid)")
+    cmp.add_argument("--shifts", type=int, default=0, help="replay each text from this many starts, 2 tokens apart")
     cmp.add_argument("--before", help="also replay the policy of this git ref (git archive into a temporary folder)")
     cmp.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args(argv)
@@ -224,8 +246,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             child = [sys.executable, __file__] + [a for a in (argv or sys.argv[1:]) if a not in ("--before", args.before)]
             subprocess.run(child, env={**os.environ, "SPECDEC_CODE": str(code)}, check=True)
         print("policy here:")
+    if args.shifts:
+        traces = {f"{name}@{start}": agrees for name, starts in shifted(traces, args.shifts, args.max_tokens).items() for start, agrees in starts.items()}
     rows = compare(traces, costs_from_sweep(args.costs), args.max_tokens)
-    print_rows(rows, grid)
+    (print_shifts if args.shifts else print_rows)(rows, grid)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
     return 0
