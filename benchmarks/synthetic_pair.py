@@ -19,8 +19,8 @@ measures the engine on them, honestly labelled:
   measurement (bench.run_bench, model drafter, T = 0, A/B interleaved) on the suite's prose
   prompts, after the identity check above for that N (eps = 0), reduced to one row per N: the target step T(1), c = draft step / T(1), alpha, the
   speed-up of the best fixed k and of `auto`, and Theorem 3.8's prediction at that k
-  (stats.predict). Example (measured on the 2-core machine, docs/benchmarks.md): N = 100,
-  T(1) = 92 ms, c = 0.11, alpha = 0.971, best k = 12: 2.70x measured, 2.70x predicted.
+  (stats.predict). Example (measured on the 2-core machine, docs/benchmarks.md): N = 60,
+  T(1) = 59 ms, c = 0.17, alpha = 0.971, best k = 12: 2.29x measured, 2.21x predicted.
 - `random`: a random draft and target of the given shapes (synthetic_gguf.SHAPES or
   --hidden/--layers/... overrides): acceptance between random models means nothing, so it
   reports the measured cost curve T(n), the draft step, and the speed-up Theorem 3.8 predicts

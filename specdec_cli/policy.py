@@ -25,14 +25,23 @@ What is measured, all from the Round events of earlier rounds:
     per round of that drafter), shrunk by a pseudo-count toward the rate pooled over all
     positions (itself shrunk toward a prior), so a position not tried yet inherits it;
   - T_draft: weighted mean of draft seconds per draft step, per drafter, and apart from it
-    the draft model's catch-up per round;
+    the draft model's catch-up per round. Before the first measurement it is the prior
+    PRIOR_DRAFT_COST x T_batch(1), which then counts as a quarter of a measured round only: a
+    prior that lingers misjudges any draft model whose cost ratio is far from 0.2, and on a
+    cheap one (issue 13's deepened targets, c about 0.1) it made drafting look dear and k
+    short for the first ten rounds;
   - T_batch(n): weighted mean, per batch size n, of the round's seconds minus its draft
     seconds (the target pass plus verification and bookkeeping, i.e. what the round really
-    costs); sizes not seen yet are interpolated linearly between seen ones, or extrapolated
-    with the fitted slope. T_batch(1) is the yardstick every choice is compared with, so plain
-    target steps measure it: the first two rounds (the first after a prefill runs slow and is
-    not counted), and one whenever the last measurement is REFRESH_ROUNDS rounds old (machine
-    load changes it, sometimes from one minute to the next).
+    costs); for n >= 2 a line fitted through the sizes seen, its slope pulled toward a prior
+    (see BatchCost). T_batch(1) is the yardstick every choice is compared with, so a plain
+    target step measures it: in round 2, and again when the last measurement is
+    REFRESH_ROUNDS rounds old (machine load changes it, sometimes from one minute to the
+    next), or STALE_ROUNDS rounds old while drafting promises REFRESH_MARGIN times
+    target-only's speed or more (only a machine that got that much faster since could turn
+    the choice; see `stale`).
+    Round 1 runs slow after the prefill and teaches no costs, so it drafts on the priors alone
+    (k = 3 for a draft model: a = 0.8, T_draft = 0.2, T_batch(n) = 1 + 0.05 (n - 1) in units
+    of T_batch(1), which need not be known).
     A plain step still yields a token; it only forgoes one round's gain.
 
 Fallback and probes. When no k >= 1 beats target-only, and the drafter has been tried on
@@ -93,6 +102,7 @@ AUTO_MAX_K = 16  # longest draft `auto` considers
 PRIOR_ACCEPTANCE = {"model": 0.8, "lookup:1": 0.3, "lookup:2": 0.5, "lookup:3-5": 0.7, "lookup:6+": 0.9}
 PRIOR_WEIGHT = 2.0  # pseudo-trials behind the prior (pooled rate) and the pooled rate (each a_i)
 PRIOR_DRAFT_COST = {"model": 0.2, "lookup": 0.01}  # T_draft / T_batch(1) before measuring
+PRIOR_DRAFT_WEIGHT = 0.25  # the prior draft cost counts as a quarter of a measured round
 PRIOR_BATCH_SLOPE = 0.05  # (T_batch(n + 1) - T_batch(n)) / T_batch(1) before measuring
 SLOPE_PRIOR_WEIGHT = 8.0  # the prior slope counts as much as two rounds two tokens either side of the mean
 DECAY = 0.9  # forgetting factor per observation: about the last 10 rounds count
@@ -100,7 +110,9 @@ OUTLIER_FACTOR = 2.0  # a timing counts at most this factor away from its runnin
 MIN_TRIALS = 6.0  # drafted positions (exponentially weighted) before a drafter may be given up
 FIRST_BACKOFF = 8  # a probe after fallback also pays the draft model's catch-up of the plain steps
 PROBE_BUDGET = 0.05  # those catch-ups may take at most this share of the run's time
-REFRESH_ROUNDS = 16  # a plain step re-measures T_batch(1) when it is older than this many rounds
+REFRESH_ROUNDS = 16  # a plain step re-measures T_batch(1) when it is older than this many rounds,
+REFRESH_MARGIN = 2.0  # unless drafting promises at least this factor over target-only:
+STALE_ROUNDS = 64  # then when it is older than this many
 MAX_BACKOFF = 64
 
 
@@ -216,9 +228,9 @@ class WeightedMean:
     def __init__(self, decay: float = DECAY) -> None:
         self.decay, self.weight, self.total = decay, 0.0, 0.0
 
-    def add(self, value: float) -> None:
-        self.weight = self.weight * self.decay + 1.0
-        self.total = self.total * self.decay + value
+    def add(self, value: float, weight: float = 1.0) -> None:
+        self.weight = self.weight * self.decay + weight
+        self.total = self.total * self.decay + weight * value
 
     @property
     def value(self) -> float | None:
@@ -334,8 +346,9 @@ class AdaptivePolicy:
         """The best k >= 1 for this drafter under the current estimates, and its tokens per second."""
         rec = self.record(name)
         if rec.draft_step.value is None:
-            # The prior counts as a first sample, so one slow first measurement cannot lock drafting out.
-            rec.draft_step.add(PRIOR_DRAFT_COST.get(kind(name), 0.2) * curve[0])
+            # The prior counts as a fraction of a first sample, so one slow first measurement cannot
+            # lock drafting out, while the first real ones soon outweigh it.
+            rec.draft_step.add(PRIOR_DRAFT_COST.get(kind(name), 0.2) * curve[0], PRIOR_DRAFT_WEIGHT)
         # The catch-up replaces the first step; it costs more when it evaluates two tokens.
         overhead = max(rec.catch_up.value - rec.draft_step.value, 0.0) if rec.catch_up.value is not None else 0.0
         return best_draft_length(rec.acceptance.rates(), rec.draft_step.value, curve, max_k, min_k=1, draft_overhead=overhead)
@@ -345,13 +358,16 @@ class AdaptivePolicy:
         return self._fixed_curve or self.batch.curve(self.max_k + 1)
 
     def choose(self, sources: Sequence[str], budget: int) -> tuple[str | None, int]:
-        curve = self.curve()
-        stale = self.learn_costs and self.rounds - self.yardstick_round >= REFRESH_ROUNDS
-        if not sources or budget <= 0 or not curve or stale:
-            return None, 0  # (no curve yet, or an old T_batch(1): a plain target step measures it)
+        if not sources or budget <= 0:
+            return None, 0
         max_k = min(self.max_k, budget)
+        curve = self.curve()
+        if not curve:  # no T_batch(1) yet
+            return self.first_choice(sources, max_k) if self.rounds == 0 else (None, 0)
         plans = {name: self.plan(name, max_k, curve) for name in sources}
         best = max(sources, key=lambda name: plans[name][1])  # first on ties: the preferred one
+        if self.stale(plans[best][1] * curve[0]):
+            return None, 0  # a plain target step re-measures T_batch(1)
         chosen = best if plans[best][1] > 1.0 / curve[0] else None
         if chosen is None:  # not before a drafter had a fair trial: one early rejection is noise
             chosen = next((name for name in sources if self.record(name).acceptance.trials.sum() < MIN_TRIALS), None)
@@ -368,6 +384,33 @@ class AdaptivePolicy:
         chosen = probe or chosen
         return (chosen, plans[chosen][0]) if chosen is not None else (None, 0)
 
+    def first_choice(self, sources: Sequence[str], max_k: int) -> tuple[str | None, int]:
+        """Round 1, before any timing: the priors alone, in units of T_batch(1) (they are all
+        relative to it, so its value does not matter). That round runs slow and measures no
+        cost, whatever it does, so it may as well draft."""
+        unit = [1.0 + PRIOR_BATCH_SLOPE * n for n in range(max_k + 1)]
+        plans = {
+            name: best_draft_length(self.record(name).acceptance.rates(), PRIOR_DRAFT_COST.get(kind(name), 0.2), unit, max_k)
+            for name in sources
+        }
+        best = max(sources, key=lambda name: plans[name][1])
+        return (best, plans[best][0]) if plans[best][0] > 0 else (None, 0)
+
+    def stale(self, advantage: float) -> bool:
+        """Whether T_batch(1) should be measured again before this round. `advantage` is what the
+        best plan promises over target-only (tokens per second x T_batch(1)). Machine load moves
+        T_batch(1), and the line T_batch(n >= 2) is kept fresh by the drafting rounds; a stale
+        T_batch(1) can only lead the choice astray when it misjudges that advantage, so it is
+        re-measured every REFRESH_ROUNDS rounds while the advantage is below REFRESH_MARGIN, and
+        only every STALE_ROUNDS rounds when drafting pays more than that. Example: advantage
+        2.5 (a cheap draft model that is mostly right): T_batch(1) would have to have fallen by
+        60% for target-only to win, so the plain step, which would cost 1.5 tokens' worth of
+        time, waits for STALE_ROUNDS."""
+        if not self.learn_costs:
+            return False
+        age = self.rounds - self.yardstick_round
+        return age >= (REFRESH_ROUNDS if advantage < REFRESH_MARGIN else STALE_ROUNDS)
+
     def affordable(self, rec: DrafterRecord) -> bool:
         """Whether a probe's catch-up (rounds sat out x seconds per round, as measured; a lookup
         has none) keeps all backlog catch-ups within PROBE_BUDGET of the run's time. The first
@@ -380,7 +423,8 @@ class AdaptivePolicy:
 
     def observe(self, event: Round) -> None:
         self.rounds += 1
-        if self.learn_costs and self.rounds > 1:  # the first step after a prefill runs slow
+        learn = self.learn_costs and self.rounds > 1  # the first round after a prefill runs slow
+        if learn:
             self.batch.add(event.drafted + 1, event.seconds - event.draft_seconds)
             if event.drafted == 0:
                 self.yardstick_round = self.rounds
@@ -392,7 +436,7 @@ class AdaptivePolicy:
         rec = self.record(event.source)
         sat_out, rec.last_round = self.rounds - rec.last_round - 1, self.rounds
         rec.acceptance.add(event.k, event.accepted)
-        if self.learn_costs:
+        if learn:
             step = draft_step_seconds(event)
             if step is not None:
                 rec.draft_step.add(clamp(step, rec.draft_step.value))

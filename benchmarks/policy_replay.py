@@ -1,0 +1,259 @@
+"""Replay a draft-length policy on recorded agreement and measured costs, on a simulated clock.
+
+At temperature 0 a round's outcome does not depend on the policy: the draft model's token at
+each output position, given the true prefix, either is the target's greedy token or is not,
+so one boolean per position (the agreement trace) decides how many drafts any round of any k
+accepts: the run of agreements from where the round starts. With a cost model (the target's
+T(n), the draft step), every policy can be replayed round by round without a model, and `auto`
+compared with each fixed k on the same text, free of timing noise:
+
+    # once, with the built-in pair (llama.cpp, a minute on 2 cores): the traces
+    flock /tmp/specdec-cpu.lock python3 benchmarks/policy_replay.py record --json benchmarks/agreement_traces.json
+    # then, no model: auto against k = 1..16 with the costs a sweep measured
+    python3 benchmarks/policy_replay.py compare --costs docs/synthetic.json
+    python3 benchmarks/policy_replay.py compare --costs docs/synthetic.json --before 896be39   # and the code at a ref
+    python3 benchmarks/policy_replay.py compare --costs docs/synthetic.json --shifts 16   # starts 0, 2, .., 30
+
+Where the rejections fall relative to the round boundaries moves every fixed k by several
+per cent, so one text is a lucky or unlucky draw; `--shifts S` replays each text from S
+starts (tokens 0.., 2.., .., 2(S - 1)..) and prints the mean, lowest and highest of auto /
+best fixed k on the grid.
+
+The cost model (`Costs`): a plain step costs T(1), a round of k drafts costs its draft steps
+plus T(k + 1), with T(n) interpolated linearly between measured sizes; the draft model's
+catch-up at the start of a round evaluates the tokens it has not seen (one after a
+rejection, two after a fully accepted round, more after plain steps) and is charged
+T_draft x (1 + 0.1 (m - 1)) for m tokens (an assumption: a small batch costs little more than
+one step). Python time per round is left out. Example: T(1) = 92 ms, T(13) = 251 ms, draft
+10 ms; a k = 12 round after a rejection whose first 5 drafts agree costs 10 + 11 x 10 + 251 =
+371 ms and yields 6 tokens.
+
+The policy sees exactly what the engine would hand it (events.Round with k, drafted,
+accepted, seconds, draft seconds, catch-up seconds), so what it learns is what it would
+learn in a real run; only the clock is simulated.
+
+Left out: real timing (bench.py, synthetic_pair.py sweep), T > 0 (a trace then depends on the
+random draws), the lookup drafter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+# --before runs this script again with an older specdec_cli first on the path (SPECDEC_CODE).
+sys.path.insert(0, os.environ.get("SPECDEC_CODE", str(ROOT)))
+sys.path.insert(1, str(Path(__file__).resolve().parent))
+
+from specdec_cli.events import Round  # noqa: E402
+from specdec_cli.policy import AdaptivePolicy, FixedPolicy  # noqa: E402
+
+TRACES = Path(__file__).resolve().parent / "agreement_traces.json"
+CATCH_UP_PER_TOKEN = 0.1  # extra catch-up tokens cost this share of a draft step each
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Seconds: the draft step, and the target's T(n) at some measured sizes (n = 1 required)."""
+
+    draft_step: float
+    target: dict[int, float]  # n -> T(n)
+    label: str = ""
+
+    def batch(self, n: int) -> float:
+        """T(n), linear between the measured sizes around n (beyond the largest: its last slope).
+
+        Example: T(1) = 0.092, T(9) = 0.206 -> T(5) = 0.149."""
+        sizes = sorted(self.target)
+        if n in self.target:
+            return self.target[n]
+        lower = max((s for s in sizes if s < n), default=sizes[0])
+        upper = min((s for s in sizes if s > n), default=None)
+        if upper is None:  # extrapolate with the slope of the last two sizes
+            lower, upper = sizes[-2], sizes[-1]
+        slope = (self.target[upper] - self.target[lower]) / (upper - lower)
+        return self.target[lower] + slope * (n - lower)
+
+    def catch_up(self, tokens: int) -> float:
+        return self.draft_step * (1.0 + CATCH_UP_PER_TOKEN * (max(tokens, 1) - 1))
+
+
+@dataclass
+class Replay:
+    tokens: int = 0
+    seconds: float = 0.0
+    rounds: list[Round] = field(default_factory=list)  # what the policy observed
+
+    @property
+    def ks(self) -> list[int]:
+        return [r.k for r in self.rounds]
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+
+def replay(agrees: Sequence[bool], policy, costs: Costs, max_tokens: int) -> Replay:
+    """Run `policy` for max_tokens tokens (at most the trace's length) of the text behind `agrees`."""
+    n = min(max_tokens, len(agrees))
+    out = Replay()
+    pos = 0  # tokens emitted so far
+    seen = 0  # tokens the draft model has evaluated (its cache after catching up)
+    while pos < n:
+        name, k = policy.choose(["model"], n - pos - 1)  # a round makes up to k + 1 tokens
+        if k == 0:
+            seconds = costs.batch(1)
+            event = Round(0, 0, 0.0, 0.0, seconds, seconds, source="", k=0)
+            pos += 1
+        else:
+            accepted = 0
+            while accepted < k and agrees[pos + accepted]:
+                accepted += 1
+            catch_up = costs.catch_up(pos - seen)
+            draft = catch_up + (k - 1) * costs.draft_step
+            verify = costs.batch(k + 1)
+            event = Round(k, accepted, draft, draft, verify, draft + verify, source=name, draft_catch_up_seconds=catch_up, k=k)
+            pos += accepted + 1
+            # The draft model evaluated the context and d_1..d_(k-1): after a rejection it lacks
+            # the correction, after a fully accepted round d_k and the bonus.
+            seen = pos - (1 if accepted < k else 2)
+        out.rounds.append(event)
+        out.seconds += event.seconds
+        policy.observe(event)
+    out.tokens = pos
+    return out
+
+
+def costs_from_sweep(path: Path) -> list[Costs]:
+    """The measured costs of each row of a `synthetic_pair.py sweep --json` file."""
+    out = []
+    for row in json.loads(path.read_text())["rows"]:
+        target = {1: row["target_step_ms"] / 1000}
+        target.update({int(k) + 1: ms / 1000 for k, ms in row["verify_ms"].items()})
+        out.append(Costs(row["draft_step_ms"] / 1000, target, label=f"N={row['extra']} c={row['cost_ratio']:.2f}"))
+    return out
+
+
+# -- record (needs the built-in pair) ------------------------------------------------------------
+
+
+def record(max_tokens: int) -> dict[str, str]:
+    """Per built-in prompt, for each of the target's greedy tokens: "1" if the draft's argmax
+    given the same prefix (one batch over the whole text) is that token, else "0"."""
+    import numpy as np
+
+    from specdec_cli.engine import GenerationConfig
+    from specdec_cli.prompts import BUILTIN_PROMPTS
+    from specdec_cli.registry import builtin_pair
+    from specdec_cli.sampling import GREEDY
+    from specdec_cli.session import LoadOptions, open_pair
+    from specdec_cli.stats import consume
+
+    out = {}
+    with open_pair(*builtin_pair(), LoadOptions(n_ctx=2048)) as pair:
+        for prompt in BUILTIN_PROMPTS:
+            ids = pair.prompt_tokens(prompt.text)
+            tokens = list(consume(pair.engine(speculative=False).generate(ids, GenerationConfig(max_tokens=max_tokens, sampling=GREEDY))).tokens)
+            pair.draft.rewind(0)
+            rows = pair.draft.decode(ids + tokens[:-1], len(tokens))
+            guesses = np.argmax(rows[:, : pair.vocab_limit], axis=1)
+            pair.draft.rewind(0)
+            out[prompt.name] = "".join("1" if g == t else "0" for g, t in zip(guesses, tokens))
+    return out
+
+
+# -- compare ----------------------------------------------------------------------------------------
+
+
+def load_traces(path: Path = TRACES) -> dict[str, list[bool]]:
+    return {name: [c == "1" for c in text] for name, text in json.loads(path.read_text()).items()}
+
+
+def compare(traces: dict[str, list[bool]], costs: Sequence[Costs], max_tokens: int, max_k: int = 16) -> list[dict]:
+    """For each cost model and prompt: tokens/s of target-only, of every fixed k in 1..max_k, and of auto."""
+    rows = []
+    for cost in costs:
+        for name, agrees in traces.items():
+            fixed = {k: replay(agrees, FixedPolicy(k), cost, max_tokens).tokens_per_second for k in range(1, max_k + 1)}
+            auto = replay(agrees, AdaptivePolicy(), cost, max_tokens)
+            rows.append({"costs": cost.label, "prompt": name, "tokens": min(max_tokens, len(agrees)), "target_only": 1 / cost.batch(1),
+                         "fixed": fixed, "auto": auto.tokens_per_second, "auto_ks": auto.ks})
+    return rows
+
+
+def shifted(traces: dict[str, list[bool]], shifts: int, max_tokens: int) -> dict[str, dict[int, list[bool]]]:
+    """Each trace from starts 0, 2, .., 2 (shifts - 1), as long as max_tokens fit."""
+    return {name: {2 * i: agrees[2 * i :] for i in range(shifts) if len(agrees) - 2 * i >= max_tokens} for name, agrees in traces.items()}
+
+
+def print_shifts(rows: list[dict], grid: Sequence[int]) -> None:
+    """rows from compare() over shifted traces named "prompt@start": auto / best on the grid, per costs and prompt."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        groups.setdefault((r["costs"], r["prompt"].split("@")[0]), []).append(r["auto"] / max(r["fixed"][k] for k in grid))
+    print(f"{'costs':>14} {'prompt':>8} {'starts':>6} {'auto/grid mean':>14} {'lowest':>7} {'highest':>7}")
+    for (costs, prompt), ratios in groups.items():
+        print(f"{costs:>14} {prompt:>8} {len(ratios):>6} {sum(ratios) / len(ratios):>14.3f} {min(ratios):>7.3f} {max(ratios):>7.3f}")
+
+
+def print_rows(rows: list[dict], grid: Sequence[int]) -> None:
+    print(f"{'costs':>14} {'prompt':>8} {'tokens':>6} {'best k':>6} {'speed-up':>8} "
+          + " ".join(f"{'k=' + str(k):>6}" for k in grid) + f" {'auto':>6} {'auto/best':>9} {'auto/grid':>9}  auto's k per round")
+    for r in rows:
+        base = r["target_only"]
+        best = max(r["fixed"], key=r["fixed"].get)
+        on_grid = max(r["fixed"][k] for k in grid)
+        print(f"{r['costs']:>14} {r['prompt']:>8} {r['tokens']:>6} {best:>6} {r['fixed'][best] / base:>8.2f} "
+              + " ".join(f"{r['fixed'][k] / base:>6.2f}" for k in grid)
+              + f" {r['auto'] / base:>6.2f} {r['auto'] / r['fixed'][best]:>9.3f} {r['auto'] / on_grid:>9.3f}  {r['auto_ks']}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    rec = sub.add_parser("record", help="agreement traces of the built-in pair on the built-in prompts (llama.cpp)")
+    rec.add_argument("-n", "--max-tokens", type=int, default=256)
+    rec.add_argument("--json", type=Path, default=TRACES)
+    cmp = sub.add_parser("compare", help="auto against fixed k on the traces, simulated clock")
+    cmp.add_argument("--costs", type=Path, required=True, help="a synthetic_pair.py sweep --json file")
+    cmp.add_argument("--traces", type=Path, default=TRACES)
+    cmp.add_argument("--prompts", default="chat,story")
+    cmp.add_argument("-n", "--max-tokens", type=int, default=128)
+    cmp.add_argument("--grid", default="8,12,16", help="the fixed k a sweep measures (column auto/grid)")
+    cmp.add_argument("--shifts", type=int, default=0, help="replay each text from this many starts, 2 tokens apart")
+    cmp.add_argument("--before", help="also replay the policy of this git ref (git archive into a temporary folder)")
+    cmp.add_argument("--json", type=Path, help="write the rows here")
+    args = parser.parse_args(argv)
+    if args.command == "record":
+        args.json.write_text(json.dumps(record(args.max_tokens), indent=1) + "\n")
+        return 0
+    traces = {name: agrees for name, agrees in load_traces(args.traces).items() if name in args.prompts.split(",")}
+    grid = [int(k) for k in args.grid.split(",")]
+    if args.before:
+        from overhead import export  # the same `git archive` export as the overhead benchmark
+
+        with tempfile.TemporaryDirectory() as tmp:
+            code = export(args.before, Path(tmp))
+            print(f"policy at {args.before}:")
+            child = [sys.executable, __file__] + [a for a in (argv or sys.argv[1:]) if a not in ("--before", args.before)]
+            subprocess.run(child, env={**os.environ, "SPECDEC_CODE": str(code)}, check=True)
+        print("policy here:")
+    if args.shifts:
+        traces = {f"{name}@{start}": agrees for name, starts in shifted(traces, args.shifts, args.max_tokens).items() for start, agrees in starts.items()}
+    rows = compare(traces, costs_from_sweep(args.costs), args.max_tokens)
+    (print_shifts if args.shifts else print_rows)(rows, grid)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
