@@ -432,8 +432,9 @@ class LlamaModel:
             return "text"
         return "special"  # undefined
 
+    @functools.cached_property
     def vocab_table(self) -> tuple[list[bytes], list[str]]:
-        """Every token's piece and kind (see `token_kind`), for vocab_map.build."""
+        """Every token's piece and kind (see `token_kind`), for vocab_map.build. Read once (a second for 262k tokens)."""
         return [self.piece(t) for t in range(self.n_vocab)], [self.token_kind(t) for t in range(self.n_vocab)]
 
     def detokenize(self, tokens: Sequence[int]) -> str:

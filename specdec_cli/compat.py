@@ -28,6 +28,10 @@ from .backend import VocabInfo
 
 MAX_SIZE_DIFFERENCE = 128  # llama.cpp's SPEC_VOCAB_MAX_SIZE_DIFFERENCE
 FIRST_CHECKED_TOKEN = 5  # llama.cpp's SPEC_VOCAB_CHECK_START_TOKEN_ID
+# Fewer shared tokens than this and a pair the rule refuses is refused for cross-vocabulary
+# drafting too: two byte-level vocabularies share at least their 256 single bytes, so a pair
+# below it shares little beyond single characters (every draft would be one short piece).
+MIN_SHARED_TOKENS = 256
 
 
 @dataclass

@@ -48,7 +48,7 @@ import numpy as np
 
 from .drafters import CausalModel, Proposal, Proposer, catch_up, common_prefix
 from .sampling import SamplingParams, distribution, sample
-from .vocab_map import VocabMap
+from .vocab_map import VocabMap, byte_tokens
 
 BACK_TOKENS = 3  # draft tokens retokenised before the first changed byte
 MAX_EXTRA_BACK = 8  # further tokens searched back for one that starts with whitespace
@@ -152,6 +152,19 @@ class CrossVocabDrafter:
         self.model = model
         self.vocab = vocab
         self.mirror = mirror
+
+    @classmethod
+    def for_models(cls, draft, target, vocab: VocabMap) -> "CrossVocabDrafter":
+        """The drafter for two loaded models (backend.LlamaModel): the draft's tokenizer without
+        special-token parsing, its byte tokens, and its BOS first when it adds one."""
+        mirror = TextMirror(
+            target.piece,
+            draft.piece,
+            lambda data: draft.tokenize(data, add_special=False, parse_special=False),
+            byte_tokens(*draft.vocab_table),
+            prefix=[draft.vocab.bos] if draft.vocab.add_bos else [],
+        )
+        return cls(draft, vocab, mirror)
 
     def prefill(self, context: Sequence[int]) -> None:
         catch_up(self.model, self.mirror.update(context), 0)

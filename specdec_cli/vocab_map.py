@@ -126,6 +126,11 @@ class VocabMap:
         return int(self.shared_draft[int(np.argmax(row[self.shared_draft]))])
 
 
+def of_models(draft, target) -> VocabMap:
+    """The map of two loaded models (anything with backend.LlamaModel's `vocab_table`)."""
+    return build(*draft.vocab_table, *target.vocab_table)
+
+
 def build(
     draft_pieces: Sequence[bytes], draft_kinds: Sequence[str], target_pieces: Sequence[bytes], target_kinds: Sequence[str]
 ) -> VocabMap:
