@@ -94,7 +94,12 @@ class LoadedPair:
         return Engine(self.target, chosen, vocab_limit=self.vocab_limit)
 
 
-def check_pair(draft: LlamaModel, target: LlamaModel) -> tuple[int, VocabMap | None]:
+def check_pair(draft: LlamaModel, target: LlamaModel) -> int:
+    """The ids below which drafts and outputs stay (see `pair_vocabularies`); IncompatiblePair for an unusable pair."""
+    return pair_vocabularies(draft, target)[0]
+
+
+def pair_vocabularies(draft: LlamaModel, target: LlamaModel) -> tuple[int, VocabMap | None]:
     """(the ids below which drafts and outputs stay, None) when llama.cpp's rule accepts the pair;
     (the target's vocabulary size, the shared tokens) when it does not but enough tokens are
     shared; IncompatiblePair otherwise."""
@@ -150,5 +155,5 @@ def open_pair(
                     repack=options.repack, role="draft",
                 )  # fmt: skip
             )
-            vocab_limit, vocab_map = check_pair(draft, target)
+            vocab_limit, vocab_map = pair_vocabularies(draft, target)
         yield LoadedPair(target=target, draft=draft, vocab_limit=vocab_limit, vocab_map=vocab_map)
