@@ -27,8 +27,10 @@ Text translation (`TextMirror`), target ids -> draft ids:
 - only the tail that changed is tokenised again: from the start of a draft token a few
   tokens before the first changed byte, moved back further to a token that starts with
   whitespace (a pre-tokenizer boundary), since a merge can reach across the change.
-  Example: the text "The cat" + " sat" keeps the draft tokens of "The" and retokenises
-  " cat sat" when two tokens are taken back.
+  Example, word-sized tokens: "The big black cat" + " sat" keeps the draft token of "The"
+  and tokenises " big black cat sat" again (three tokens back from the change).
+  A tokenizer whose pieces do not spell its input (SentencePiece with a dummy space prefix)
+  gets no reuse: its whole text is tokenised again each round (still correct, slower).
 
 While drafting, each drafted token is appended to the draft's cache as its draft id (the
 draft conditions on its own tokens); the next round translates the true text again and the

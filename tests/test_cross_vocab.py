@@ -124,6 +124,23 @@ def test_mirror_updates_incrementally_to_what_a_fresh_translation_gives(seed):
     assert m.retokenised < total_text / 8  # only tails were tokenised again
 
 
+def test_mirror_example_of_the_docstring_retokenises_three_tokens_back_from_a_whitespace_start():
+    words = [b"", b"The", b" big", b" black", b" cat", b" sat"]
+    kinds = [S, T, T, T, T, T]
+    m = TextMirror(words.__getitem__, words.__getitem__, LongestMatchTokenizer(words, kinds), {}, prefix=[0])
+    assert m.update([0, 1, 2, 3, 4]) == [0, 1, 2, 3, 4]
+    before = m.retokenised
+    assert m.update([0, 1, 2, 3, 4, 5]) == [0, 1, 2, 3, 4, 5]
+    assert m.retokenised - before == len(b" big black cat sat")
+
+
+def test_small_helpers_of_their_docstrings():
+    assert softmax_at(np.array([0.0, 0.0]), 1) == 0.5
+    from specdec_cli.compat import _share
+
+    assert _share(1, 8) == "12.5%"
+
+
 # -- the drafter --------------------------------------------------------------------------
 
 
