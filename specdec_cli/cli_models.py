@@ -161,13 +161,20 @@ def check(
     target: Annotated[Optional[str], typer.Option(help="Target GGUF: a path or hf:OWNER/REPO/PATTERN.")] = None,
     pair: Annotated[Optional[str], typer.Option(help="A pair name from `specdec models list` (--draft/--target replace one side).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")] = False,
+    coverage: Annotated[
+        bool,
+        typer.Option(
+            "--coverage/--no-coverage",
+            help="For different vocabularies, run the target on 3 sample prompts to measure how much of its output the shared tokens cover (loads its weights).",
+        ),
+    ] = True,
 ) -> None:
     """Report whether a draft can speak for a target: same, padded or different vocabularies (then the shared tokens). Exit 0 usable, 3 not."""
     from .compat import check_files, report_lines
     from .registry import resolve_pair
 
     draft_path, target_path = resolve_pair(draft, target, pair, notify=_notice)
-    report = check_files(Path(draft_path), Path(target_path))
+    report = check_files(Path(draft_path), Path(target_path), coverage=coverage)
     if json_out:
         typer.echo(json.dumps({"draft": str(draft_path), "target": str(target_path), **report.to_dict()}, indent=2))
     else:

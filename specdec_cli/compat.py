@@ -194,9 +194,9 @@ def measure_coverage(target, shared: np.ndarray, prompts: list[list[int]], n_tok
     return Coverage(n, float(np.mean(masses)) if n else 0.0, hits / n if n else 0.0)
 
 
-def check_files(draft_path: Path, target_path: Path) -> PairReport:
-    """Compare two GGUF files' vocabularies; for different ones count the shared tokens and
-    measure their coverage (which loads the target's weights and runs it: hold the llama.cpp lock)."""
+def check_files(draft_path: Path, target_path: Path, coverage: bool = True) -> PairReport:
+    """Compare two GGUF files' vocabularies; for different ones count the shared tokens and,
+    with `coverage`, measure their coverage (which loads the target's weights and runs it)."""
     from .backend import LlamaModel
     from .prompts import builtin_prompts
     from .vocab_map import of_models
@@ -207,7 +207,7 @@ def check_files(draft_path: Path, target_path: Path) -> PairReport:
             return report
         shared = of_models(draft, target)
     report.shared_tokens = shared.size
-    if report.usable:
+    if report.usable and coverage:
         with LlamaModel(target_path, n_ctx=1024) as model:
             prompts = [model.tokenize(p.text, add_special=True, parse_special=False) for p in builtin_prompts()[:3]]
             report.coverage = measure_coverage(model, shared.shared_target, prompts)

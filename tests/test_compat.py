@@ -260,6 +260,10 @@ def test_check_smollm2_against_gemma_is_cross_vocabulary_with_the_shared_tokens(
     assert abs(report["shared_tokens"] - independent) <= 0.01 * independent
     coverage = report["coverage"]
     assert coverage["positions"] > 30 and 0.5 < coverage["mass"] <= 1.0 and 0.5 < coverage["greedy"] <= 1.0
+    args = ["models", "check", "--draft", str(draft), "--target", str(gemma_path), "--json", "--no-coverage"]
+    code, out, _ = run_cli(args, monkeypatch, capsys)
+    quick = json.loads(out)
+    assert code == 0 and quick["coverage"] is None and quick["shared_tokens"] == report["shared_tokens"]
 
 
 @pytest.mark.model
