@@ -394,9 +394,9 @@ class LlamaModel:
     def is_end_of_generation(self, token: int) -> bool:
         return bool(lc.llama_vocab_is_eog(self._vocab, token))
 
-    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        """Text to token ids. `add_special` adds BOS only if the model asks for it."""
-        data = text.encode("utf-8")
+    def tokenize(self, text: str | bytes, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """Text (str, or UTF-8 bytes) to token ids. `add_special` adds BOS only if the model asks for it."""
+        data = text if isinstance(text, bytes) else text.encode("utf-8")
         size = len(data) + 8
         buf = (lc.llama_token * size)()
         n = lc.llama_tokenize(self._vocab, data, len(data), buf, size, add_special, parse_special)
@@ -419,6 +419,23 @@ class LlamaModel:
         out = buf.raw[:n]
         self._pieces[token] = out
         return out
+
+    def token_kind(self, token: int) -> str:
+        """"text" (normal or user-defined: it stands for its piece), "byte" (byte fallback,
+        <0x0A> -> b"\\n") or "special" (control, unknown, unused: renders as nothing)."""
+        attr = int(lc.llama_vocab_get_attr(self._vocab, token))
+        if attr & lc.LLAMA_TOKEN_ATTR_BYTE:
+            return "byte"
+        if attr & (lc.LLAMA_TOKEN_ATTR_CONTROL | lc.LLAMA_TOKEN_ATTR_UNKNOWN | lc.LLAMA_TOKEN_ATTR_UNUSED):
+            return "special"
+        if attr & (lc.LLAMA_TOKEN_ATTR_NORMAL | lc.LLAMA_TOKEN_ATTR_USER_DEFINED):
+            return "text"
+        return "special"  # undefined
+
+    @functools.cached_property
+    def vocab_table(self) -> tuple[list[bytes], list[str]]:
+        """Every token's piece and kind (see `token_kind`), for vocab_map.build. Read once (a second for 262k tokens)."""
+        return [self.piece(t) for t in range(self.n_vocab)], [self.token_kind(t) for t in range(self.n_vocab)]
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")

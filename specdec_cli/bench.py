@@ -140,7 +140,11 @@ def run_bench(
         name = step.setting.prompt
         if (step.repeat, name) not in measured:
             measured.add((step.repeat, name))
-            curves[name].append(measure_cost_curve(pair.target, pair.draft, ids[name], max_batch, config.cost_repeats))
+            curves[name].append(
+                measure_cost_curve(
+                    pair.target, pair.draft, ids[name], max_batch, config.cost_repeats, draft_context=pair.draft_context(ids[name])
+                )
+            )
             advance(f"cost curve, {name} (repeat {step.repeat + 1}/{config.repeats})")
         record = _run_step(step, engines, ids[name], by_name[name], config, native)
         if step.mode == TARGET:

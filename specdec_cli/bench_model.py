@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol
+from typing import Callable, Iterable, Protocol, Sequence
 
 from .cli_options import DEFAULT_DRAFT_TOKENS, DEFAULT_DRAFTERS, DEFAULT_REPEATS, DEFAULT_TEMPERATURES
 from .cost_curve import CostCurve
@@ -36,6 +36,8 @@ class Pair(Protocol):
     draft: CausalModel | None
 
     def prompt_tokens(self, prompt: str, *, chat: bool = True) -> list[int]: ...
+
+    def draft_context(self, context: Sequence[int]) -> list[int]: ...
 
     def engine(self, speculative: bool = True, drafter: str = "model", lookup: LookupOptions = LookupOptions()) -> Engine: ...
 

@@ -7,9 +7,12 @@
     specdec models check --draft small.gguf --target hf:Qwen/Qwen2.5-7B-Instruct-GGUF/*q4_k_m*.gguf
 
 The command's product (table, JSON, report, pulled paths) goes to stdout; progress bars
-and notices to stderr. `check` exits 0 for a compatible pair and 3 for an incompatible
-one (a SpecdecError with exit code 3, which the app's group class, cli._Group.invoke, turns
-into one stderr line and that exit code).
+and notices to stderr. `check` says whether the vocabularies are the same, padded or
+different; it exits 0 for a pair specdec drafts for (llama.cpp's rule accepts it, or the
+vocabularies differ but share at least compat.MIN_SHARED_TOKENS tokens: cross-vocabulary
+drafting, with the shared count and their coverage of the target's output in the report)
+and 3 for one it refuses (a SpecdecError with exit code 3, which the app's group class,
+cli._Group.invoke, turns into one stderr line and that exit code).
 
 Left out: the catalogue itself (registry.py), transfers (download.py), the rule (compat.py).
 """
@@ -158,18 +161,25 @@ def check(
     target: Annotated[Optional[str], typer.Option(help="Target GGUF: a path or hf:OWNER/REPO/PATTERN.")] = None,
     pair: Annotated[Optional[str], typer.Option(help="A pair name from `specdec models list` (--draft/--target replace one side).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")] = False,
+    coverage: Annotated[
+        bool,
+        typer.Option(
+            "--coverage/--no-coverage",
+            help="For different vocabularies, run the target on 3 sample prompts to measure how much of its output the shared tokens cover (loads its weights).",
+        ),
+    ] = True,
 ) -> None:
-    """Report whether a draft can speak for a target, by llama.cpp's rule. Exit 0 compatible, 3 incompatible."""
+    """Report whether a draft can speak for a target: same, padded or different vocabularies (then the shared tokens). Exit 0 usable, 3 not."""
     from .compat import check_files, report_lines
     from .registry import resolve_pair
 
     draft_path, target_path = resolve_pair(draft, target, pair, notify=_notice)
-    report = check_files(Path(draft_path), Path(target_path))
+    report = check_files(Path(draft_path), Path(target_path), coverage=coverage)
     if json_out:
         typer.echo(json.dumps({"draft": str(draft_path), "target": str(target_path), **report.to_dict()}, indent=2))
     else:
         typer.echo("\n".join(report_lines(report, str(draft_path), str(target_path))))
-    if not report.compatible:
+    if not report.usable:
         raise IncompatibleVerdict(
             f"{Path(draft_path).name} cannot draft for {Path(target_path).name}: {report.problems[0]}"
             + (f" (and {len(report.problems) - 1} more)" if len(report.problems) > 1 else "")

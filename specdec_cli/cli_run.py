@@ -288,7 +288,7 @@ def measure_afterwards(pair, prompt_ids: list[int], config, k, result: Outcome, 
                 after.note = f"n/a (the context has no room left for a verify batch of {k + 1} tokens)"
             else:
                 activity.show("measuring the cost of draft and target steps ...")
-                after.costs = measure_cost_curve(pair.target, pair.draft, context, k + 1)
+                after.costs = measure_cost_curve(pair.target, pair.draft, context, k + 1, draft_context=pair.draft_context(context))
                 after.predicted = predict(result.stats.alpha, k, after.costs)
     except KeyboardInterrupt:
         after.interrupted = True

@@ -1,4 +1,4 @@
-"""Can this draft speak for this target? llama.cpp's vocabulary rule, as a report.
+"""Can this draft speak for this target? llama.cpp's vocabulary rule, and the shared tokens, as a report.
 
 llama.cpp (common/speculative.cpp, `common_speculative_are_compatible`) accepts a
 draft/target pair when the vocabularies have the same type, the same add-BOS and add-EOS
@@ -15,7 +15,19 @@ When the sizes differ within the margin (Qwen2.5 pads its vocabularies different
 size), the engine works over the shared ids only: `report.shared_vocab` is the limit below
 which drafts and outputs stay.
 
-Left out: loading weights (only the vocabulary is read), printing (cli_models.py).
+A pair is one of three `relation`s: "same" (the rule accepts it, equal sizes), "padded" (the
+rule accepts it, sizes differ) or "different" (the rule refuses it). For a different pair
+`check_files` also counts the tokens both vocabularies share (vocab_map.py: the ones
+cross-vocabulary drafting proposes from; usable from MIN_SHARED_TOKENS on) and measures
+their `Coverage` on the target: over a 32-token greedy continuation of each of the first
+three built-in bench prompts (raw text), the mean probability the target's softmax at
+temperature 1 puts on shared tokens, and how often its greedy token is a shared one. Both
+bound acceptance from above: a token the draft cannot propose is never accepted.
+Example: shared 46,145 tokens, mass 0.93, greedy 0.95 -> at most 93% of drafts accepted at
+T = 1, at most 95% at T = 0.
+
+Left out: drafting (cross_vocab.py), printing (cli_models.py). Weights are loaded only to
+measure the coverage of a different pair (the target's, with a 1024-token context).
 """
 
 from __future__ import annotations
@@ -24,10 +36,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from .backend import VocabInfo
 
 MAX_SIZE_DIFFERENCE = 128  # llama.cpp's SPEC_VOCAB_MAX_SIZE_DIFFERENCE
 FIRST_CHECKED_TOKEN = 5  # llama.cpp's SPEC_VOCAB_CHECK_START_TOKEN_ID
+# Fewer shared tokens than this and a pair the rule refuses is refused for cross-vocabulary
+# drafting too: two byte-level vocabularies share at least their 256 single bytes, so a pair
+# below it shares little beyond single characters (every draft would be one short piece).
+MIN_SHARED_TOKENS = 256
 
 
 @dataclass
@@ -40,6 +58,20 @@ class PairReport:
     first_difference: tuple[str, str] | None = None  # (draft text, target text) of that token
     checked: int = 0  # ids compared: FIRST_CHECKED_TOKEN .. shared_vocab - 1
     identical: int = 0  # of which with the same text
+    shared_tokens: int | None = None  # different vocabularies: how many tokens both share (vocab_map)
+    coverage: "Coverage | None" = None  # different vocabularies: how much of the target's output they cover
+
+    @property
+    def relation(self) -> str:
+        """"same", "padded" or "different" (see the module docstring)."""
+        if self.problems:
+            return "different"
+        return "padded" if self.size_difference else "same"
+
+    @property
+    def usable(self) -> bool:
+        """Whether specdec drafts for this pair: llama.cpp's rule accepts it, or enough tokens are shared."""
+        return self.compatible or (self.shared_tokens or 0) >= MIN_SHARED_TOKENS
 
     @property
     def compatible(self) -> bool:
@@ -65,6 +97,10 @@ class PairReport:
         }
         return {
             "compatible": self.compatible,
+            "relation": self.relation,
+            "usable": self.usable,
+            "shared_tokens": self.shared_tokens,
+            "coverage": None if self.coverage is None else self.coverage.to_dict(),
             "draft": side(self.draft),
             "target": side(self.target),
             "size_difference": self.size_difference,
@@ -119,12 +155,63 @@ def compare_vocabularies(
     return report
 
 
-def check_files(draft_path: Path, target_path: Path) -> PairReport:
-    """Compare two GGUF files' vocabularies, loading nothing but the vocabularies (no lock needed)."""
+@dataclass(frozen=True)
+class Coverage:
+    """How much of a target's output the shared tokens cover (upper bounds on acceptance)."""
+
+    positions: int  # target positions measured
+    mass: float  # mean probability of the shared tokens under the target's softmax at temperature 1
+    greedy: float  # share of positions whose greedy (argmax) token is shared
+
+    def to_dict(self) -> dict:
+        return {"positions": self.positions, "mass": self.mass, "greedy": self.greedy}
+
+
+def measure_coverage(target, shared: np.ndarray, prompts: list[list[int]], n_tokens: int = 32) -> Coverage:
+    """Decode each prompt and a greedy continuation of n_tokens with `target`; at each
+    continuation position read the softmax mass on the `shared` ids and whether the argmax is one.
+    The target's cache is cleared before each prompt and after the last."""
+    is_shared = np.zeros(target.n_vocab, dtype=bool)
+    is_shared[shared] = True
+    masses: list[float] = []
+    hits = 0
+    try:
+        for ids in prompts:
+            target.rewind(0)
+            logits = target.decode(ids, 1)
+            for _ in range(n_tokens):
+                row = logits[0].astype(np.float64)
+                w = np.exp(row - row.max())
+                masses.append(float(w[is_shared].sum() / w.sum()))
+                best = int(np.argmax(row))
+                hits += bool(is_shared[best])
+                if target.is_end_of_generation(best) or len(target.tokens) >= target.n_ctx:
+                    break
+                logits = target.decode([best], 1)
+    finally:
+        target.rewind(0)
+    n = len(masses)
+    return Coverage(n, float(np.mean(masses)) if n else 0.0, hits / n if n else 0.0)
+
+
+def check_files(draft_path: Path, target_path: Path, coverage: bool = True) -> PairReport:
+    """Compare two GGUF files' vocabularies; for different ones count the shared tokens and,
+    with `coverage`, measure their coverage (which loads the target's weights and runs it)."""
     from .backend import LlamaModel
+    from .prompts import builtin_prompts
+    from .vocab_map import of_models
 
     with LlamaModel(draft_path, vocab_only=True) as draft, LlamaModel(target_path, vocab_only=True) as target:
-        return compare_vocabularies(draft.vocab, target.vocab, draft.token_text, target.token_text)
+        report = compare_vocabularies(draft.vocab, target.vocab, draft.token_text, target.token_text)
+        if report.compatible:
+            return report
+        shared = of_models(draft, target)
+    report.shared_tokens = shared.size
+    if report.usable and coverage:
+        with LlamaModel(target_path, n_ctx=1024) as model:
+            prompts = [model.tokenize(p.text, add_special=True, parse_special=False) for p in builtin_prompts()[:3]]
+            report.coverage = measure_coverage(model, shared.shared_target, prompts)
+    return report
 
 
 def report_lines(report: PairReport, draft_name: str, target_name: str) -> list[str]:
@@ -148,6 +235,7 @@ def report_lines(report: PairReport, draft_name: str, target_name: str) -> list[
         lines.append(f"{label:<18}{a:<{width}}  {b:<{width}}  {mark}".rstrip())
     diff = report.size_difference
     lines.append(f"size difference   {diff:+d} (llama.cpp allows {MAX_SIZE_DIFFERENCE} either way)")
+    lines.append(f"vocabularies      {report.relation}")
     if report.first_differing_token is None:
         lines.append(f"first differing token: none among ids {FIRST_CHECKED_TOKEN}..{report.shared_vocab - 1}")
     else:
@@ -156,14 +244,39 @@ def report_lines(report: PairReport, draft_name: str, target_name: str) -> list[
     lines.append(
         f"identical token texts: {report.identical} of {report.checked} ids checked ({100 * report.identical_share:.1f}%)"
     )
+    if report.shared_tokens is not None:
+        lines.append(
+            f"shared tokens: {report.shared_tokens:,} (same bytes, one id each side): "
+            f"{_share(report.shared_tokens, d.n_vocab)} of the draft's, {_share(report.shared_tokens, t.n_vocab)} of the target's"
+        )
+    if report.coverage is not None:
+        c = report.coverage
+        lines.append(
+            f"target output on shared tokens: {100 * c.mass:.1f}% of the probability (T = 1), "
+            f"{100 * c.greedy:.1f}% of greedy tokens, over {c.positions} positions of 3 sample prompts"
+        )
+        lines.append("  (upper bounds on the share of drafts the target can accept)")
     lines.append("")
     if report.compatible:
         lines.append(
             f"verdict: COMPATIBLE: llama.cpp's rule accepts this pair; specdec drafts and emits ids below {report.shared_vocab}"
         )
         lines += [f"  note: {n}" for n in report.notes]
+    elif report.usable:
+        lines.append(
+            f"verdict: CROSS-VOCABULARY: llama.cpp's rule refuses this pair; specdec drafts over the "
+            f"{report.shared_tokens:,} shared tokens (exact at every temperature). llama.cpp's reasons:"
+        )
+        lines += [f"  - {p}" for p in report.problems]
+        lines += [f"  note: {n}" for n in report.notes]
     else:
-        lines.append(f"verdict: INCOMPATIBLE: {len(report.problems)} reason(s) llama.cpp would refuse this pair:")
+        shared = "" if report.shared_tokens is None else f" and they share only {report.shared_tokens} tokens (cross-vocabulary drafting needs {MIN_SHARED_TOKENS})"
+        lines.append(f"verdict: INCOMPATIBLE: {len(report.problems)} reason(s) llama.cpp would refuse this pair{shared}:")
         lines += [f"  - {p}" for p in report.problems]
         lines += [f"  note: {n}" for n in report.notes]
     return lines
+
+
+def _share(part: int, whole: int) -> str:
+    """A share as a percentage with one decimal. Example: (1, 8) -> '12.5%'."""
+    return f"{100 * part / whole:.1f}%" if whole else "n/a"

@@ -34,28 +34,35 @@ class CostCurve:
 
 
 def measure_cost_curve(
-    target: CausalModel, draft: CausalModel | None, context: Sequence[int], max_batch: int, repeats: int = 3
+    target: CausalModel,
+    draft: CausalModel | None,
+    context: Sequence[int],
+    max_batch: int,
+    repeats: int = 3,
+    draft_context: Sequence[int] | None = None,
 ) -> CostCurve:
     """Time target batches of 1..max_batch tokens (and a draft step) at the end of `context`.
 
-    Both caches are rewound to `context` afterwards, whatever happens; medians of `repeats`.
+    `draft_context` is the same text in the draft's tokens when the vocabularies differ
+    (session.LoadedPair.draft_context); None: `context` itself. Both caches are rewound to
+    their contexts afterwards, whatever happens; medians of `repeats`.
     """
-    filler = list(context[-1:]) * max_batch
 
-    def timed(model: CausalModel, n: int) -> float:
+    def timed(model: CausalModel, context: Sequence[int], n: int) -> float:
+        filler = list(context[-1:]) * n
         keep = len(context)
         catch_up(model, context)
         samples = []
         try:
             for _ in range(repeats):
                 t0 = time.perf_counter()
-                model.decode(filler[:n], n)
+                model.decode(filler, n)
                 samples.append(time.perf_counter() - t0)
                 model.rewind(keep)
         finally:
             model.rewind(keep)
         return float(np.median(samples))
 
-    curve = tuple(timed(target, n) for n in range(1, max_batch + 1))
-    draft_step = timed(draft, 1) if draft is not None else 0.0
+    curve = tuple(timed(target, context, n) for n in range(1, max_batch + 1))
+    draft_step = timed(draft, context if draft_context is None else draft_context, 1) if draft is not None else 0.0
     return CostCurve(draft_step=draft_step, target_batch=curve)

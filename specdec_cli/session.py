@@ -9,6 +9,12 @@ which is what `--baseline` and `bench` compare against. `pair.engine(drafter="lo
 drafts by prompt lookup (no draft model needed: open the pair with draft_path=None);
 "model+lookup" uses lookup when it matches and the draft model otherwise.
 
+When llama.cpp's vocabulary rule refuses the pair but the vocabularies share at least
+MIN_SHARED_TOKENS tokens (by decoded bytes, vocab_map.py), the draft drafts over the shared
+tokens (cross_vocab.CrossVocabDrafter) and the specdec logger says so once on stderr:
+"vocabularies differ: drafting over the 31,622 shared tokens". Lookup drafting works in
+target ids either way.
+
 Left out: option parsing (cli_options.py), printing (render.py), the loop itself
 (engine.py), the draft-length policy (the caller builds it: policy.draft_policy).
 """
@@ -16,16 +22,21 @@ Left out: option parsing (cli_options.py), printing (render.py), the loop itself
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from .backend import LlamaModel
 from .cli_options import DRAFTERS
-from .compat import compare_vocabularies
+from .compat import MIN_SHARED_TOKENS, compare_vocabularies
+from .cross_vocab import CrossVocabDrafter
 from .drafters import LookupDrafter, LookupOptions, ModelAndLookup, ModelDrafter
 from .engine import Engine
 from .errors import BadInput, IncompatiblePair
+from .vocab_map import VocabMap, of_models
+
+log = logging.getLogger("specdec")
 
 
 @dataclass(frozen=True)
@@ -43,6 +54,7 @@ class LoadedPair:
     target: LlamaModel
     draft: LlamaModel | None
     vocab_limit: int
+    vocab_map: VocabMap | None = None  # set when the vocabularies differ: drafting over the shared tokens
 
     def prompt_tokens(self, prompt: str, *, chat: bool = True, system: str | None = None) -> list[int]:
         """Tokenize with the target's chat template (a user turn), or the text as it is (--raw)."""
@@ -56,6 +68,13 @@ class LoadedPair:
             raise BadInput("the prompt is empty after tokenization; give some text")
         return ids
 
+    def draft_context(self, context: Sequence[int]) -> list[int]:
+        """The draft's tokens for a target context: the same ids, or the same text in the draft's
+        tokens when the vocabularies differ (what cost_curve.measure_cost_curve times the draft on)."""
+        if self.vocab_map is None:
+            return list(context)
+        return CrossVocabDrafter.for_models(self.draft, self.target, self.vocab_map).mirror.update(context)
+
     def engine(self, speculative: bool = True, drafter: str = "model", lookup: LookupOptions = LookupOptions()) -> Engine:
         """The engine for `drafter` ("model", "lookup" or "model+lookup"); target-only if not speculative."""
         if drafter not in DRAFTERS:
@@ -67,24 +86,39 @@ class LoadedPair:
         by_lookup = LookupDrafter(lookup, vocab_limit=self.vocab_limit, is_end=self.target.is_end_of_generation)
         if drafter == "lookup":
             return Engine(self.target, by_lookup, vocab_limit=self.vocab_limit)
-        by_model = ModelDrafter(self.draft, self.vocab_limit)
+        if self.vocab_map is not None:
+            by_model = CrossVocabDrafter.for_models(self.draft, self.target, self.vocab_map)
+        else:
+            by_model = ModelDrafter(self.draft, self.vocab_limit)
         chosen = by_model if drafter == "model" else ModelAndLookup(by_model, by_lookup)
         return Engine(self.target, chosen, vocab_limit=self.vocab_limit)
 
 
 def check_pair(draft: LlamaModel, target: LlamaModel) -> int:
-    """Raise IncompatiblePair unless llama.cpp's rule accepts the pair; return the shared vocabulary size."""
+    """The ids below which drafts and outputs stay (see `pair_vocabularies`); IncompatiblePair for an unusable pair."""
+    return pair_vocabularies(draft, target)[0]
+
+
+def pair_vocabularies(draft: LlamaModel, target: LlamaModel) -> tuple[int, VocabMap | None]:
+    """(the ids below which drafts and outputs stay, None) when llama.cpp's rule accepts the pair;
+    (the target's vocabulary size, the shared tokens) when it does not but enough tokens are
+    shared; IncompatiblePair otherwise."""
     report = compare_vocabularies(draft.vocab, target.vocab, draft.token_text, target.token_text)
-    if not report.compatible:
-        # The first problem, and the first differing token whenever there is one (it is the
-        # most concrete evidence that the two tokenizers disagree).
-        shown = report.problems[:1] + [p for p in report.problems[1:] if p.startswith("token ")][:1]
-        more = len(report.problems) - len(shown)
-        raise IncompatiblePair(
-            f"{draft.path.name} cannot draft for {target.path.name}: {'; '.join(shown)}"
-            + (f" (and {more} more problems)" if more else "")
-        )
-    return report.shared_vocab
+    if report.compatible:
+        return report.shared_vocab, None
+    shared = of_models(draft, target)
+    if shared.size >= MIN_SHARED_TOKENS:
+        log.warning("vocabularies differ: drafting over the %s shared tokens", f"{shared.size:,}")
+        return target.n_vocab, shared
+    # The first problem, and the first differing token whenever there is one (it is the
+    # most concrete evidence that the two tokenizers disagree).
+    shown = report.problems[:1] + [p for p in report.problems[1:] if p.startswith("token ")][:1]
+    more = len(report.problems) - len(shown)
+    raise IncompatiblePair(
+        f"{draft.path.name} cannot draft for {target.path.name}: {'; '.join(shown)}"
+        + (f" (and {more} more problems)" if more else "")
+        + f"; they share only {shared.size} tokens (cross-vocabulary drafting needs {MIN_SHARED_TOKENS})"
+    )
 
 
 @contextlib.contextmanager
@@ -111,7 +145,7 @@ def open_pair(
             )  # fmt: skip
         )
         draft = None
-        vocab_limit = target.n_vocab
+        vocab_limit, vocab_map = target.n_vocab, None
         if draft_path is not None:
             if on_load:
                 on_load("draft", draft_path)
@@ -121,5 +155,5 @@ def open_pair(
                     repack=options.repack, role="draft",
                 )  # fmt: skip
             )
-            vocab_limit = check_pair(draft, target)
-        yield LoadedPair(target=target, draft=draft, vocab_limit=vocab_limit)
+            vocab_limit, vocab_map = pair_vocabularies(draft, target)
+        yield LoadedPair(target=target, draft=draft, vocab_limit=vocab_limit, vocab_map=vocab_map)

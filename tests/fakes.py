@@ -17,8 +17,11 @@ import numpy as np
 
 
 class MarkovModel:
-    def __init__(self, logits_table: np.ndarray, *, n_ctx: int = 4096, eos: int | None = None) -> None:
+    def __init__(
+        self, logits_table: np.ndarray, *, n_ctx: int = 4096, eos: int | None = None, pieces: Sequence[bytes] | None = None
+    ) -> None:
         self.table = np.asarray(logits_table, dtype=np.float32)
+        self.pieces = pieces  # each token's bytes; None: "a".."z", then "<26>", "<27>", ...
         self.n_vocab = self.table.shape[1]
         self.n_ctx = n_ctx
         self.eos = eos
@@ -38,6 +41,8 @@ class MarkovModel:
         del self.tokens[n_keep:]
 
     def piece(self, token: int) -> bytes:
+        if self.pieces is not None:
+            return self.pieces[token]
         return chr(ord("a") + token % 26).encode() if token < 26 else f"<{token}>".encode()
 
     def is_end_of_generation(self, token: int) -> bool:
@@ -47,3 +52,33 @@ class MarkovModel:
 def random_markov(n_vocab: int, rng: np.random.Generator, scale: float = 2.0) -> np.ndarray:
     """A random logits table (n_vocab x n_vocab)."""
     return (rng.standard_normal((n_vocab, n_vocab)) * scale).astype(np.float32)
+
+
+class LongestMatchTokenizer:
+    """A toy tokenizer: at each position the longest text piece that matches, else the byte token.
+
+    Example, pieces [b"", b"a", b"ab", b"b"] (id 0 special): b"abab" -> [2, 2], b"ba" -> [3, 1].
+    Bytes no piece covers are skipped (like a tokenizer without byte fallback).
+    """
+
+    def __init__(self, pieces: Sequence[bytes], kinds: Sequence[str]) -> None:
+        self.by_piece = {p: i for i, (p, k) in enumerate(zip(pieces, kinds)) if p and k == "text"}
+        for i, (p, k) in enumerate(zip(pieces, kinds)):
+            if k == "byte":
+                self.by_piece.setdefault(p, i)
+        self.longest = max(len(p) for p in self.by_piece)
+        self.calls = 0
+
+    def __call__(self, data: bytes) -> list[int]:
+        self.calls += 1
+        out, i = [], 0
+        while i < len(data):
+            for n in range(min(self.longest, len(data) - i), 0, -1):
+                token = self.by_piece.get(data[i : i + n])
+                if token is not None:
+                    out.append(token)
+                    i += n
+                    break
+            else:
+                i += 1
+        return out

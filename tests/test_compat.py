@@ -1,20 +1,24 @@
 """llama.cpp's draft/target vocabulary rule (compat.py) and `specdec models check`.
 
 The rule is tested on synthetic vocabularies; the command on real files: the built-in
-pair (compatible, exit 0) and SmolLM2 against Gemma 3 270M (incompatible, exit 3). The
-real-file tests load vocabularies only (no context, no compute threads), so they need no
-llama.cpp lock; the expected first differing token is computed independently with the
-`gguf` package's reader.
+pair (same vocabulary, exit 0) and SmolLM2 against Gemma 3 270M (different vocabularies that
+share 46k tokens: cross-vocabulary, exit 0, with the shared count and their coverage of
+Gemma's output), and a pair made to share too few tokens (exit 3). The expected first
+differing token is computed independently with a reader of the GGUF header; the shared
+count independently from both tokenizers' vocabulary strings.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from fakes import MarkovModel
 from specdec_cli.backend import VocabInfo
 from specdec_cli.compat import FIRST_CHECKED_TOKEN, MAX_SIZE_DIFFERENCE, compare_vocabularies, report_lines
 
@@ -87,6 +91,39 @@ def test_report_text_ends_with_a_verdict():
     assert "verdict: INCOMPATIBLE: 2 reason(s) llama.cpp would refuse this pair:" in bad
     assert "first differing token: id 6: draft 'x', target 'tok6'" in bad
     assert any(line.startswith("vocabulary type") and line.endswith("differs") for line in bad)
+
+
+def test_relation_usable_and_the_lines_of_a_cross_vocabulary_report():
+    from specdec_cli.compat import MIN_SHARED_TOKENS, Coverage
+
+    assert compare_vocabularies(BASE, BASE, texts(1000), texts(1000)).relation == "same"
+    assert compare_vocabularies(BASE, vocab(n_vocab=1100), texts(1000), texts(1100)).relation == "padded"
+    report = compare_vocabularies(BASE, vocab(vocab_type="spm"), texts(1000), texts(1000))
+    assert report.relation == "different" and not report.usable
+    report.shared_tokens = MIN_SHARED_TOKENS
+    report.coverage = Coverage(positions=96, mass=0.9871, greedy=0.5)
+    assert report.usable and report.to_dict()["coverage"] == {"positions": 96, "mass": 0.9871, "greedy": 0.5}
+    lines = report_lines(report, "d.gguf", "t.gguf")
+    assert "vocabularies      different" in lines
+    assert "shared tokens: 256 (same bytes, one id each side): 25.6% of the draft's, 25.6% of the target's" in lines
+    assert any(line.startswith("target output on shared tokens: 98.7% of the probability (T = 1), 50.0% of greedy") for line in lines)
+    assert any(line.startswith("verdict: CROSS-VOCABULARY") for line in lines)
+    report.shared_tokens = MIN_SHARED_TOKENS - 1
+    assert not report.usable
+    assert report_lines(report, "d.gguf", "t.gguf")[-2].endswith(f"and they share only {MIN_SHARED_TOKENS - 1} tokens (cross-vocabulary drafting needs 256):")
+
+
+def test_coverage_reads_the_target_softmax_on_the_shared_ids_along_its_greedy_path():
+    from specdec_cli.compat import measure_coverage
+
+    # Greedy path from 0: 0 -> 1 -> 2 -> 1 -> 2 ...; id 3 is never greedy. Shared ids: 1 and 3.
+    probs = np.array([[0.1, 0.6, 0.2, 0.1], [0.1, 0.1, 0.7, 0.1], [0.05, 0.5, 0.05, 0.4], [1, 1, 1, 1]]) / np.array([[1], [1], [1], [4]])
+    target = MarkovModel(np.log(probs))
+    got = measure_coverage(target, np.array([1, 3]), [[0], [2]], n_tokens=4)
+    # prompt [0]: rows 0, 1, 2, 1 -> masses .7, .2, .9, .2; greedy 1, 2, 1, 2 -> 2 shared of 4
+    # prompt [2]: rows 2, 1, 2, 1 -> masses .9, .2, .9, .2; greedy 1, 2, 1, 2 -> 2 of 4
+    assert got.positions == 8 and got.mass == pytest.approx((0.7 + 0.2 + 0.9 + 0.2 + 0.9 + 0.2 + 0.9 + 0.2) / 8)
+    assert got.greedy == 0.5 and target.tokens == []
 
 
 # -- real files and the command ---------------------------------------------------------------------
@@ -170,10 +207,29 @@ def test_check_builtin_pair_is_compatible(builtin_paths, monkeypatch, capsys):
     assert code == 0 and report["compatible"] and report["shared_vocab"] == gguf_tokens(target, 1)[0]
 
 
+def sentencepiece_and_gpt2_bytes(text: str, kind: str) -> bytes | None:
+    """A vocabulary string's bytes, read the tokenizers' own way (independent of llama.cpp's pieces):
+    GPT-2 maps each byte to a printable character (bytes_to_unicode), SentencePiece writes a space
+    as U+2581 and a byte as <0xNN>. None for a string that is not plain text."""
+    if kind == "bpe":
+        printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+        to_byte = {chr(b): b for b in printable}
+        extra = 0
+        for b in range(256):
+            if b not in printable:
+                to_byte[chr(256 + extra)] = b
+                extra += 1
+        try:
+            return bytes(to_byte[c] for c in text)
+        except KeyError:
+            return None
+    if len(text) == 6 and text.startswith("<0x") and text.endswith(">"):
+        return bytes([int(text[3:5], 16)])
+    return text.replace("\u2581", " ").encode("utf-8")
+
+
 @pytest.mark.model
-def test_check_smollm2_against_gemma_is_incompatible_and_names_the_first_differing_token(
-    builtin_paths, gemma_path, monkeypatch, capsys
-):
+def test_check_smollm2_against_gemma_is_cross_vocabulary_with_the_shared_tokens(builtin_paths, gemma_path, monkeypatch, capsys):
     draft, _ = builtin_paths
     n_a, a = gguf_tokens(draft)
     n_b, b = gguf_tokens(gemma_path, n_a)
@@ -181,26 +237,62 @@ def test_check_smollm2_against_gemma_is_incompatible_and_names_the_first_differi
     first = next(i for i in range(FIRST_CHECKED_TOKEN, shared) if a[i] != b[i])
 
     code, out, err = run_cli(["models", "check", "--draft", str(draft), "--target", str(gemma_path)], monkeypatch, capsys)
-    assert code == 3
+    assert code == 0, err
     assert f"first differing token: id {first}: draft {a[first]!r}, target {b[first]!r}" in out
-    assert "verdict: INCOMPATIBLE" in out
+    assert "vocabularies      different" in out
+    assert "verdict: CROSS-VOCABULARY" in out
     assert "vocabulary types differ: draft bpe, target spm" in out
     assert f"vocabulary sizes differ by {n_b - n_a}" in out
-    assert err.startswith("specdec: error: ") and err.count("\n") == 1  # one line on stderr
 
     code, out, _ = run_cli(["models", "check", "--draft", str(draft), "--target", str(gemma_path), "--json"], monkeypatch, capsys)
     report = json.loads(out)
-    assert code == 3 and not report["compatible"]
+    assert code == 0 and not report["compatible"] and report["usable"] and report["relation"] == "different"
     assert report["first_differing_token"] == first and report["first_difference"] == [a[first], b[first]]
     same = sum(a[i] == b[i] for i in range(FIRST_CHECKED_TOKEN, shared))
     assert report["identical_share"] == pytest.approx(same / (shared - FIRST_CHECKED_TOKEN))
+    # The shared count, from the vocabulary strings as each tokenizer spells them. Special and
+    # added tokens (<...>) are left out on both sides; the few strings both spell as text but
+    # llama.cpp types otherwise (control or user-defined) may move the count a little.
+    _, all_b = gguf_tokens(gemma_path)
+    spelled_a = {sentencepiece_and_gpt2_bytes(t, "bpe") for t in a if not (t.startswith("<") and t.endswith(">"))}
+    spelled_b = {sentencepiece_and_gpt2_bytes(t, "spm") for t in all_b if not (t.startswith("<") and t.endswith(">") and len(t) != 6)}
+    independent = len((spelled_a & spelled_b) - {None, b""})
+    assert abs(report["shared_tokens"] - independent) <= 0.01 * independent
+    coverage = report["coverage"]
+    assert coverage["positions"] > 30 and 0.5 < coverage["mass"] <= 1.0 and 0.5 < coverage["greedy"] <= 1.0
+    args = ["models", "check", "--draft", str(draft), "--target", str(gemma_path), "--json", "--no-coverage"]
+    code, out, _ = run_cli(args, monkeypatch, capsys)
+    quick = json.loads(out)
+    assert code == 0 and quick["coverage"] is None and quick["shared_tokens"] == report["shared_tokens"]
 
 
 @pytest.mark.model
-def test_run_refuses_an_incompatible_pair_with_exit_2(builtin_paths, gemma_path, monkeypatch, capsys):
-    # elsewhere than `models check`, an incompatible pair is bad input (exit 2), before any decoding
+def test_check_refuses_a_pair_that_shares_too_few_tokens_with_exit_3(builtin_paths, gemma_path, monkeypatch, capsys):
+    from specdec_cli import vocab_map
+
+    real = vocab_map.of_models
+
+    def few(draft, target):  # keep 255 shared tokens, one short of the minimum
+        full = real(draft, target)
+        pieces, kinds = draft.vocab_table
+        keep = set(full.shared_draft[:255].tolist())
+        return vocab_map.build(pieces, [k if i in keep else "special" for i, k in enumerate(kinds)], *target.vocab_table)
+
+    monkeypatch.setattr(vocab_map, "of_models", few)
     draft, _ = builtin_paths
-    args = ["run", "--draft", str(draft), "--target", str(gemma_path), "--raw", "-n", "1", "hello"]
+    code, out, err = run_cli(["models", "check", "--draft", str(draft), "--target", str(gemma_path)], monkeypatch, capsys)
+    assert code == 3
+    assert "verdict: INCOMPATIBLE: 5 reason(s) llama.cpp would refuse this pair and they share only 255 tokens" in out
+    assert err.startswith("specdec: error: ") and err.count("\n") == 1  # one line on stderr
+
+
+@pytest.mark.model
+def test_run_drafts_across_vocabularies_and_says_so_once(builtin_paths, gemma_path, monkeypatch, capsys, caplog):
+    # The notice goes through the specdec logger (stderr in the real process, caplog here).
+    draft, _ = builtin_paths
+    args = ["run", "--draft", str(draft), "--target", str(gemma_path), "--raw", "-n", "8", "--temperature", "0", "-k", "3", "--no-stats", "hello"]
     code, out, err = run_cli(args, monkeypatch, capsys)
-    assert code == 2 and out == ""
-    assert "cannot draft for" in err and "vocabulary types differ" in err
+    assert code == 0, err
+    assert out.strip()
+    notices = [r.getMessage() for r in caplog.records if r.getMessage().startswith("vocabularies differ")]
+    assert len(notices) == 1 and re.fullmatch(r"vocabularies differ: drafting over the [\d,]+ shared tokens", notices[0])
