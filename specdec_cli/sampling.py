@@ -46,6 +46,7 @@ in ways that depend on more than the logits row. No global RNG: every draw takes
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence, Union
 
@@ -117,7 +118,7 @@ class Distribution:
     def prob(self, x: int) -> float:
         if self.ids is None:
             return float(self.weights[x]) / self.total
-        i = int(np.searchsorted(self.ids, x))
+        i = int(self.ids.searchsorted(x))
         if i < len(self.ids) and self.ids[i] == x:
             return float(self.weights[i]) / self.total
         return 0.0
@@ -152,12 +153,16 @@ def check_finite(logits: np.ndarray) -> float:
 def _checked_argmax(logits: np.ndarray) -> int:
     # One pass: argmax returns the first NaN if there is one, and +inf if there is one.
     i = int(np.argmax(logits))
-    if not np.isfinite(logits[i]):
-        raise NumericalError(
-            "the model produced NaN or infinite logits; the GGUF file may be corrupt or the "
-            "GPU offload broken (try --gpu-layers 0)"
-        )
+    if not math.isfinite(logits[i]):
+        _raise_not_finite()
     return i
+
+
+def _raise_not_finite() -> None:
+    raise NumericalError(
+        "the model produced NaN or infinite logits; the GGUF file may be corrupt or the "
+        "GPU offload broken (try --gpu-layers 0)"
+    )
 
 
 def argmax(logits: np.ndarray) -> int:
@@ -205,20 +210,25 @@ def _after_top_k(n: int, ids: np.ndarray, logits: np.ndarray, params: SamplingPa
     largest first (ties: lowest id first), both cuts keep a prefix. The same sums and
     comparisons as the general path (`_nucleus`, min-p, `_tempered`)."""
     z_by_id = logits[ids].astype(np.float64)
-    order = np.argsort(-z_by_id, kind="stable")
+    order = (-z_by_id).argsort(kind="stable")
     z_by_id -= z_by_id[order[0]]  # log-weights at temperature 1, max 0
     w_by_id = np.exp(z_by_id)
-    w = w_by_id[order]
+    w = w_by_id[order]  # descending, w[0] == exp(0) == 1
     m = len(w)
     if params.top_p < 1.0:
-        cum = np.cumsum(w) / w_by_id.sum()
-        m = min(int(np.searchsorted(cum, params.top_p, side="left")), m - 1) + 1
-    if params.min_p > 0.0:
-        m = int(np.count_nonzero(w[:m] >= params.min_p * w[0]))  # w is descending: a prefix
-    keep = np.sort(order[:m])  # back to ascending ids
+        cum = w.cumsum() / w_by_id.sum()
+        m = min(int(cum.searchsorted(params.top_p, side="left")), m - 1) + 1
+    if params.min_p > 0.0:  # w >= min_p * w[0]: a prefix of the descending w (w[::-1] ascends)
+        m = min(m, len(w) - int(w[::-1].searchsorted(params.min_p * w[0], side="left")))
+    widest = -z_by_id[order[m - 1]]  # the largest gap kept
+    keep = order[:m]
+    keep.sort()  # back to ascending ids (in place: order is not used after this)
     z = z_by_id[keep]
-    tempered = _tempered(-z, params.temperature)
-    return Distribution(n, ids[keep], tempered / tempered.sum())
+    if widest <= _UNDERFLOW_GAPS * params.temperature:
+        tempered = np.exp(z / params.temperature)  # the same values as _tempered(-z, T): no gap is capped
+    else:
+        tempered = _tempered(-z, params.temperature)
+    return Distribution(n, ids[keep], tempered, tempered.sum())
 
 
 def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
@@ -253,20 +263,28 @@ def top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
     Exact, without a full argpartition: the row is cut into 4k blocks, the k-th largest
     block maximum is a threshold that at least k logits reach (one in each of k blocks), and
     only the few ids at or above it are partitioned. Example: [1, 5, 3, 4.5], k=2 -> [1, 3].
+    Raises NumericalError on NaN or +inf anywhere, or when every logit is -inf.
     """
     n = logits.shape[-1]
-    size = n // (_BLOCKS_PER_K * k)
+    count = _BLOCKS_PER_K * k
+    size = n // count
     if size >= 8:
-        cut = size * (_BLOCKS_PER_K * k)
-        blocks = logits[:cut].reshape(-1, size)
+        cut = size * count
+        blocks = logits[:cut].reshape(count, size)
         maxima = blocks.max(axis=1)  # NaN in a block makes its maximum NaN
-        check_finite(maxima if cut == n else np.append(maxima, logits[cut:].max()))
-        threshold = maxima[np.argpartition(maxima, len(maxima) - k)[len(maxima) - k]]
-        # Only blocks whose maximum reaches the threshold can hold candidates (about k of 4k).
-        hit = np.flatnonzero(maxima >= threshold)
-        flat = np.flatnonzero(blocks[hit] >= threshold)  # (1-d: numpy's 2-d nonzero is slow)
-        candidates = hit[flat // size] * size + flat % size
-        if cut < n:  # the tail that does not fill a block
+        top = float(maxima.max())
+        tail_top = float(logits[cut:].max()) if cut < n else top  # the ids that do not fill a block
+        if top != top or tail_top != tail_top or not math.isfinite(max(top, tail_top)):
+            _raise_not_finite()
+        # The k-th largest maximum of the whole blocks: k blocks hold an id at or above it.
+        # (Methods, not np.partition / np.flatnonzero: their wrappers cost as much as the work here.)
+        ranked = maxima.copy()
+        ranked.partition(count - k)
+        threshold = ranked[count - k]
+        hit = (maxima >= threshold).nonzero()[0]  # only these blocks can hold candidates (about k of 4k)
+        block, offset = np.divmod((blocks.take(hit, axis=0) >= threshold).ravel().nonzero()[0], size)
+        candidates = hit[block] * size + offset
+        if tail_top >= threshold:
             candidates = np.concatenate([candidates, cut + np.flatnonzero(logits[cut:] >= threshold)])
     else:
         check_finite(logits)
@@ -334,12 +352,12 @@ def sample(probs: Union[Distribution, np.ndarray], rng: np.random.Generator) -> 
 
 def _invert_cdf(weights: np.ndarray, u: float) -> int:
     """Index i with cdf[i-1] <= u * cdf[-1] < cdf[i], for u in [0, 1); never a zero weight."""
-    cdf = np.cumsum(weights, dtype=np.float64)
+    cdf = weights.cumsum(dtype=np.float64)
     return _locate(cdf, u * cdf[-1], weights)
 
 
 def _locate(cdf: np.ndarray, target: float, weights: np.ndarray) -> int:
-    i = int(np.searchsorted(cdf, target, side="right"))
+    i = int(cdf.searchsorted(target, side="right"))
     if i >= len(cdf):  # target rounded up to cdf[-1]: the last id with weight
         i = int(np.flatnonzero(weights)[-1])
     return i
@@ -359,25 +377,26 @@ def residual(p: Union[Distribution, np.ndarray], q: Union[Distribution, np.ndarr
     """normalise(max(0, p - q)): what the target still owes after a rejected draft.
 
     It lives on p's support (where p = 0 so is max(0, p - q)), so a sparse p gives a sparse
-    residual whatever q is. If p == q everywhere the residual has no mass; a rejection then
-    has probability zero, so returning p keeps the function total without changing any
+    residual whatever q is, and a dense p a dense one (kept dense: one pass per step, no
+    search for the positive ids). If p == q everywhere the residual has no mass; a rejection
+    then has probability zero, so returning p keeps the function total without changing any
     distribution. Dense numpy rows in give a dense numpy row out.
     """
     if not isinstance(p, Distribution):
         return residual(Distribution.from_dense(p), Distribution.from_dense(q)).dense()
-    if p.ids is None:
-        r = p.weights[: p.n].astype(np.float64) / p.total
+    if p.ids is None:  # dense stays dense (whole blocks, zero-padded), with block sums for sampling
+        r = p.weights / p.total
         if q.ids is None:
-            r -= q.weights[: q.n] / q.total
+            r -= q.weights / q.total
         else:
             r[q.ids] -= q.weights / q.total
-        ids = np.flatnonzero(r > 0.0)
-        r = r[ids]
-    else:
-        ids = p.ids
-        r = p.weights / p.total - q.probs_at(ids)
-        keep = r > 0.0
-        ids, r = ids[keep], r[keep]
+        np.maximum(r, 0.0, out=r)
+        block_sums = r.reshape(-1, _BLOCK).sum(axis=1)
+        mass = block_sums.sum()
+        return Distribution(p.n, None, r, mass, block_sums) if mass > 0.0 else p
+    r = p.weights / p.total - q.probs_at(p.ids)
+    keep = r > 0.0
+    ids, r = p.ids[keep], r[keep]
     mass = r.sum()
     if mass <= 0.0:
         return p
