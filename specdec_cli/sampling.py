@@ -63,6 +63,16 @@ _BLOCK = 1024
 _BLOCKS_PER_K = 4
 # A gap of more than this many temperatures gives weight exp(-800) == 0.0 in float64.
 _UNDERFLOW_GAPS = 800.0
+# The float32 normaliser of a dense row (`_target_prob_float32`) is within a factor 1 +- this
+# of the float64 one, for float32 logits and 1/64 <= T <= 64. Per weight exp(z), z = (x - top) / T:
+# z rounds three times in float32 (the subtraction, 1/T, the product), so z32 = z (1 + d),
+# |d| <= 3.01 * 2^-24, and exp(z32) = exp(z) exp(z d) is off by at most |z| 3.01 * 2^-24 <=
+# 1.57e-5 where exp(z) is a normal float32 (z >= -87.4); numpy's float32 exp adds at most
+# 2.52 ulp (3.0e-7); smaller weights (< 1.2e-38 each, against a largest weight of exactly 1)
+# and float64 rounding add less than 1e-9. All weights are positive, so the sum keeps the
+# largest relative error of its terms: 1.6e-5, and 2^-15 = 3.05e-5 leaves a factor of ~2.
+_FLOAT32_EPS = 2.0**-15
+_FLOAT32_TEMPERATURES = (1.0 / 64.0, 64.0)
 
 
 @dataclass(frozen=True)
@@ -189,7 +199,7 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> Distribution:
         return _after_top_k(n, top_k_ids(logits, top_k), logits, params)
     else:
         top = check_finite(logits)
-        if params.top_p >= 1.0 and params.min_p <= 0.0:
+        if _unfiltered(params, n):
             return _dense(logits, top, params.temperature)
         if params.top_p < 1.0:
             ids, z, w = _nucleus_of_row(logits, top, params.top_p)
@@ -203,6 +213,43 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> Distribution:
 
     tempered = _tempered(z.max() - z, params.temperature)
     return Distribution(n, ids, tempered / tempered.sum())
+
+
+def _unfiltered(params: SamplingParams, n: int) -> bool:
+    """T > 0 and no filter cuts a row of n logits: the processed distribution is dense."""
+    return not params.greedy and not 0 < params.top_k < n and params.top_p >= 1.0 and params.min_p <= 0.0
+
+
+def _float32_accepts(target_logits: np.ndarray, params: SamplingParams) -> bool:
+    """Whether verify may accept from `_target_prob_float32`: dense rows of float32 logits, 1/64 <= T <= 64."""
+    low, high = _FLOAT32_TEMPERATURES
+    return target_logits.dtype == np.float32 and _unfiltered(params, target_logits.shape[-1]) and low <= params.temperature <= high
+
+
+def _target_prob_float32(logits: np.ndarray, x: int, temperature: float) -> float:
+    """p(x) of softmax(logits / T) with the normaliser summed from float32 weights.
+
+    Within a factor 1 +- _FLOAT32_EPS of distribution(logits, T).prob(x) (see the constant),
+    for float32 logits and 1/64 <= T <= 64: numpy's float32 exp is vectorised, its float64
+    exp is not on every CPU, and p(x) alone needs no float64 row. The weight of x itself is
+    computed as `_dense` computes it.
+    """
+    top = check_finite(logits)
+    # Logits more than 128 T below the top (weight < exp(-128): 0 in float32) are raised to
+    # that floor first, so that the subtraction cannot overflow however far apart they are.
+    # Near +-3e38 the float32 spacing exceeds 128 T: then the floor is the float below the top.
+    floor = np.float32(top - 128.0 * temperature)
+    if floor >= top - 104.0 * temperature:
+        floor = np.nextafter(floor, np.float32(-np.inf))
+    w = np.maximum(logits, floor)
+    np.subtract(w, np.float32(top), out=w)
+    if temperature != 1.0:
+        np.multiply(w, np.float32(1.0 / temperature), out=w)
+    np.exp(w, out=w)
+    z = np.float64(logits[x]) - top
+    if temperature < 1.0:
+        z = max(z, -_UNDERFLOW_GAPS * temperature)
+    return float(np.exp(z / temperature)) / float(w.sum(dtype=np.float64))
 
 
 def _after_top_k(n: int, ids: np.ndarray, logits: np.ndarray, params: SamplingParams) -> Distribution:
@@ -437,15 +484,23 @@ def verify(
         return Verdict(accepted=k, token=argmax(target_logits[k]), bonus=True)
 
     n = target_logits.shape[1]
+    fast = _float32_accepts(target_logits, params)
     for i, x in enumerate(draft_tokens):
-        p = distribution(target_logits[i], params)
         if q_rows is None:
             q = Distribution(n, np.array([x]), np.array([1.0]))
         else:
             q = q_rows[i] if isinstance(q_rows[i], Distribution) else Distribution.from_dense(q_rows[i])
         q_x = q.prob(x)
         assert q_x > 0.0, "a draft token must have positive draft probability"
-        if rng.random() < p.prob(x) / q_x:  # u < p/q happens with probability min(1, p/q)
+        u = rng.random()
+        # A dense row's p(x) from float32 weights is within a factor 1 +- _FLOAT32_EPS of the
+        # float64 p(x), so u below the fast ratio shrunk by twice that is below the float64
+        # ratio too: the same decision, without the float64 row. Any other u (a rejection, or
+        # u too close to call) takes the float64 row, which a rejection needs anyway.
+        if fast and u < _target_prob_float32(target_logits[i], x, params.temperature) / q_x * (1.0 - 2.0 * _FLOAT32_EPS):
+            continue
+        p = distribution(target_logits[i], params)
+        if u < p.prob(x) / q_x:  # u < p/q happens with probability min(1, p/q)
             continue
         return Verdict(accepted=i, token=sample(residual(p, q), rng), bonus=False)
     return Verdict(accepted=k, token=sample(distribution(target_logits[k], params), rng), bonus=True)
