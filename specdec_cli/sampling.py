@@ -22,12 +22,19 @@ whole vocabulary; then the row is kept dense.
 Precision. Logits arrive as float32, so selection (maximum, top-k threshold, min-p
 prefilter) compares float32 values, which is exact. Every probability is computed in
 float64, on the support only when a filter is on, so both paths equal a plain dense float64
-implementation (the tests hold them to 1e-12). float64 is kept for the dense path's exp too,
-although float32 exp costs about a quarter: it is off by ~1e-7 relative per probability,
-which the tests' float64 references (1e-9, 1e-12) reject, and p(x) / q(x) and the residual
-max(0, p - q) (which cancels when the draft is good) would inherit it. What float32 buys is
-spent instead on not touching the full row: one subtract, one exp and one blocked sum per
-dense row, sampling by block sums (no full cumsum), and nothing dense at all with a filter.
+implementation (the tests hold them to 1e-12). float64 is kept for the dense path's rows
+(the draft's q, and p wherever verification needs more than p(x)): float32 exp is several
+times cheaper but off by up to ~1.6e-5 relative per weight (the float32 rounding of z times
+|z|), which the tests' float64 references (1e-9, 1e-12) reject, and sampling by CDF
+inversion, p(x) / q(x) and the residual max(0, p - q) (which cancels when the draft is good)
+would inherit it. float32 is used in one place where it cannot change a result: to accept a
+draft at a dense target row, verify sums float32 weights for p(x)'s normaliser, certified
+within a factor 1 +- 2^-15 of the float64 one (the bound is derived at _FLOAT32_EPS and held
+by a test); it accepts only when u lies below the ratio by more than that, so exactly when
+the float64 test accepts, and computes the float64 row otherwise (a rejection needs it for
+the residual anyway). A dense row otherwise costs one subtract, one exp and one blocked sum;
+sampling goes by block sums (no full cumsum), a dense residual stays dense, and nothing is
+dense at all with a filter.
 
 Edges are handled in the maths, never by numpy warnings: a tiny temperature (1e-300) caps
 each gap at 800 temperatures before dividing, so exp underflows to exactly 0 instead of
