@@ -22,12 +22,19 @@ whole vocabulary; then the row is kept dense.
 Precision. Logits arrive as float32, so selection (maximum, top-k threshold, min-p
 prefilter) compares float32 values, which is exact. Every probability is computed in
 float64, on the support only when a filter is on, so both paths equal a plain dense float64
-implementation (the tests hold them to 1e-12). float64 is kept for the dense path's exp too,
-although float32 exp costs about a quarter: it is off by ~1e-7 relative per probability,
-which the tests' float64 references (1e-9, 1e-12) reject, and p(x) / q(x) and the residual
-max(0, p - q) (which cancels when the draft is good) would inherit it. What float32 buys is
-spent instead on not touching the full row: one subtract, one exp and one blocked sum per
-dense row, sampling by block sums (no full cumsum), and nothing dense at all with a filter.
+implementation (the tests hold them to 1e-12). float64 is kept for the dense path's rows
+(the draft's q, and p wherever verification needs more than p(x)): float32 exp is several
+times cheaper but off by up to ~1.6e-5 relative per weight (the float32 rounding of z times
+|z|), which the tests' float64 references (1e-9, 1e-12) reject, and sampling by CDF
+inversion, p(x) / q(x) and the residual max(0, p - q) (which cancels when the draft is good)
+would inherit it. float32 is used in one place where it cannot change a result: to accept a
+draft at a dense target row, verify sums float32 weights for p(x)'s normaliser, certified
+within a factor 1 +- 2^-15 of the float64 one (the bound is derived at _FLOAT32_EPS and held
+by a test); it accepts only when u lies below the ratio by more than that, so exactly when
+the float64 test accepts, and computes the float64 row otherwise (a rejection needs it for
+the residual anyway). A dense row otherwise costs one subtract, one exp and one blocked sum;
+sampling goes by block sums (no full cumsum), a dense residual stays dense, and nothing is
+dense at all with a filter.
 
 Edges are handled in the maths, never by numpy warnings: a tiny temperature (1e-300) caps
 each gap at 800 temperatures before dividing, so exp underflows to exactly 0 instead of
@@ -46,6 +53,7 @@ in ways that depend on more than the logits row. No global RNG: every draw takes
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence, Union
 
@@ -62,6 +70,16 @@ _BLOCK = 1024
 _BLOCKS_PER_K = 4
 # A gap of more than this many temperatures gives weight exp(-800) == 0.0 in float64.
 _UNDERFLOW_GAPS = 800.0
+# The float32 normaliser of a dense row (`_target_prob_float32`) is within a factor 1 +- this
+# of the float64 one, for float32 logits and 1/64 <= T <= 64. Per weight exp(z), z = (x - top) / T:
+# z rounds three times in float32 (the subtraction, 1/T, the product), so z32 = z (1 + d),
+# |d| <= 3.01 * 2^-24, and exp(z32) = exp(z) exp(z d) is off by at most |z| 3.01 * 2^-24 <=
+# 1.57e-5 where exp(z) is a normal float32 (z >= -87.4); numpy's float32 exp adds at most
+# 2.52 ulp (3.0e-7); smaller weights (< 1.2e-38 each, against a largest weight of exactly 1)
+# and float64 rounding add less than 1e-9. All weights are positive, so the sum keeps the
+# largest relative error of its terms: 1.6e-5, and 2^-15 = 3.05e-5 leaves a factor of ~2.
+_FLOAT32_EPS = 2.0**-15
+_FLOAT32_TEMPERATURES = (1.0 / 64.0, 64.0)
 
 
 @dataclass(frozen=True)
@@ -117,7 +135,7 @@ class Distribution:
     def prob(self, x: int) -> float:
         if self.ids is None:
             return float(self.weights[x]) / self.total
-        i = int(np.searchsorted(self.ids, x))
+        i = int(self.ids.searchsorted(x))
         if i < len(self.ids) and self.ids[i] == x:
             return float(self.weights[i]) / self.total
         return 0.0
@@ -152,12 +170,16 @@ def check_finite(logits: np.ndarray) -> float:
 def _checked_argmax(logits: np.ndarray) -> int:
     # One pass: argmax returns the first NaN if there is one, and +inf if there is one.
     i = int(np.argmax(logits))
-    if not np.isfinite(logits[i]):
-        raise NumericalError(
-            "the model produced NaN or infinite logits; the GGUF file may be corrupt or the "
-            "GPU offload broken (try --gpu-layers 0)"
-        )
+    if not math.isfinite(logits[i]):
+        _raise_not_finite()
     return i
+
+
+def _raise_not_finite() -> None:
+    raise NumericalError(
+        "the model produced NaN or infinite logits; the GGUF file may be corrupt or the "
+        "GPU offload broken (try --gpu-layers 0)"
+    )
 
 
 def argmax(logits: np.ndarray) -> int:
@@ -184,7 +206,7 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> Distribution:
         return _after_top_k(n, top_k_ids(logits, top_k), logits, params)
     else:
         top = check_finite(logits)
-        if params.top_p >= 1.0 and params.min_p <= 0.0:
+        if _unfiltered(params, n):
             return _dense(logits, top, params.temperature)
         if params.top_p < 1.0:
             ids, z, w = _nucleus_of_row(logits, top, params.top_p)
@@ -200,25 +222,67 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> Distribution:
     return Distribution(n, ids, tempered / tempered.sum())
 
 
+def _unfiltered(params: SamplingParams, n: int) -> bool:
+    """T > 0 and no filter cuts a row of n logits: the processed distribution is dense."""
+    return not params.greedy and not 0 < params.top_k < n and params.top_p >= 1.0 and params.min_p <= 0.0
+
+
+def _float32_accepts(target_logits: np.ndarray, params: SamplingParams) -> bool:
+    """Whether verify may accept from `_target_prob_float32`: dense rows of float32 logits, 1/64 <= T <= 64."""
+    low, high = _FLOAT32_TEMPERATURES
+    return target_logits.dtype == np.float32 and _unfiltered(params, target_logits.shape[-1]) and low <= params.temperature <= high
+
+
+def _target_prob_float32(logits: np.ndarray, x: int, temperature: float) -> float:
+    """p(x) of softmax(logits / T) with the normaliser summed from float32 weights.
+
+    Within a factor 1 +- _FLOAT32_EPS of distribution(logits, T).prob(x) (see the constant),
+    for float32 logits and 1/64 <= T <= 64: numpy's float32 exp is vectorised, its float64
+    exp is not on every CPU, and p(x) alone needs no float64 row. The weight of x itself is
+    computed as `_dense` computes it.
+    """
+    top = check_finite(logits)
+    # Logits more than 128 T below the top (weight < exp(-128): 0 in float32) are raised to
+    # that floor first, so that the subtraction cannot overflow however far apart they are.
+    # Near +-3e38 the float32 spacing exceeds 128 T: then the floor is the float below the top.
+    floor = np.float32(top - 128.0 * temperature)
+    if floor >= top - 104.0 * temperature:
+        floor = np.nextafter(floor, np.float32(-np.inf))
+    w = np.maximum(logits, floor)
+    np.subtract(w, np.float32(top), out=w)
+    if temperature != 1.0:
+        np.multiply(w, np.float32(1.0 / temperature), out=w)
+    np.exp(w, out=w)
+    z = np.float64(logits[x]) - top
+    if temperature < 1.0:
+        z = max(z, -_UNDERFLOW_GAPS * temperature)
+    return float(np.exp(z / temperature)) / float(w.sum(dtype=np.float64))
+
+
 def _after_top_k(n: int, ids: np.ndarray, logits: np.ndarray, params: SamplingParams) -> Distribution:
     """Top-p, min-p and temperature on the k ids top-k kept, in few numpy calls: sorted
     largest first (ties: lowest id first), both cuts keep a prefix. The same sums and
     comparisons as the general path (`_nucleus`, min-p, `_tempered`)."""
     z_by_id = logits[ids].astype(np.float64)
-    order = np.argsort(-z_by_id, kind="stable")
+    order = (-z_by_id).argsort(kind="stable")
     z_by_id -= z_by_id[order[0]]  # log-weights at temperature 1, max 0
     w_by_id = np.exp(z_by_id)
-    w = w_by_id[order]
+    w = w_by_id[order]  # descending, w[0] == exp(0) == 1
     m = len(w)
     if params.top_p < 1.0:
-        cum = np.cumsum(w) / w_by_id.sum()
-        m = min(int(np.searchsorted(cum, params.top_p, side="left")), m - 1) + 1
-    if params.min_p > 0.0:
-        m = int(np.count_nonzero(w[:m] >= params.min_p * w[0]))  # w is descending: a prefix
-    keep = np.sort(order[:m])  # back to ascending ids
+        cum = w.cumsum() / w_by_id.sum()
+        m = min(int(cum.searchsorted(params.top_p, side="left")), m - 1) + 1
+    if params.min_p > 0.0:  # w >= min_p * w[0]: a prefix of the descending w (w[::-1] ascends)
+        m = min(m, len(w) - int(w[::-1].searchsorted(params.min_p * w[0], side="left")))
+    widest = -z_by_id[order[m - 1]]  # the largest gap kept
+    keep = order[:m]
+    keep.sort()  # back to ascending ids (in place: order is not used after this)
     z = z_by_id[keep]
-    tempered = _tempered(-z, params.temperature)
-    return Distribution(n, ids[keep], tempered / tempered.sum())
+    if widest <= _UNDERFLOW_GAPS * params.temperature:
+        tempered = np.exp(z / params.temperature)  # the same values as _tempered(-z, T): no gap is capped
+    else:
+        tempered = _tempered(-z, params.temperature)
+    return Distribution(n, ids[keep], tempered, tempered.sum())
 
 
 def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
@@ -253,20 +317,28 @@ def top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
     Exact, without a full argpartition: the row is cut into 4k blocks, the k-th largest
     block maximum is a threshold that at least k logits reach (one in each of k blocks), and
     only the few ids at or above it are partitioned. Example: [1, 5, 3, 4.5], k=2 -> [1, 3].
+    Raises NumericalError on NaN or +inf anywhere, or when every logit is -inf.
     """
     n = logits.shape[-1]
-    size = n // (_BLOCKS_PER_K * k)
+    count = _BLOCKS_PER_K * k
+    size = n // count
     if size >= 8:
-        cut = size * (_BLOCKS_PER_K * k)
-        blocks = logits[:cut].reshape(-1, size)
+        cut = size * count
+        blocks = logits[:cut].reshape(count, size)
         maxima = blocks.max(axis=1)  # NaN in a block makes its maximum NaN
-        check_finite(maxima if cut == n else np.append(maxima, logits[cut:].max()))
-        threshold = maxima[np.argpartition(maxima, len(maxima) - k)[len(maxima) - k]]
-        # Only blocks whose maximum reaches the threshold can hold candidates (about k of 4k).
-        hit = np.flatnonzero(maxima >= threshold)
-        flat = np.flatnonzero(blocks[hit] >= threshold)  # (1-d: numpy's 2-d nonzero is slow)
-        candidates = hit[flat // size] * size + flat % size
-        if cut < n:  # the tail that does not fill a block
+        top = float(maxima.max())
+        tail_top = float(logits[cut:].max()) if cut < n else top  # the ids that do not fill a block
+        if top != top or tail_top != tail_top or not math.isfinite(max(top, tail_top)):
+            _raise_not_finite()
+        # The k-th largest maximum of the whole blocks: k blocks hold an id at or above it.
+        # (Methods, not np.partition / np.flatnonzero: their wrappers cost as much as the work here.)
+        ranked = maxima.copy()
+        ranked.partition(count - k)
+        threshold = ranked[count - k]
+        hit = (maxima >= threshold).nonzero()[0]  # only these blocks can hold candidates (about k of 4k)
+        block, offset = np.divmod((blocks.take(hit, axis=0) >= threshold).ravel().nonzero()[0], size)
+        candidates = hit[block] * size + offset
+        if tail_top >= threshold:
             candidates = np.concatenate([candidates, cut + np.flatnonzero(logits[cut:] >= threshold)])
     else:
         check_finite(logits)
@@ -334,12 +406,12 @@ def sample(probs: Union[Distribution, np.ndarray], rng: np.random.Generator) -> 
 
 def _invert_cdf(weights: np.ndarray, u: float) -> int:
     """Index i with cdf[i-1] <= u * cdf[-1] < cdf[i], for u in [0, 1); never a zero weight."""
-    cdf = np.cumsum(weights, dtype=np.float64)
+    cdf = weights.cumsum(dtype=np.float64)
     return _locate(cdf, u * cdf[-1], weights)
 
 
 def _locate(cdf: np.ndarray, target: float, weights: np.ndarray) -> int:
-    i = int(np.searchsorted(cdf, target, side="right"))
+    i = int(cdf.searchsorted(target, side="right"))
     if i >= len(cdf):  # target rounded up to cdf[-1]: the last id with weight
         i = int(np.flatnonzero(weights)[-1])
     return i
@@ -359,25 +431,26 @@ def residual(p: Union[Distribution, np.ndarray], q: Union[Distribution, np.ndarr
     """normalise(max(0, p - q)): what the target still owes after a rejected draft.
 
     It lives on p's support (where p = 0 so is max(0, p - q)), so a sparse p gives a sparse
-    residual whatever q is. If p == q everywhere the residual has no mass; a rejection then
-    has probability zero, so returning p keeps the function total without changing any
+    residual whatever q is, and a dense p a dense one (kept dense: one pass per step, no
+    search for the positive ids). If p == q everywhere the residual has no mass; a rejection
+    then has probability zero, so returning p keeps the function total without changing any
     distribution. Dense numpy rows in give a dense numpy row out.
     """
     if not isinstance(p, Distribution):
         return residual(Distribution.from_dense(p), Distribution.from_dense(q)).dense()
-    if p.ids is None:
-        r = p.weights[: p.n].astype(np.float64) / p.total
+    if p.ids is None:  # dense stays dense (whole blocks, zero-padded), with block sums for sampling
+        r = p.weights / p.total
         if q.ids is None:
-            r -= q.weights[: q.n] / q.total
+            r -= q.weights / q.total
         else:
             r[q.ids] -= q.weights / q.total
-        ids = np.flatnonzero(r > 0.0)
-        r = r[ids]
-    else:
-        ids = p.ids
-        r = p.weights / p.total - q.probs_at(ids)
-        keep = r > 0.0
-        ids, r = ids[keep], r[keep]
+        np.maximum(r, 0.0, out=r)
+        block_sums = r.reshape(-1, _BLOCK).sum(axis=1)
+        mass = block_sums.sum()
+        return Distribution(p.n, None, r, mass, block_sums) if mass > 0.0 else p
+    r = p.weights / p.total - q.probs_at(p.ids)
+    keep = r > 0.0
+    ids, r = p.ids[keep], r[keep]
     mass = r.sum()
     if mass <= 0.0:
         return p
@@ -418,15 +491,23 @@ def verify(
         return Verdict(accepted=k, token=argmax(target_logits[k]), bonus=True)
 
     n = target_logits.shape[1]
+    fast = _float32_accepts(target_logits, params)
     for i, x in enumerate(draft_tokens):
-        p = distribution(target_logits[i], params)
         if q_rows is None:
             q = Distribution(n, np.array([x]), np.array([1.0]))
         else:
             q = q_rows[i] if isinstance(q_rows[i], Distribution) else Distribution.from_dense(q_rows[i])
         q_x = q.prob(x)
         assert q_x > 0.0, "a draft token must have positive draft probability"
-        if rng.random() < p.prob(x) / q_x:  # u < p/q happens with probability min(1, p/q)
+        u = rng.random()
+        # A dense row's p(x) from float32 weights is within a factor 1 +- _FLOAT32_EPS of the
+        # float64 p(x), so u below the fast ratio shrunk by twice that is below the float64
+        # ratio too: the same decision, without the float64 row. Any other u (a rejection, or
+        # u too close to call) takes the float64 row, which a rejection needs anyway.
+        if fast and u < _target_prob_float32(target_logits[i], x, params.temperature) / q_x * (1.0 - 2.0 * _FLOAT32_EPS):
+            continue
+        p = distribution(target_logits[i], params)
+        if u < p.prob(x) / q_x:  # u < p/q happens with probability min(1, p/q)
             continue
         return Verdict(accepted=i, token=sample(residual(p, q), rng), bonus=False)
     return Verdict(accepted=k, token=sample(distribution(target_logits[k], params), rng), bonus=True)

@@ -257,3 +257,86 @@ def test_nan_or_inf_anywhere_raises_without_a_warning(bad):
             distribution(row, params)
     with pytest.raises(NumericalError):
         distribution(np.full(5000, -np.inf, dtype=np.float32), SamplingParams())
+
+
+# -- verify's float32 shortcut for dense target rows --------------------------------------
+
+FAST_TEMPS = [1.0 / 64.0, 0.3, 0.8, 1.0, 2.5, 64.0]
+
+
+@pytest.mark.usefixtures("warnings_are_errors")
+def test_float32_target_prob_is_within_its_stated_bound_of_the_float64_one():
+    # The bound _FLOAT32_EPS is derived in sampling.py (1.6e-5 worst case, 3.05e-5 stated);
+    # here it is held on every kind of row, at the temperature limits and at ids from the top
+    # to the far tail. Rows spread over 6e38 would overflow a plain float32 subtraction.
+    checked = 0
+    for n in (300, 50_000):
+        kinds = rows(n + 1, n)
+        huge = np.zeros(n, dtype=np.float32)
+        huge[:3] = [3e38, -3e38, 1e38]
+        kinds["huge logits"] = huge
+        for (name, row), temperature in itertools.product(kinds.items(), FAST_TEMPS):
+            dist = distribution(row, SamplingParams(temperature, 0, 1.0, 0.0))
+            for x in np.flatnonzero(dist.dense() > 0)[:: max(1, n // 50)]:
+                fast = sampling._target_prob_float32(row, int(x), temperature)
+                assert abs(fast / dist.prob(int(x)) - 1.0) <= sampling._FLOAT32_EPS, (name, temperature, x)
+                checked += 1
+    assert checked > 500
+
+
+class CountingDistribution:
+    """sampling.distribution, recording which target rows verify processed in float64."""
+
+    def __init__(self, rows_):
+        self.rows, self.done = rows_, []
+
+    def __call__(self, logits, params):
+        self.done.append(next(i for i, r in enumerate(self.rows) if r is logits or np.shares_memory(r, logits)))
+        return distribution(logits, params)
+
+
+def test_verify_decides_a_ratio_too_close_to_call_in_float64(monkeypatch):
+    # u exactly at the float64 ratio p(x)/q(x) must be rejected and u one ulp below it
+    # accepted, as the float64 rule decides. The float32 ratio differs from the float64 one
+    # (asserted), so a verify that decided from it alone would get one of the two wrong.
+    rng = np.random.default_rng(21)
+    n = 50_000
+    params = SamplingParams(0.8, 0, 1.0, 0.0)
+    target = (rng.standard_normal((2, n)) * 2).astype(np.float32)
+    x = int(np.argmax(target[0]))
+    p_x = distribution(target[0], params).prob(x)
+    q = Distribution(n, np.array([x, x + 1]), np.array([0.5, 0.5]))
+    ratio = p_x / 0.5
+    assert 0.0 < ratio < 1.0
+    assert sampling._target_prob_float32(target[0], x, params.temperature) != p_x
+    assert verify(target, [x], [q], params, FixedRandom([ratio, 0.5])).accepted == 0
+    assert verify(target, [x], [q], params, FixedRandom([np.nextafter(ratio, 0.0), 0.5])).accepted == 1
+    # A u clearly below the ratio is accepted without the float64 row: only the bonus row is processed.
+    spy = CountingDistribution(list(target))
+    monkeypatch.setattr(sampling, "distribution", spy)
+    assert verify(target, [x], [q], params, FixedRandom([0.5 * ratio, 0.5])).accepted == 1
+    assert spy.done == [1]
+
+
+def test_verify_with_the_float32_shortcut_gives_the_float64_verdicts():
+    # 400 rounds of k = 4 on random rows at several temperatures: the verdict (accepted count
+    # and token) equals the plain float64 rule run on a copy of the same generator.
+    rng = np.random.default_rng(33)
+    n, k = 3_000, 4
+    for trial in range(400):
+        params = SamplingParams(FAST_TEMPS[trial % len(FAST_TEMPS)], 0, 1.0, 0.0)
+        target = (rng.standard_normal((k + 1, n)) * 2).astype(np.float32)
+        draft = (target[:k] + rng.standard_normal((k, n)).astype(np.float32) * 0.3).astype(np.float32)
+        q_rows = [distribution(r, params) for r in draft]
+        tokens = [sample(q, rng) for q in q_rows]
+        seed = int(rng.integers(1 << 30))
+        got = verify(target, tokens, q_rows, params, np.random.default_rng(seed))
+        coin = np.random.default_rng(seed)
+        want = None
+        for i, x in enumerate(tokens):
+            p = distribution(target[i], params)
+            if not coin.random() < p.prob(x) / q_rows[i].prob(x):
+                want = (i, sample(residual(p, q_rows[i]), coin))
+                break
+        want = want or (k, sample(distribution(target[k], params), coin))
+        assert (got.accepted, got.token) == want, trial
