@@ -43,13 +43,12 @@ of k (policy.py), loading and checking the pair (session.py).
 from __future__ import annotations
 
 import bisect
-import time
 from typing import Callable, Sequence
 
 import numpy as np
 
-from .drafters import CausalModel, Proposal, Proposer, catch_up, common_prefix
-from .sampling import SamplingParams, distribution, sample
+from .drafters import CausalModel, ModelDrafter, common_prefix
+from .sampling import Distribution, SamplingParams, distribution, sample
 from .vocab_map import VocabMap, byte_tokens
 
 BACK_TOKENS = 3  # draft tokens retokenised before the first changed byte
@@ -145,13 +144,12 @@ class TextMirror:
             offset += len(run)
 
 
-class CrossVocabDrafter:
-    """Drafts target ids with a model of another vocabulary, over the shared tokens."""
-
-    name = "model"
+class CrossVocabDrafter(ModelDrafter):
+    """Drafts target ids with a model of another vocabulary, over the shared tokens: the
+    ModelDrafter loop, with the context translated by a TextMirror and q restricted."""
 
     def __init__(self, model: CausalModel, vocab: VocabMap, mirror: TextMirror) -> None:
-        self.model = model
+        super().__init__(model)
         self.vocab = vocab
         self.mirror = mirror
 
@@ -168,47 +166,26 @@ class CrossVocabDrafter:
         )
         return cls(draft, vocab, mirror)
 
-    def prefill(self, context: Sequence[int]) -> None:
-        catch_up(self.model, self.mirror.update(context), 0)
+    def own_context(self, context: Sequence[int]) -> list[int]:
+        """The draft's tokens for the same text (TextMirror)."""
+        return self.mirror.update(context)
 
-    def candidates(self, context: Sequence[int]) -> list[Proposer]:
-        return [self]
-
-    def propose(
-        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
-    ) -> Proposal:
-        out = Proposal(q_rows=None if params.greedy else [])
-        t0 = time.perf_counter()
-        mirrored = self.mirror.update(context)
-        k = min(k, self.model.n_ctx - len(mirrored))
-        if k <= 0 or not mirrored:
-            return out
-        logits = catch_up(self.model, mirrored)
-        out.catch_up_seconds = out.decode_seconds = time.perf_counter() - t0
-        for i in range(k):
-            row = logits[0]
-            # Every stop below is decided from q (or the logits) alone, before x is drawn.
-            if params.greedy:
-                d = self.vocab.restrict_logits(row)
-                if p_min > 0.0 and softmax_at(row, d) < p_min:
-                    break
-                x = int(self.vocab.draft_to_target[d])
-            else:
-                q, confidence = self.vocab.restrict(distribution(row, params))
-                if q is None or confidence < p_min:
-                    break  # no shared token survives the filters, or the draft is unsure
-                x = sample(q, rng)
-                d = int(self.vocab.target_to_draft[x])
-                out.q_rows.append(q)
-            out.tokens.append(x)
-            if i + 1 < k:
-                t0 = time.perf_counter()
-                logits = self.model.decode([d], 1)
-                out.decode_seconds += time.perf_counter() - t0
-        return out
-
-    def sync(self, context: Sequence[int]) -> None:
-        self.model.rewind(common_prefix(self.model.tokens, self.mirror.update(context)))
+    def pick(
+        self, row: np.ndarray, params: SamplingParams, rng: np.random.Generator, p_min: float
+    ) -> tuple[int, int, Distribution | None] | None:
+        """A shared token: at T = 0 the argmax over the shared ids, else x ~ q restricted to them
+        (VocabMap.restrict). Stops, from q or the logits alone, when no shared token survives
+        the filters or the draft is unsure (p_min)."""
+        if params.greedy:
+            d = self.vocab.restrict_logits(row)
+            if p_min > 0.0 and softmax_at(row, d) < p_min:
+                return None
+            return int(self.vocab.draft_to_target[d]), d, None
+        q, confidence = self.vocab.restrict(distribution(row, params))
+        if q is None or confidence < p_min:
+            return None
+        x = sample(q, rng)
+        return x, int(self.vocab.target_to_draft[x]), q
 
 
 def softmax_at(row: np.ndarray, index: int) -> float:

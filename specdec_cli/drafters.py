@@ -124,7 +124,12 @@ def top_probability(logits: np.ndarray) -> float:
 
 
 class ModelDrafter:
-    """Drafts with a small GGUF model, sampling each token from its processed distribution q."""
+    """Drafts with a small GGUF model, sampling each token from its processed distribution q.
+
+    Two steps are methods so that a drafter of another vocabulary (cross_vocab.py) reuses the
+    loop: `own_context` (the draft's tokens for the engine's context; here the same ids) and
+    `pick` (the proposed token, the draft id fed back, and the q it was drawn from).
+    """
 
     name = "model"
 
@@ -133,8 +138,30 @@ class ModelDrafter:
         # Ids at or beyond the shared vocabulary are never proposed (compat.PairReport.shared_vocab, checked by session.check_pair).
         self.vocab_limit = vocab_limit or model.n_vocab
 
+    def own_context(self, context: Sequence[int]) -> list[int]:
+        """The draft model's tokens for the engine's context: the same ids."""
+        return list(context)
+
+    def pick(
+        self, row: np.ndarray, params: SamplingParams, rng: np.random.Generator, p_min: float
+    ) -> tuple[int, int, Distribution | None] | None:
+        """(proposed id, the id the draft model evaluates next, q or None if deterministic), or
+        None to stop here. The early stop looks at q (or the softmax) only, before x is drawn:
+        the proposal stays "x ~ q" whenever there is one, which is what verify assumes."""
+        row = row[: self.vocab_limit]
+        if params.greedy:
+            if p_min > 0.0 and top_probability(row) < p_min:
+                return None
+            x = argmax(row)
+            return x, x, None
+        q = distribution(row, params)
+        if q.max_prob() < p_min:
+            return None
+        x = sample(q, rng)
+        return x, x, q
+
     def prefill(self, context: Sequence[int]) -> None:
-        catch_up(self.model, context, 0)
+        catch_up(self.model, self.own_context(context), 0)
 
     def candidates(self, context: Sequence[int]) -> list[Proposer]:
         return [self]
@@ -143,35 +170,29 @@ class ModelDrafter:
         self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
     ) -> Proposal:
         out = Proposal(q_rows=None if params.greedy else [])
-        k = min(k, self.model.n_ctx - len(context))
-        if k <= 0:
-            return out
         t0 = time.perf_counter()
-        logits = catch_up(self.model, context)
+        own = self.own_context(context)
+        k = min(k, self.model.n_ctx - len(own))
+        if k <= 0 or not own:
+            return out
+        logits = catch_up(self.model, own)
         out.catch_up_seconds = out.decode_seconds = time.perf_counter() - t0
         for i in range(k):
-            row = logits[0, : self.vocab_limit]
-            # The early stop looks at q (or the softmax) only, before x is drawn: the proposal
-            # stays "x ~ q" whenever there is one, which is what verify assumes.
-            if params.greedy:
-                if p_min > 0.0 and top_probability(row) < p_min:
-                    break
-                x = argmax(row)
-            else:
-                q = distribution(row, params)
-                if q.max_prob() < p_min:
-                    break
-                x = sample(q, rng)
+            picked = self.pick(logits[0], params, rng, p_min)
+            if picked is None:
+                break
+            x, d, q = picked
+            if q is not None:
                 out.q_rows.append(q)
             out.tokens.append(x)
             if i + 1 < k:  # the last draft is never evaluated here: the target does that
                 t0 = time.perf_counter()
-                logits = self.model.decode([x], 1)
+                logits = self.model.decode([d], 1)
                 out.decode_seconds += time.perf_counter() - t0
         return out
 
     def sync(self, context: Sequence[int]) -> None:
-        self.model.rewind(common_prefix(self.model.tokens, context))
+        self.model.rewind(common_prefix(self.model.tokens, self.own_context(context)))
 
 
 @dataclass(frozen=True)

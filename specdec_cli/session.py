@@ -73,7 +73,7 @@ class LoadedPair:
         tokens when the vocabularies differ (what cost_curve.measure_cost_curve times the draft on)."""
         if self.vocab_map is None:
             return list(context)
-        return CrossVocabDrafter.for_models(self.draft, self.target, self.vocab_map).mirror.update(context)
+        return CrossVocabDrafter.for_models(self.draft, self.target, self.vocab_map).own_context(context)
 
     def engine(self, speculative: bool = True, drafter: str = "model", lookup: LookupOptions = LookupOptions()) -> Engine:
         """The engine for `drafter` ("model", "lookup" or "model+lookup"); target-only if not speculative."""
