@@ -314,6 +314,16 @@ def test_replay_charges_what_the_docstring_says():
     assert costs.batch(5) == pytest.approx(0.092 + (0.251 - 0.092) / 12 * 4)
 
 
+def test_replay_random_texts_follow_the_prompt_rate():
+    # 1 miss in 4 -> each of 4,000 positions agrees with probability 0.75: the share lies within
+    # 4 standard deviations (4 x sqrt(.75 x .25 / 4000) = 0.027) unless the draws are wrong.
+    texts = policy_replay.random_texts({"p": [True, True, True, False]}, count=2, max_tokens=2000)
+    share = sum(sum(t) for t in texts["p"].values()) / 4000
+    assert abs(share - 0.75) < 0.027 and texts["p"][0] != texts["p"][1]
+    assert texts == policy_replay.random_texts({"p": [True, True, True, False]}, count=2, max_tokens=2000)  # seeded
+    assert all(all(t) for t in policy_replay.random_texts({"p": [False]}, 3, 50, agreement=1.0)["p"].values())
+
+
 def test_cheap_drafts_stay_long_after_a_rejection():
     """Issue 13, pinned on one recorded text: with a cheap draft (c = 0.11) auto keeps up with the
     best fixed k. Replayed on the story text with the measured costs (a simulated clock, so the
