@@ -327,11 +327,12 @@ def test_replay_random_texts_follow_the_prompt_rate():
 def test_cheap_drafts_stay_long_after_a_rejection():
     """Issue 13, pinned on one recorded text: with a cheap draft (c = 0.11) auto keeps up with the
     best fixed k. Replayed on the story text with the measured costs (a simulated clock, so the
-    figures are exact): fixed k = 8, 12, 16 give 2.31x, 2.52x, 2.46x target-only, auto 2.41x
-    (0.957 of k = 12). The policy before issue 13's changes met the first rejection (token 22)
-    at draft position 7 and then kept k at 6-7 (2.22x, 0.88): per-position acceptance keeps k
-    below a position that failed once. Round 1 now drafts, which moves the round boundaries so
-    that rejection falls at position 10; the mechanism itself remains (docs/benchmarks.md)."""
+    figures are exact): fixed k = 8, 12, 16 give 2.31x, 2.52x, 2.46x target-only, auto 2.55x
+    (1.01 of k = 12; k after the first rejection 9, 12, 15, 16). The policy of 896be39 met the
+    first rejection (token 22) at draft position 7 and then kept k at 6-7 (2.22x, 0.88): a
+    position that failed once held k below it. Round 1 drafting moved that rejection to
+    position 10 (45bf40b: k then stayed at 9-10, 2.41x, 0.957); since acceptance is shrunk by
+    pseudo-failures (see test_k_is_not_held_below_a_position_that_failed_once) k climbs again."""
     agrees = [c == "1" for c in STORY]
     fixed = {k: policy_replay.replay(agrees, FixedPolicy(k), DEEP100, 128).tokens_per_second for k in (8, 12, 16)}
     auto = policy_replay.replay(agrees, AdaptivePolicy(), DEEP100, 128)
