@@ -13,11 +13,17 @@ compared with each fixed k on the same text, free of timing noise:
     python3 benchmarks/policy_replay.py compare --costs docs/synthetic.json
     python3 benchmarks/policy_replay.py compare --costs docs/synthetic.json --before 896be39   # and the code at a ref
     python3 benchmarks/policy_replay.py compare --costs docs/synthetic.json --shifts 16   # starts 0, 2, .., 30
+    python3 benchmarks/policy_replay.py compare --costs docs/synthetic.json --random 64   # random texts
 
 Where the rejections fall relative to the round boundaries moves every fixed k by several
 per cent, so one text is a lucky or unlucky draw; `--shifts S` replays each text from S
 starts (tokens 0.., 2.., .., 2(S - 1)..) and prints the mean, lowest and highest of auto /
-best fixed k on the grid.
+best fixed k on the grid. Shifting moves only the first round boundary, though: after a
+rejection every policy starts a round at the same token, so the gaps between rejections
+decide the rest, and one text's gaps can suit one k (on `chat` k = 12 is the best of 8, 12,
+16 from all 16 starts). `--random R` replays R random texts per prompt instead, each
+position a miss independently at the prompt's own rate (Theorem 3.8's model), and also
+prints auto against the fixed k that is best on average over them.
 
 The cost model (`Costs`): a plain step costs T(1), a round of k drafts costs its draft steps
 plus T(k + 1), with T(n) interpolated linearly between measured sizes; the draft model's
@@ -41,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -132,13 +139,15 @@ def replay(agrees: Sequence[bool], policy, costs: Costs, max_tokens: int) -> Rep
     return out
 
 
-def costs_from_sweep(path: Path) -> list[Costs]:
-    """The measured costs of each row of a `synthetic_pair.py sweep --json` file."""
+def costs_from_sweep(path: Path, draft_scale: float = 1.0) -> list[Costs]:
+    """The measured costs of each row of a `synthetic_pair.py sweep --json` file, the draft step
+    multiplied by draft_scale (a dearer draft model on the same target)."""
     out = []
     for row in json.loads(path.read_text())["rows"]:
         target = {1: row["target_step_ms"] / 1000}
         target.update({int(k) + 1: ms / 1000 for k, ms in row["verify_ms"].items()})
-        out.append(Costs(row["draft_step_ms"] / 1000, target, label=f"N={row['extra']} c={row['cost_ratio']:.2f}"))
+        draft = row["draft_step_ms"] / 1000 * draft_scale
+        out.append(Costs(draft, target, label=f"N={row['extra']} c={draft / target[1]:.2f}"))
     return out
 
 
@@ -194,14 +203,35 @@ def shifted(traces: dict[str, list[bool]], shifts: int, max_tokens: int) -> dict
     return {name: {2 * i: agrees[2 * i :] for i in range(shifts) if len(agrees) - 2 * i >= max_tokens} for name, agrees in traces.items()}
 
 
+def random_texts(traces: dict[str, list[bool]], count: int, max_tokens: int, agreement: float | None = None,
+                 seed: int = 0) -> dict[str, dict[int, list[bool]]]:
+    """`count` random traces per prompt, max_tokens long, each position a miss independently at
+    that prompt's own miss rate (over its whole recorded trace), or at 1 - agreement. Example:
+    story, 7 misses in 256 tokens -> each position agrees with probability 249 / 256 = 0.973."""
+    rng = random.Random(seed)
+    out = {}
+    for name, agrees in traces.items():
+        rate = sum(agrees) / len(agrees) if agreement is None else agreement
+        out[name] = {i: [rng.random() < rate for _ in range(max_tokens)] for i in range(count)}
+    return out
+
+
 def print_shifts(rows: list[dict], grid: Sequence[int]) -> None:
-    """rows from compare() over shifted traces named "prompt@start": auto / best on the grid, per costs and prompt."""
-    groups: dict[tuple[str, str], list[float]] = {}
+    """rows from compare() over traces named "prompt@start" (or "prompt@i", random texts), per
+    costs and prompt: the mean, lowest and highest of auto / best on the grid text by text, and
+    auto's mean tokens/s over the best fixed k's mean (the k in 0..16 best on average, not text
+    by text; k = 0 is target-only)."""
+    groups: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
-        groups.setdefault((r["costs"], r["prompt"].split("@")[0]), []).append(r["auto"] / max(r["fixed"][k] for k in grid))
-    print(f"{'costs':>14} {'prompt':>8} {'starts':>6} {'auto/grid mean':>14} {'lowest':>7} {'highest':>7}")
-    for (costs, prompt), ratios in groups.items():
-        print(f"{costs:>14} {prompt:>8} {len(ratios):>6} {sum(ratios) / len(ratios):>14.3f} {min(ratios):>7.3f} {max(ratios):>7.3f}")
+        groups.setdefault((r["costs"], r["prompt"].split("@")[0]), []).append(r)
+    print(f"{'costs':>14} {'prompt':>8} {'texts':>6} {'auto/grid mean':>14} {'lowest':>7} {'highest':>7} {'auto/best mean k':>16}")
+    for (costs, prompt), group in groups.items():
+        ratios = [r["auto"] / max(r["fixed"][k] for k in grid) for r in group]
+        means = {0: group[0]["target_only"]} | {k: sum(r["fixed"][k] for r in group) / len(group) for k in group[0]["fixed"]}
+        best = max(means, key=means.get)
+        on_average = sum(r["auto"] for r in group) / len(group) / means[best]
+        print(f"{costs:>14} {prompt:>8} {len(ratios):>6} {sum(ratios) / len(ratios):>14.3f} {min(ratios):>7.3f} {max(ratios):>7.3f}"
+              f" {on_average:>9.3f} (k={best})")
 
 
 def print_rows(rows: list[dict], grid: Sequence[int]) -> None:
@@ -229,6 +259,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     cmp.add_argument("-n", "--max-tokens", type=int, default=128)
     cmp.add_argument("--grid", default="8,12,16", help="the fixed k a sweep measures (column auto/grid)")
     cmp.add_argument("--shifts", type=int, default=0, help="replay each text from this many starts, 2 tokens apart")
+    cmp.add_argument("--random", type=int, default=0, help="instead: this many random texts per prompt, misses independent at its own rate")
+    cmp.add_argument("--agreement", type=float, help="with --random: this agreement rate instead of each prompt's own")
+    cmp.add_argument("--draft-scale", type=float, default=1.0, help="multiply the measured draft step (a dearer draft: c x this)")
     cmp.add_argument("--before", help="also replay the policy of this git ref (git archive into a temporary folder)")
     cmp.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args(argv)
@@ -246,10 +279,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             child = [sys.executable, __file__] + [a for a in (argv or sys.argv[1:]) if a not in ("--before", args.before)]
             subprocess.run(child, env={**os.environ, "SPECDEC_CODE": str(code)}, check=True)
         print("policy here:")
-    if args.shifts:
-        traces = {f"{name}@{start}": agrees for name, starts in shifted(traces, args.shifts, args.max_tokens).items() for start, agrees in starts.items()}
-    rows = compare(traces, costs_from_sweep(args.costs), args.max_tokens)
-    (print_shifts if args.shifts else print_rows)(rows, grid)
+    if args.shifts or args.random:
+        texts = random_texts(traces, args.random, args.max_tokens, args.agreement) if args.random else shifted(traces, args.shifts, args.max_tokens)
+        traces = {f"{name}@{start}": agrees for name, starts in texts.items() for start, agrees in starts.items()}
+    rows = compare(traces, costs_from_sweep(args.costs, args.draft_scale), args.max_tokens)
+    (print_shifts if args.shifts or args.random else print_rows)(rows, grid)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
     return 0

@@ -22,8 +22,10 @@
 
 What is measured, all from the Round events of earlier rounds:
   - a_i: exponentially weighted hits and trials per position (forgetting factor `decay`
-    per round of that drafter), shrunk by a pseudo-count toward the rate pooled over all
-    positions (itself shrunk toward a prior), so a position not tried yet inherits it;
+    per round of that drafter), shrunk toward the rate pooled over all positions (itself
+    shrunk toward a prior) by a pseudo-count of failures, so a position not tried yet
+    inherits it, and one rejection at a deep position does not hold k below it while drafts
+    are mostly accepted (see Acceptance);
   - T_draft: weighted mean of draft seconds per draft step, per drafter, and apart from it
     the draft model's catch-up per round. Before the first measurement it is the prior
     PRIOR_DRAFT_COST x T_batch(1), which then counts as a quarter of a measured round only: a
@@ -100,7 +102,8 @@ AUTO_MAX_K = 16  # longest draft `auto` considers
 # wrong, a match of six or more is a passage being repeated (on the built-in pair: lookup:1
 # accepted 26 of 123 drafts, lookup:6+ 102 of 122, in the benchmark's story and edit runs).
 PRIOR_ACCEPTANCE = {"model": 0.8, "lookup:1": 0.3, "lookup:2": 0.5, "lookup:3-5": 0.7, "lookup:6+": 0.9}
-PRIOR_WEIGHT = 2.0  # pseudo-trials behind the prior (pooled rate) and the pooled rate (each a_i)
+PRIOR_WEIGHT = 2.0  # pseudo-trials behind the prior acceptance of the pooled rate
+POSITION_PRIOR_FAILURES = 2.0  # pseudo-failures behind the pooled rate in each position's a_i (see Acceptance)
 PRIOR_DRAFT_COST = {"model": 0.2, "lookup": 0.01}  # T_draft / T_batch(1) before measuring
 PRIOR_DRAFT_WEIGHT = 0.25  # the prior draft cost counts as a quarter of a measured round
 PRIOR_BATCH_SLOPE = 0.05  # (T_batch(n + 1) - T_batch(n)) / T_batch(1) before measuring
@@ -185,18 +188,40 @@ def best_draft_length(
 class Acceptance:
     """a_1..a_m from exponentially weighted hits and trials per position, shrunk toward the pooled rate.
 
-    pooled = (all hits + w * prior) / (all trials + w);  a_i = (hits_i + w * pooled) / (trials_i + w).
-    A position tried a few times leans on the pooled rate (which has k times more trials), so
-    one rejection at a deep position moves the choice of k little, while a draft that
-    really tires along the way (a_i falling with i) shows up once the trials pile up.
-    Example, w = 2, prior 0.7: after one round of 4 drafts with the 4th rejected, pooled =
-    (3 + 1.4) / (4 + 2) = 0.733, a_1 = (1 + 1.467) / 3 = 0.822 and a_4 = 1.467 / 3 = 0.489.
+    pooled = (all hits + w * prior) / (all trials + w). Each position's failure rate
+    1 - a_i is then shrunk toward 1 - pooled by f pseudo-failures (POSITION_PRIOR_FAILURES),
+    i.e. f / (1 - pooled) pseudo-trials:
+
+        1 - a_i = (failures_i + f) / (trials_i + f / (1 - pooled)).
+
+    (The posterior mean of a failure rate with a Gamma prior of shape f and mean 1 - pooled.)
+    The evidence about a rate near 1 lies in its failures, so the pseudo-count is measured in
+    failures: where drafts are mostly accepted (pooled 0.97: 67 pseudo-trials) one rejection
+    at a deep position, tried once, moves its a_i by about 0.01, not by 0.3, and k is not held
+    below it; where they often fail (pooled 0.5: 4 pseudo-trials) a position soon speaks for
+    itself. A draft that really tires along the way (a_i falling with i: a p-min stop, a
+    lookup match running out) shows up once its failures pile up. Positions not tried yet
+    inherit the pooled rate.
+    Example, w = 2, prior 0.7, f = 2: after one round of 4 drafts with the 4th rejected,
+    pooled = (3 + 1.4) / (4 + 2) = 0.733, f / (1 - pooled) = 7.5 pseudo-trials,
+    a_1 = 1 - 2 / 8.5 = 0.765 and a_4 = 1 - 3 / 8.5 = 0.647. (Before issue 13's dip was
+    fixed, a_i = (hits_i + w * pooled) / (trials_i + w) gave a_4 = 1.467 / 3 = 0.489: with
+    pooled 0.97, one rejection at position 7 made a_7 about 0.65, k settled at 6, and
+    rounds that short never tried position 7 again.)
     """
 
-    def __init__(self, positions: int, prior: float, prior_weight: float = PRIOR_WEIGHT, decay: float = DECAY) -> None:
+    def __init__(
+        self,
+        positions: int,
+        prior: float,
+        prior_weight: float = PRIOR_WEIGHT,
+        decay: float = DECAY,
+        position_failures: float = POSITION_PRIOR_FAILURES,
+    ) -> None:
         self.hits = np.zeros(positions)
         self.trials = np.zeros(positions)
         self.prior, self.prior_weight, self.decay = prior, prior_weight, decay
+        self.position_failures = position_failures
 
     def add(self, k: int, accepted: int) -> None:
         """One round allowed k drafts: positions 1..accepted gave a token, position accepted + 1
@@ -210,9 +235,10 @@ class Acceptance:
         self.hits[:accepted] += 1.0
 
     def rates(self) -> list[float]:
-        w = self.prior_weight
+        w, f = self.prior_weight, self.position_failures
         pooled = (self.hits.sum() + w * self.prior) / (self.trials.sum() + w)
-        return ((self.hits + w * pooled) / (self.trials + w)).tolist()
+        failure = max(1.0 - pooled, 1e-9)  # the prior is below 1, so pooled is too; a guard only
+        return (1.0 - (self.trials - self.hits + f) / (self.trials + f / failure)).tolist()
 
 
 def clamp(value: float, expected: float | None) -> float:
