@@ -346,6 +346,10 @@ def top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
     if len(candidates) == k:
         return candidates
     values = logits[candidates]
+    if len(values) <= _BLOCKS_PER_K * k:  # the usual case: a stable sort of the few candidates (ascending ids)
+        chosen = (-values).argsort(kind="stable")[:k]  # largest first, ties lowest id first
+        chosen.sort()
+        return candidates[chosen]
     kth = np.partition(values, len(values) - k)[len(values) - k]
     above = values > kth
     keep = above.copy()
