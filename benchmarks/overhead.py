@@ -18,7 +18,10 @@ prefix with probability --agreement (a draw fixed by the prefix), another row ot
    (target: --target-ms per batch + --extra-ms per token beyond the first; draft:
    --draft-ms per call), and the table compares the measured speed-up over target-only
    decoding with Leviathan et al.'s Theorem 3.8 prediction (stats.predicted_speedup) from
-   the measured per-token acceptance and the given costs.
+   the measured per-token acceptance and the given costs, with the ratio split into three
+   factors (tokens per round against the theorem's, modelled against measured round time,
+   target-only time per token against --target-ms) and the measured round split into
+   Python, draft decode calls and the target call. --gpu-tokens sets the run length.
 
 Left out: real models (see `specdec bench` and benchmarks/speed.py), exactness (the tests).
 """
@@ -153,7 +156,15 @@ def child_overhead(n_vocab: int, n_tokens: int, k: int, agreement: float, repeat
 
 
 def child_gpu(n_vocab: int, n_tokens: int, k: int, agreement: float, target_ms: float, extra_ms: float, draft_ms: float) -> dict:
-    """Measured and predicted speed-up over target-only decoding with sleeping fakes."""
+    """Measured and predicted speed-up over target-only decoding with sleeping fakes, and its decomposition.
+
+    measured / predicted = (tokens per round measured / Theorem 3.8's (1 - alpha^(k+1)) / (1 - alpha))
+    x (modelled round time k * draft + target(k + 1) / measured round time) x (measured target-only
+    time per token / target_ms): sampling noise, the host time per round that the theorem leaves
+    out (with the fakes' sleep overshoot), and the baseline's own overhead, separately. The
+    factors come from the Round events (round time = sum of Round.seconds), the ratio from
+    RunStats; they agree where the rounds hold all the generation time.
+    """
     from specdec_cli import stats
 
     def fold(events: list) -> "stats.RunStats":  # RunStats.add exists before and after issue 11
@@ -162,23 +173,43 @@ def child_gpu(n_vocab: int, n_tokens: int, k: int, agreement: float, target_ms: 
             run.add(event)
         return run
 
+    def tokens(events: list) -> int:
+        return sum(type(e).__name__ == "Token" for e in events)
+
     bank = logit_bank(n_vocab)
     target_cost = lambda n: (target_ms + extra_ms * (n - 1)) / 1e3  # noqa: E731
     draft_cost = lambda n: draft_ms / 1e3  # noqa: E731
     out = {}
     for name, setting in SETTINGS.items():
-        base = fold(generate(make_engine(StoredRows(bank, cost=target_cost), None), n_tokens, k, setting, 0))
-        spec = fold(
-            generate(make_engine(StoredRows(bank, cost=target_cost), StoredRows(bank, agreement, cost=draft_cost)), n_tokens, k, setting, 0)
+        base_events = generate(make_engine(StoredRows(bank, cost=target_cost), None), n_tokens, k, setting, 0)
+        spec_events = generate(
+            make_engine(StoredRows(bank, cost=target_cost), StoredRows(bank, agreement, cost=draft_cost)), n_tokens, k, setting, 0
         )
+        base, spec = fold(base_events), fold(spec_events)
         measured = spec.tokens_per_second / base.tokens_per_second
         predicted = stats.predicted_speedup(spec.alpha, k, draft_ms, target_ms, target_ms + extra_ms * k)
-        out[name] = {"alpha": spec.alpha, "measured": measured, "predicted": predicted, "ratio": measured / predicted}
+        rounds = rounds_of(spec_events)
+        alpha = spec.alpha
+        tokens_predicted = float(k + 1) if alpha >= 1.0 else (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+        round_ms = 1e3 * sum(r.seconds for r in rounds) / len(rounds)
+        model_round_ms = k * draft_ms + target_ms + extra_ms * k
+        base_token_ms = 1e3 * sum(r.seconds for r in rounds_of(base_events)) / tokens(base_events)
+        out[name] = {
+            "alpha": alpha, "measured": measured, "predicted": predicted, "ratio": measured / predicted,
+            "tokens_round": tokens(spec_events) / len(rounds), "tokens_round_predicted": tokens_predicted,
+            "round_ms": round_ms, "model_round_ms": model_round_ms,
+            "python_ms": 1e3 * sum(r.seconds - r.draft_decode_seconds - r.verify_seconds for r in rounds) / len(rounds),
+            "drafted_round": sum(r.drafted for r in rounds) / len(rounds),
+            "draft_decode_ms": 1e3 * sum(r.draft_decode_seconds for r in rounds) / len(rounds),
+            "verify_ms": 1e3 * sum(r.verify_seconds for r in rounds) / len(rounds),
+            "base_token_ms": base_token_ms,
+        }
     return out
 
 
 def run_child(code_dir: Path, args: argparse.Namespace, part: str, n_vocab: int) -> dict:
-    cmd = [sys.executable, __file__, "--child", part, "--vocab", str(n_vocab), "--tokens", str(args.tokens), "-k", str(args.k)]
+    n_tokens = args.gpu_tokens if part == "gpu" else args.tokens
+    cmd = [sys.executable, __file__, "--child", part, "--vocab", str(n_vocab), "--tokens", str(n_tokens), "-k", str(args.k)]
     cmd += ["--agreement", str(args.agreement), "--repeats", str(args.repeats)]
     cmd += ["--target-ms", str(args.target_ms), "--extra-ms", str(args.extra_ms), "--draft-ms", str(args.draft_ms)]
     env = dict(os.environ, PYTHONPATH=str(code_dir), SPECDEC_OVERHEAD_CODE=str(code_dir))
@@ -204,6 +235,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--before", default="main", help="git ref of the 'before' column ('' to skip it)")
     parser.add_argument("--gpu-vocab", type=int, nargs="*", default=[151_936], help="vocabularies for the simulated GPU")
+    parser.add_argument("--gpu-tokens", type=int, default=200, help="tokens per simulated-GPU run (more: less sampling noise)")
     parser.add_argument("--target-ms", type=float, default=10.0)
     parser.add_argument("--extra-ms", type=float, default=0.15)
     parser.add_argument("--draft-ms", type=float, default=2.0)
@@ -239,16 +271,29 @@ def main() -> None:
                 last = results["after"][name]
                 print(f"| {n_vocab:,} | {name} | " + " | ".join(cells) + f" | {last['tokens_per_round']:.2f} | {last['acceptance']:.2f} |", flush=True)
         if args.gpu_vocab:
-            print(f"\nSimulated GPU: target {args.target_ms} ms + {args.extra_ms} ms per extra token, draft {args.draft_ms} ms per step\n")
-            print("| vocabulary | setting | code | alpha | measured speed-up | predicted (Thm 3.8) | measured / predicted |")
-            print("|---|---|---|---|---|---|---|")
+            print(f"\nSimulated GPU: target {args.target_ms} ms + {args.extra_ms} ms per extra token, draft {args.draft_ms} ms per step, "
+                  f"{args.gpu_tokens} tokens\n")
+            print("| vocabulary | setting | code | alpha | measured speed-up | predicted (Thm 3.8) | measured / predicted "
+                  "| tokens/round measured / Thm 3.8 | round ms modelled / measured | target-only ms/token / target ms |")
+            print("|---|---|---|---|---|---|---|---|---|---|")
+            details = []
             for n_vocab in args.gpu_vocab:
                 results = {v: run_child(path, args, "gpu", n_vocab) for v, path in versions.items()}
                 for name in SETTINGS:
                     for v in versions:
                         r = results[v][name]
-                        print(f"| {n_vocab:,} | {name} | {v} | {r['alpha']:.3f} | {r['measured']:.2f} | {r['predicted']:.2f} | {r['ratio']:.3f} |", flush=True)
-
+                        print(f"| {n_vocab:,} | {name} | {v} | {r['alpha']:.3f} | {r['measured']:.2f} | {r['predicted']:.2f} | {r['ratio']:.3f} "
+                              f"| {r['tokens_round']:.2f} / {r['tokens_round_predicted']:.2f} = {r['tokens_round'] / r['tokens_round_predicted']:.3f} "
+                              f"| {r['model_round_ms']:.1f} / {r['round_ms']:.1f} = {r['model_round_ms'] / r['round_ms']:.3f} "
+                              f"| {r['base_token_ms']:.2f} / {args.target_ms} = {r['base_token_ms'] / args.target_ms:.3f} |", flush=True)
+                        details.append((n_vocab, name, v, r))
+            print("\nMeasured round = Python + draft decode calls + target call (ms per round):\n")
+            print("| vocabulary | setting | code | round | Python | draft decode (drafted x draft ms) | target call (modelled) |")
+            print("|---|---|---|---|---|---|---|")
+            for n_vocab, name, v, r in details:
+                print(f"| {n_vocab:,} | {name} | {v} | {r['round_ms']:.1f} | {r['python_ms']:.2f} "
+                      f"| {r['draft_decode_ms']:.1f} ({r['drafted_round']:.2f} x {args.draft_ms} = {r['drafted_round'] * args.draft_ms:.1f}) "
+                      f"| {r['verify_ms']:.1f} ({args.target_ms + args.extra_ms * r['drafted_round']:.1f}) |")
 
 if __name__ == "__main__":
     main()

@@ -316,7 +316,8 @@ def top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
 
     Exact, without a full argpartition: the row is cut into 4k blocks, the k-th largest
     block maximum is a threshold that at least k logits reach (one in each of k blocks), and
-    only the few ids at or above it are partitioned. Example: [1, 5, 3, 4.5], k=2 -> [1, 3].
+    only the few ids at or above it are ranked (a stable sort, largest first, when there are at
+    most 4k of them; a partition otherwise). Example: [1, 5, 3, 4.5], k=2 -> [1, 3].
     Raises NumericalError on NaN or +inf anywhere, or when every logit is -inf.
     """
     n = logits.shape[-1]
@@ -346,6 +347,10 @@ def top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
     if len(candidates) == k:
         return candidates
     values = logits[candidates]
+    if len(values) <= _BLOCKS_PER_K * k:  # the usual case: a stable sort of the few candidates (ascending ids)
+        chosen = (-values).argsort(kind="stable")[:k]  # largest first, ties lowest id first
+        chosen.sort()
+        return candidates[chosen]
     kth = np.partition(values, len(values) - k)[len(values) - k]
     above = values > kth
     keep = above.copy()
