@@ -36,10 +36,9 @@ from .cli_options import (
     TopKOption,
     TopPOption,
     check_load_limits,
+    check_p_min,
     check_sampling_options,
     check_seed,
-    context_size,
-    gpu_layers_to_load,
     parse_draft_length,
     parse_drafter,
     read_prompt,
@@ -103,8 +102,7 @@ def audit(
         raise BadInput(f"--alpha must be between 0 and 1 (exclusive), e.g. 0.001; got {alpha}")
     if not 0 <= greedy_tokens <= MAX_GREEDY_TOKENS:
         raise BadInput(f"--greedy-tokens must be between 0 and {MAX_GREEDY_TOKENS}, got {greedy_tokens}")
-    if p_min is not None and not 0 <= p_min <= 1:
-        raise BadInput(f"--p-min must be in [0, 1], got {p_min}")
+    check_p_min(p_min)
     check_load_limits(ctx, draft_ctx, threads, ("--gpu-layers", gpu_layers), ("--draft-gpu-layers", draft_gpu_layers))
     seed = secrets.randbits(32) if seed is None else seed
     check_seed(seed, samples)
@@ -116,9 +114,7 @@ def audit(
     params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     config = AuditConfig(samples=samples, alpha=alpha, sampling=params, seed=seed, greedy_tokens=greedy_tokens)
     console = stderr_console(False)
-    gpu_layers, draft_gpu_layers = gpu_layers_to_load(gpu_layers, draft_gpu_layers)
-    ctx = context_size(ctx, pair_name)
-    options = LoadOptions(n_ctx=ctx, draft_ctx=draft_ctx, n_threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, repack=repack)
+    options = LoadOptions.from_cli(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers, repack, pair_name)
     with contextlib.ExitStack() as stack:
         pair = load_pair(stack, draft, target, options, Activity(console), pair_name=pair_name, need_draft=drafter != "lookup")
         prompt_ids = pair.prompt_tokens(text, chat=chat, system=system)

@@ -39,8 +39,6 @@ from .cli_options import (
     check_load_limits,
     check_sampling_options,
     check_seed,
-    context_size,
-    gpu_layers_to_load,
     option_list,
     parse_draft_tokens,
     parse_drafters,
@@ -147,9 +145,7 @@ def bench(
     )
     draft_path, target_path = resolve_paths(draft, target, pair=pair_name)
     console = bench_console()
-    ctx = context_size(ctx, pair_name)
-    gpu_layers, draft_gpu_layers = gpu_layers_to_load(gpu_layers, draft_gpu_layers)
-    options = LoadOptions(n_ctx=ctx, draft_ctx=draft_ctx, n_threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, repack=repack)
+    options = LoadOptions.from_cli(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers, repack, pair_name)
     with open_pair(draft_path, target_path, options) as pair:
         if binary is not None and pair.vocab_map is not None:
             _err(f"specdec: --native skipped: {binary.name} refuses a draft whose vocabulary differs from the target's")
@@ -160,8 +156,8 @@ def bench(
             command = native_command(
                 binary, draft_path, target_path, text,
                 draft_tokens=setting.k, max_tokens=max_tokens, temperature=setting.temperature,
-                top_k=top_k, top_p=top_p, min_p=min_p, seed=seed, ctx=ctx, threads=threads,
-                gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
+                top_k=top_k, top_p=top_p, min_p=min_p, seed=seed, ctx=options.n_ctx, threads=threads,
+                gpu_layers=options.gpu_layers, draft_gpu_layers=options.draft_gpu_layers,
                 extra=([] if pair.target.repack else ["--no-repack"]) + extra,
             )  # fmt: skip
             return run_native(command, timeout=native_timeout)

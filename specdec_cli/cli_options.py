@@ -236,6 +236,12 @@ def gpu_layers_to_load(gpu_layers: int, draft_gpu_layers: int) -> tuple[int, int
     return gpu_layers, draft_gpu_layers
 
 
+def check_p_min(p_min: float | None) -> None:
+    """--p-min is a probability (None: the policy's default). Example: 1.5 -> BadInput."""
+    if p_min is not None and not 0 <= p_min <= 1:
+        raise BadInput(f"--p-min must be in [0, 1], got {p_min}")
+
+
 DEFAULT_CTX = 2048
 
 

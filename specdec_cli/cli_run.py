@@ -39,10 +39,9 @@ from .cli_options import (
     TopPOption,
     _err,
     check_load_limits,
+    check_p_min,
     check_sampling_options,
     check_seed,
-    context_size,
-    gpu_layers_to_load,
     parse_draft_length,
     parse_drafter,
     parse_stops,
@@ -103,8 +102,7 @@ def run(
     drafter = parse_drafter(drafter)
     draft_tokens = parse_draft_length(draft_tokens)
     check_sampling_options(temperature, top_k, top_p, min_p, max_tokens)
-    if p_min is not None and not 0 <= p_min <= 1:
-        raise BadInput(f"--p-min must be in [0, 1], got {p_min}")
+    check_p_min(p_min)
     lookup = LookupOptions.from_range(lookup_ngram_min, lookup_ngram_max, lookup_max_tokens)
     if json_out and jsonl:
         raise BadInput("--json and --jsonl exclude each other; pick one")
@@ -134,9 +132,7 @@ def run(
         seed=seed,
         stop=stops,
     )
-    gpu_layers, draft_gpu_layers = gpu_layers_to_load(gpu_layers, draft_gpu_layers)
-    ctx = context_size(ctx, pair_name)
-    options = LoadOptions(n_ctx=ctx, draft_ctx=draft_ctx, n_threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, repack=repack)
+    options = LoadOptions.from_cli(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers, repack, pair_name)
 
     with contextlib.ExitStack() as stack:
         pair = load_pair(stack, draft, target, options, Activity(console), pair_name=pair_name, need_draft=drafter != "lookup")
@@ -158,7 +154,7 @@ def run(
             raise
         if isinstance(sink, TextRenderer):
             sink.close()  # the final newline comes right after the text, before anything slow
-        contexts = allocated_contexts(pair, ctx)
+        contexts = allocated_contexts(pair, options.n_ctx)
         after = Afterwards(interrupted=result.interrupted)
         if not after.interrupted and (stats or json_out or jsonl):
             after = measure_afterwards(pair, prompt_ids, config, draft_tokens, result, baseline, Activity(console))
@@ -184,7 +180,7 @@ def run(
                 predicted=after.predicted,
                 costs=after.costs,
                 note=after.note,
-                context=describe_contexts(contexts, ctx),
+                context=describe_contexts(contexts, options.n_ctx),
             )
         )
     if after.interrupted:

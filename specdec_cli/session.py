@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from .backend import LlamaModel
-from .cli_options import DRAFTERS
+from .cli_options import DRAFTERS, context_size, gpu_layers_to_load
 from .compat import MIN_SHARED_TOKENS, compare_vocabularies
 from .cross_vocab import CrossVocabDrafter
 from .drafters import LookupDrafter, LookupOptions, ModelAndLookup, ModelDrafter
@@ -47,6 +47,19 @@ class LoadOptions:
     gpu_layers: int | None = None  # None: all layers on the GPU when there is one
     draft_gpu_layers: int | None = None
     repack: bool | None = None  # None: auto (off where llama.cpp reports AMX, on elsewhere)
+
+    @classmethod
+    def from_cli(
+        cls, ctx: int | None, draft_ctx: int | None, threads: int | None, gpu_layers: int, draft_gpu_layers: int,
+        repack: bool | None, pair_name: str | None,
+    ) -> "LoadOptions":  # fmt: skip
+        """The options run, bench and audit load with: --ctx or the named pair's context
+        (cli_options.context_size), GPU layers as cli_options.gpu_layers_to_load allows."""
+        gpu_layers, draft_gpu_layers = gpu_layers_to_load(gpu_layers, draft_gpu_layers)
+        return cls(
+            n_ctx=context_size(ctx, pair_name), draft_ctx=draft_ctx, n_threads=threads,
+            gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, repack=repack,
+        )  # fmt: skip
 
 
 @dataclass

@@ -38,7 +38,7 @@ from specdec_cli.engine import Engine, GenerationConfig
 from specdec_cli.policy import draft_policy
 from specdec_cli.events import Source, Token
 from specdec_cli.drafters import ModelDrafter
-from specdec_cli.errors import SpecdecError
+from specdec_cli.errors import BadInput, SpecdecError
 from specdec_cli.render import SGR, SGR_REJECTED, paint
 from specdec_cli.sampling import GREEDY
 from specdec_cli.stats import measured_speedup
@@ -610,3 +610,14 @@ def test_real_cross_vocabulary_bench_skips_native_saying_why(builtin_paths, tmp_
     assert not ran.exists()
     modes = {run["mode"] for run in json.loads(proc.stdout)["runs"]}
     assert "native" not in modes and "speculative" in modes
+
+
+def test_p_min_outside_zero_one_is_bad_input_for_run_as_for_audit():
+    from specdec_cli.cli_options import check_p_min
+
+    check_p_min(None), check_p_min(0.0), check_p_min(1.0)
+    with pytest.raises(BadInput, match=r"--p-min must be in \[0, 1\], got 1.5"):
+        check_p_min(1.5)
+    result = runner.invoke(app, ["run", "--p-min", "2", "x"])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert one_line(result.stderr) == "specdec: error: --p-min must be in [0, 1], got 2.0"
