@@ -10,8 +10,8 @@ the same text, and proposes only tokens in both vocabularies (vocab_map.VocabMap
 Algorithms for Heterogeneous Vocabularies", Token-Level Intersection). Verification is the
 same-vocabulary rule (sampling.verify: accept min(1, p/q), residual max(0, p - q)), which
 keeps the output exactly the target's for any q, so long as x is drawn from the q handed
-over. q_draft is sampling.distribution with the run's SamplingParams; at temperature 0 the
-draft proposes the argmax of its logits over the shared ids.
+over. q_draft is sampling.proposal (the processed distribution, as the law x is drawn from)
+with the run's SamplingParams; at temperature 0 the draft proposes the argmax of its logits over the shared ids.
 
 Text translation (`TextMirror`), target ids -> draft ids:
 
@@ -48,7 +48,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .drafters import CausalModel, ModelDrafter, common_prefix
-from .sampling import Distribution, SamplingParams, distribution, sample
+from .sampling import Distribution, SamplingParams, proposal, sample
 from .vocab_map import VocabMap, byte_tokens
 
 BACK_TOKENS = 3  # draft tokens retokenised before the first changed byte
@@ -181,7 +181,7 @@ class CrossVocabDrafter(ModelDrafter):
             if p_min > 0.0 and softmax_at(row, d) < p_min:
                 return None
             return int(self.vocab.draft_to_target[d]), d, None
-        q, confidence = self.vocab.restrict(distribution(row, params))
+        q, confidence = self.vocab.restrict(proposal(row, params))
         if q is None or confidence < p_min:
             return None
         x = sample(q, rng)

@@ -45,7 +45,7 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from .errors import BadInput
-from .sampling import Distribution, SamplingParams, argmax, distribution, sample
+from .sampling import Distribution, SamplingParams, argmax, proposal, sample
 
 
 @dataclass
@@ -154,7 +154,7 @@ class ModelDrafter:
                 return None
             x = argmax(row)
             return x, x, None
-        q = distribution(row, params)
+        q = proposal(row, params)
         if q.max_prob() < p_min:
             return None
         x = sample(q, rng)

@@ -22,12 +22,14 @@ whole vocabulary; then the row is kept dense.
 Precision. Logits arrive as float32, so selection (maximum, top-k threshold, min-p
 prefilter) compares float32 values, which is exact. Every probability is computed in
 float64, on the support only when a filter is on, so both paths equal a plain dense float64
-implementation (the tests hold them to 1e-12). float64 is kept for the dense path's rows
-(the draft's q, and p wherever verification needs more than p(x)): float32 exp is several
-times cheaper but off by up to ~1.6e-5 relative per weight (the float32 rounding of z times
-|z|), which the tests' float64 references (1e-9, 1e-12) reject, and sampling by CDF
-inversion, p(x) / q(x) and the residual max(0, p - q) (which cancels when the draft is good)
-would inherit it. float32 is used in one place where it cannot change a result: to accept a
+implementation (the tests hold them to 1e-12). float64 is kept for the target's dense rows
+wherever verification needs more than p(x): float32 exp is several times cheaper but off by
+up to ~1.6e-5 relative per weight (the float32 rounding of z times |z|), and p is the law the
+output must follow, so sampling the bonus by CDF inversion and the residual max(0, p - q)
+(which cancels when the draft is good) would inherit that error. float32 is used in two
+places where it cannot change the output's law. The draft's dense q (`proposal`) keeps
+float32 weights: speculative sampling is exact for any q that x is really drawn from, and
+that q, read in float64 everywhere, is the one verify gets. And to accept a
 draft at a dense target row, verify sums float32 weights for p(x)'s normaliser, certified
 within a factor 1 +- 2^-15 of the float64 one (the bound is derived at _FLOAT32_EPS and held
 by a test); it accepts only when u lies below the ratio by more than that, so exactly when
@@ -227,6 +229,26 @@ def _unfiltered(params: SamplingParams, n: int) -> bool:
     return not params.greedy and not 0 < params.top_k < n and params.top_p >= 1.0 and params.min_p <= 0.0
 
 
+def proposal(logits: np.ndarray, params: SamplingParams) -> Distribution:
+    """The draft's q as a proposal law: `distribution`, except that a dense row of float32
+    logits at 1/64 <= T <= 64 keeps float32 weights (`_float32_weights`, about a fifth of the
+    cost of float64 ones).
+
+    Speculative sampling is exact for any proposal q, provided x is drawn from q and verify
+    is given that same q (Leviathan et al. 2022, Appendix A.1 holds for every q with q(x) > 0):
+    q need not be the draft model's float64 softmax, only the law actually sampled. Here it is
+    q(i) = w[i] / total with float32 weights w and a float64 total, and everything that reads
+    q (sampling's float64 CDF, prob, the residual) reads those w in float64. Its only effect is
+    on acceptance, by a relative ~1.6e-5 at most (see _FLOAT32_EPS). The target's p is never
+    computed this way: it is the law the output must follow.
+    Example: logits [0, ln 3] (float32), T = 1, no filter -> weights [1/3, 1] in float32, q = [0.25, 0.75].
+    """
+    low, high = _FLOAT32_TEMPERATURES
+    if logits.dtype == np.float32 and _unfiltered(params, logits.shape[-1]) and low <= params.temperature <= high:
+        return _dense(logits, check_finite(logits), params.temperature, float32=True)
+    return distribution(logits, params)
+
+
 def _float32_accepts(target_logits: np.ndarray, params: SamplingParams) -> bool:
     """Whether verify may accept from `_target_prob_float32`: dense rows of float32 logits, 1/64 <= T <= 64."""
     low, high = _FLOAT32_TEMPERATURES
@@ -242,21 +264,28 @@ def _target_prob_float32(logits: np.ndarray, x: int, temperature: float) -> floa
     computed as `_dense` computes it.
     """
     top = check_finite(logits)
-    # Logits more than 128 T below the top (weight < exp(-128): 0 in float32) are raised to
-    # that floor first, so that the subtraction cannot overflow however far apart they are.
-    # Near +-3e38 the float32 spacing exceeds 128 T: then the floor is the float below the top.
-    floor = np.float32(top - 128.0 * temperature)
-    if floor >= top - 104.0 * temperature:
-        floor = np.nextafter(floor, np.float32(-np.inf))
-    w = np.maximum(logits, floor)
-    np.subtract(w, np.float32(top), out=w)
-    if temperature != 1.0:
-        np.multiply(w, np.float32(1.0 / temperature), out=w)
-    np.exp(w, out=w)
+    w = _float32_weights(logits, top, temperature, np.empty_like(logits))
     z = np.float64(logits[x]) - top
     if temperature < 1.0:
         z = max(z, -_UNDERFLOW_GAPS * temperature)
     return float(np.exp(z / temperature)) / float(w.sum(dtype=np.float64))
+
+
+def _float32_weights(logits: np.ndarray, top: float, temperature: float, out: np.ndarray) -> np.ndarray:
+    """exp((logits - top) / T) in float32 into `out` (float32 logits, 1/64 <= T <= 64); returns out.
+
+    Logits more than 128 T below the top (weight < exp(-128): 0 in float32) are raised to that
+    floor first, so that the subtraction cannot overflow however far apart they are. Near
+    +-3e38 the float32 spacing exceeds 128 T: then the floor is the float below the top.
+    """
+    floor = np.float32(top - 128.0 * temperature)
+    if floor >= top - 104.0 * temperature:
+        floor = np.nextafter(floor, np.float32(-np.inf))
+    np.maximum(logits, floor, out=out)
+    np.subtract(out, np.float32(top), out=out)
+    if temperature != 1.0:
+        np.multiply(out, np.float32(1.0 / temperature), out=out)
+    return np.exp(out, out=out)
 
 
 def _after_top_k(n: int, ids: np.ndarray, logits: np.ndarray, params: SamplingParams) -> Distribution:
@@ -295,19 +324,23 @@ def _tempered(gap: np.ndarray, temperature: float) -> np.ndarray:
     return np.exp(-np.minimum(gap, _UNDERFLOW_GAPS * temperature) / temperature)
 
 
-def _dense(logits: np.ndarray, top: float, temperature: float) -> Distribution:
-    """softmax(logits / T) over the whole row: float64 weights padded with zeros to whole blocks."""
+def _dense(logits: np.ndarray, top: float, temperature: float, float32: bool = False) -> Distribution:
+    """softmax(logits / T) over the whole row: weights padded with zeros to whole blocks, float64
+    block sums. float32=True (for `proposal` only) computes float32 weights by `_float32_weights`."""
     n = logits.shape[-1]
     blocks = -(-n // _BLOCK)
-    w = np.zeros(blocks * _BLOCK, dtype=np.float64)
+    w = np.zeros(blocks * _BLOCK, dtype=np.float32 if float32 else np.float64)
     z = w[:n]
-    np.subtract(logits, top, out=z, dtype=np.float64)
-    if temperature != 1.0:
-        if temperature < 1.0:  # gaps beyond 800 T underflow anyway; capping them keeps z / T finite
-            np.maximum(z, -_UNDERFLOW_GAPS * temperature, out=z)
-        np.divide(z, temperature, out=z)
-    np.exp(z, out=z)
-    block_sums = w.reshape(blocks, _BLOCK).sum(axis=1)
+    if float32:
+        _float32_weights(logits, top, temperature, z)
+    else:
+        np.subtract(logits, top, out=z, dtype=np.float64)
+        if temperature != 1.0:
+            if temperature < 1.0:  # gaps beyond 800 T underflow anyway; capping them keeps z / T finite
+                np.maximum(z, -_UNDERFLOW_GAPS * temperature, out=z)
+            np.divide(z, temperature, out=z)
+        np.exp(z, out=z)
+    block_sums = w.reshape(blocks, _BLOCK).sum(axis=1, dtype=np.float64)
     return Distribution(n, None, w, float(block_sums.sum()), block_sums)
 
 
@@ -429,7 +462,7 @@ def _sample_dense(dist: Distribution, rng: np.random.Generator) -> int:
     b = _locate(block_cdf, target, dist.block_sums)
     block = dist.weights[b * _BLOCK : (b + 1) * _BLOCK]
     rest = target - (block_cdf[b - 1] if b > 0 else 0.0)
-    return b * _BLOCK + _locate(np.cumsum(block), rest, block)
+    return b * _BLOCK + _locate(np.cumsum(block, dtype=np.float64), rest, block)
 
 
 def residual(p: Union[Distribution, np.ndarray], q: Union[Distribution, np.ndarray]):
@@ -445,8 +478,8 @@ def residual(p: Union[Distribution, np.ndarray], q: Union[Distribution, np.ndarr
         return residual(Distribution.from_dense(p), Distribution.from_dense(q)).dense()
     if p.ids is None:  # dense stays dense (whole blocks, zero-padded), with block sums for sampling
         r = p.weights / p.total
-        if q.ids is None:
-            r -= q.weights / q.total
+        if q.ids is None:  # q's weights may be float32 (`proposal`): divided in float64
+            r -= np.divide(q.weights, q.total, dtype=np.float64)
         else:
             r[q.ids] -= q.weights / q.total
         np.maximum(r, 0.0, out=r)

@@ -105,7 +105,7 @@ class VocabMap:
         confidence in what it can propose). Example in the module docstring.
         """
         if q.ids is None:
-            weights = q.weights[self.shared_draft]
+            weights = q.weights[self.shared_draft].astype(np.float64)  # a proposal's q may be float32
             ids = self.shared_target
         else:
             partner = self.draft_to_target[q.ids]

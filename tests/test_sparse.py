@@ -25,7 +25,9 @@ from specdec_cli.engine import Engine, GenerationConfig
 from specdec_cli.events import Token
 from specdec_cli.policy import draft_policy
 from specdec_cli.errors import NumericalError
-from specdec_cli.sampling import GREEDY, Distribution, SamplingParams, distribution, probabilities, residual, sample, top_k_ids, verify
+from specdec_cli.sampling import (
+    GREEDY, Distribution, SamplingParams, distribution, probabilities, proposal, residual, sample, top_k_ids, verify,
+)
 
 TOP_K = [0, 1, 3, 40, 10_000]
 TOP_P = [1.0, 0.95, 0.5]
@@ -122,9 +124,12 @@ def test_nucleus_over_a_whole_row_matches_the_reference_also_when_wide():
 
 
 @pytest.mark.parametrize("limit_pad", [0, 64])
-def test_residual_and_ratio_equal_the_dense_reference_for_every_sparse_dense_mix(limit_pad):
+@pytest.mark.parametrize("draft_law", [distribution, proposal])
+def test_residual_and_ratio_equal_the_dense_reference_for_every_sparse_dense_mix(limit_pad, draft_law):
     # Target rows carry `limit_pad` padding ids (a padded vocabulary); both sides are cut to
     # the shared limit as the engine does, and the result must match the dense formulas.
+    # With `proposal` the draft's dense q keeps float32 weights: the reference is then that
+    # q read in float64 (the law x is drawn from), and the residual must use it exactly.
     rng = np.random.default_rng(12)
     n = 2_000
     settings = [SamplingParams(1.0, 0, 1.0, 0.0), SamplingParams(0.8), SamplingParams(1.3, 0, 0.9, 0.0), SamplingParams(0.7, 5, 1.0, 0.2)]
@@ -132,8 +137,9 @@ def test_residual_and_ratio_equal_the_dense_reference_for_every_sparse_dense_mix
         target_row = (rng.standard_normal(n + limit_pad) * 2).astype(np.float32)
         draft_row = (0.6 * target_row[:n] + rng.standard_normal(n)).astype(np.float32)
         p = distribution(target_row[:n], p_params)
-        q = distribution(draft_row, q_params)
-        p_ref, q_ref = reference(target_row[:n], p_params), reference(draft_row, q_params)
+        q = draft_law(draft_row, q_params)
+        p_ref = reference(target_row[:n], p_params)
+        q_ref = q.dense() if q.weights.dtype == np.float32 else reference(draft_row, q_params)
         r_ref = np.maximum(p_ref - q_ref, 0.0)
         r_ref /= r_ref.sum()
         np.testing.assert_allclose(residual(p, q).dense(), r_ref, rtol=0, atol=1e-12)
@@ -147,17 +153,19 @@ def test_residual_and_ratio_equal_the_dense_reference_for_every_sparse_dense_mix
             np.testing.assert_allclose(residual(p, one_hot).dense(), r / r.sum(), rtol=0, atol=1e-12)
 
 
-def test_dense_sampling_never_draws_a_zero_and_inverts_the_cdf_exactly():
+@pytest.mark.parametrize("law", [distribution, proposal])
+def test_dense_sampling_never_draws_a_zero_and_inverts_the_cdf_exactly(law):
     # The two-level (block) inversion must pick the same id as a plain CDF inversion of the
-    # same u, at the extremes of u and across block edges, and never a zero-probability id.
+    # same u, at the extremes of u and across block edges, and never a zero-probability id;
+    # for a float32 proposal, of the float64 CDF of its float32 weights.
     n = 3 * 1024 + 17
     rng = np.random.default_rng(2)
     row = (rng.standard_normal(n) * 2).astype(np.float32)
     row[rng.random(n) < 0.3] = -np.inf
     row[:1024] = -np.inf  # a whole block with no mass
     row[-17:] = -np.inf  # and the padded tail
-    dist = distribution(row, SamplingParams(1.0, 0, 1.0, 0.0))
-    assert not dist.sparse
+    dist = law(row, SamplingParams(1.0, 0, 1.0, 0.0))
+    assert not dist.sparse and dist.weights.dtype == (np.float32 if law is proposal else np.float64)
     cdf = np.cumsum(dist.dense())
     for u in [0.0, np.nextafter(1.0, 0.0), *np.random.default_rng(3).random(2000)]:
         token = sample(dist, FixedRandom([u]))
@@ -211,6 +219,8 @@ def test_edge_temperatures_and_rows_give_valid_distributions_without_warnings():
         dist = distribution(row, params)
         probs = dist.dense()
         assert np.all(np.isfinite(probs)) and abs(probs.sum() - 1.0) < 1e-12, (name, params)
+        q = proposal(row, params).dense()
+        assert np.all(np.isfinite(q)) and abs(q.sum() - 1.0) < 1e-12 and np.all(q[~np.isfinite(row)] == 0), (name, params)
         assert np.all(probs[~np.isfinite(row)] == 0), (name, params)
         token = sample(dist, rng)
         assert probs[token] > 0
@@ -282,6 +292,35 @@ def test_float32_target_prob_is_within_its_stated_bound_of_the_float64_one():
                 assert abs(fast / dist.prob(int(x)) - 1.0) <= sampling._FLOAT32_EPS, (name, temperature, x)
                 checked += 1
     assert checked > 500
+
+
+@pytest.mark.usefixtures("warnings_are_errors")
+def test_proposal_differs_from_distribution_only_in_float32_weights_of_dense_float32_rows():
+    # proposal (the draft's q) is distribution itself, except for dense rows (no filter) of
+    # float32 logits at 1/64 <= T <= 64, where its weights are float32: within twice the
+    # float32 bound of the float64 q everywhere (each weight and the total off by at most
+    # _FLOAT32_EPS) where its weight is a normal float32 (relative to the top weight 1), and
+    # the same support except ids whose weight underflows float32 (below 1e-37 of the top).
+    checked_fast = 0
+    for n in (300, 50_000):
+        for (name, row), temperature, (top_k, top_p, min_p) in itertools.product(
+            rows(n + 2, n).items(), [*FAST_TEMPS, 0.01, 100.0], [(0, 1.0, 0.0), (40, 0.95, 0.05), (0, 0.9, 0.0), (0, 1.0, 0.1)]
+        ):
+            params = SamplingParams(temperature, top_k, top_p, min_p)
+            q, exact = proposal(row, params), distribution(row, params)
+            fast = top_k == 0 and top_p == 1.0 and min_p == 0.0 and 1 / 64 <= temperature <= 64
+            assert (q.weights.dtype == np.float32) == fast, (name, params)
+            got, want = q.dense(), exact.dense()
+            if fast:
+                normal = want >= 1e-37 * want.max()
+                assert np.all(got[want == 0] == 0) and np.all(got[normal] > 0), (name, params)
+                assert np.all(np.abs(got[normal] / want[normal] - 1.0) <= 2 * sampling._FLOAT32_EPS), (name, params)
+                checked_fast += 1
+            else:
+                np.testing.assert_array_equal(got, want, err_msg=f"{name} {params}")
+        float64_row = rows(1, n)["llm-like"].astype(np.float64)
+        assert proposal(float64_row, SamplingParams(1.0, 0, 1.0, 0.0)).weights.dtype == np.float64
+    assert checked_fast == 2 * 7 * len(FAST_TEMPS)
 
 
 class CountingDistribution:
