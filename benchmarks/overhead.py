@@ -22,6 +22,10 @@ prefix with probability --agreement (a draw fixed by the prefix), another row ot
    factors (tokens per round against the theorem's, modelled against measured round time,
    target-only time per token against --target-ms) and the measured round split into
    Python, draft decode calls and the target call. --gpu-tokens sets the run length.
+   --wait says how a fake waits out its cost: `spin` (busy-waits, as a CUDA host thread does
+   in cudaStreamSynchronize by default when it has a core to itself) or `sleep` (blocks, as
+   Metal's waitUntilCompleted does; the core idles, and the engine's next numpy work runs
+   measurably slower on this machine). Both by default, each its own rows.
 
 Left out: real models (see `specdec bench` and benchmarks/speed.py), exactness (the tests).
 """
@@ -63,15 +67,21 @@ class StoredRows:
 
     `agreement` None: the target (row = hash % rows). A number: a draft that takes the
     target's row with that probability (fixed per prefix), a different row otherwise.
-    `cost(n)` seconds, if given, is how long a decode of n tokens takes in all (it sleeps).
+    Rows come back as a view of one buffer that the next decode overwrites, as llama.cpp's
+    logits do (backend.py returns views of its buffer), not as fresh arrays (each would be
+    fresh pages for numpy to fault in and read, a cost a real run does not have).
+    `cost(n)` seconds, if given, is how long a decode of n tokens takes in all (it waits,
+    spinning if `spin`, else sleeping).
     """
 
-    def __init__(self, bank: np.ndarray, agreement: float | None = None, cost=None, n_ctx: int = 4096) -> None:
+    def __init__(self, bank: np.ndarray, agreement: float | None = None, cost=None, n_ctx: int = 4096, spin: bool = False) -> None:
         self.bank = bank
         self.n_vocab = bank.shape[1]
         self.n_ctx = n_ctx
         self.agreement = agreement
         self.cost = cost
+        self.spin = spin
+        self.out = np.empty((0, self.n_vocab), dtype=bank.dtype)
         self.tokens: list[int] = []
         self.hashes: list[int] = []
 
@@ -87,21 +97,23 @@ class StoredRows:
             self.hashes.append(hash((self.hashes[-1] if self.hashes else 0, int(t))) & 0x7FFFFFFFFFFF)
             self.tokens.append(int(t))
         out = None
-        if n_logits:
-            out = self.bank[[self.row_index(h) for h in self.hashes[-n_logits:]]]
+        if n_logits:  # into one persistent buffer, returned as a view: llama.cpp's logits buffer, as backend.py returns it
+            if len(self.out) < n_logits:
+                self.out = np.empty((max(n_logits, 16), self.n_vocab), dtype=self.bank.dtype)
+            out = np.take(self.bank, [self.row_index(h) for h in self.hashes[-n_logits:]], axis=0, out=self.out[:n_logits])
         if self.cost is not None:
-            wait_until(start + self.cost(len(tokens)))
+            wait_until(start + self.cost(len(tokens)), self.spin)
         return out
 
     def rewind(self, n_keep: int) -> None:
         del self.tokens[n_keep:], self.hashes[n_keep:]
 
 
-def wait_until(deadline: float) -> None:
-    """Sleep until `deadline` (perf_counter seconds): sleep most of it, then spin the last 0.3 ms,
-    since time.sleep alone overshoots by a varying fraction of a millisecond."""
+def wait_until(deadline: float, spin: bool) -> None:
+    """Wait until `deadline` (perf_counter seconds): spin all of it, or sleep most of it and spin
+    the last 0.3 ms, since time.sleep alone overshoots by a varying fraction of a millisecond."""
     left = deadline - time.perf_counter()
-    if left > 3e-4:
+    if not spin and left > 3e-4:
         time.sleep(left - 3e-4)
     while time.perf_counter() < deadline:
         pass
@@ -155,7 +167,7 @@ def child_overhead(n_vocab: int, n_tokens: int, k: int, agreement: float, repeat
     return out
 
 
-def child_gpu(n_vocab: int, n_tokens: int, k: int, agreement: float, target_ms: float, extra_ms: float, draft_ms: float) -> dict:
+def child_gpu(n_vocab: int, n_tokens: int, k: int, agreement: float, target_ms: float, extra_ms: float, draft_ms: float, spin: bool) -> dict:
     """Measured and predicted speed-up over target-only decoding with sleeping fakes, and its decomposition.
 
     measured / predicted = (tokens per round measured / Theorem 3.8's (1 - alpha^(k+1)) / (1 - alpha))
@@ -181,9 +193,10 @@ def child_gpu(n_vocab: int, n_tokens: int, k: int, agreement: float, target_ms: 
     draft_cost = lambda n: draft_ms / 1e3  # noqa: E731
     out = {}
     for name, setting in SETTINGS.items():
-        base_events = generate(make_engine(StoredRows(bank, cost=target_cost), None), n_tokens, k, setting, 0)
+        base_events = generate(make_engine(StoredRows(bank, cost=target_cost, spin=spin), None), n_tokens, k, setting, 0)
         spec_events = generate(
-            make_engine(StoredRows(bank, cost=target_cost), StoredRows(bank, agreement, cost=draft_cost)), n_tokens, k, setting, 0
+            make_engine(StoredRows(bank, cost=target_cost, spin=spin), StoredRows(bank, agreement, cost=draft_cost, spin=spin)),
+            n_tokens, k, setting, 0,
         )
         base, spec = fold(base_events), fold(spec_events)
         measured = spec.tokens_per_second / base.tokens_per_second
@@ -207,9 +220,10 @@ def child_gpu(n_vocab: int, n_tokens: int, k: int, agreement: float, target_ms: 
     return out
 
 
-def run_child(code_dir: Path, args: argparse.Namespace, part: str, n_vocab: int) -> dict:
+def run_child(code_dir: Path, args: argparse.Namespace, part: str, n_vocab: int, wait: str = "sleep") -> dict:
     n_tokens = args.gpu_tokens if part == "gpu" else args.tokens
     cmd = [sys.executable, __file__, "--child", part, "--vocab", str(n_vocab), "--tokens", str(n_tokens), "-k", str(args.k)]
+    cmd += ["--wait", wait]
     cmd += ["--agreement", str(args.agreement), "--repeats", str(args.repeats)]
     cmd += ["--target-ms", str(args.target_ms), "--extra-ms", str(args.extra_ms), "--draft-ms", str(args.draft_ms)]
     env = dict(os.environ, PYTHONPATH=str(code_dir), SPECDEC_OVERHEAD_CODE=str(code_dir))
@@ -239,6 +253,7 @@ def main() -> None:
     parser.add_argument("--target-ms", type=float, default=10.0)
     parser.add_argument("--extra-ms", type=float, default=0.15)
     parser.add_argument("--draft-ms", type=float, default=2.0)
+    parser.add_argument("--wait", nargs="+", choices=["spin", "sleep"], default=["spin", "sleep"], help="how the simulated GPU's fakes wait")
     parser.add_argument("--child", choices=["overhead", "gpu"], help=argparse.SUPPRESS)
     args = parser.parse_args()
 
@@ -247,7 +262,8 @@ def main() -> None:
         if args.child == "overhead":
             result = child_overhead(args.vocab[0], args.tokens, args.k, args.agreement, args.repeats)
         else:
-            result = child_gpu(args.vocab[0], args.tokens, args.k, args.agreement, args.target_ms, args.extra_ms, args.draft_ms)
+            spin = args.wait == ["spin"]
+            result = child_gpu(args.vocab[0], args.tokens, args.k, args.agreement, args.target_ms, args.extra_ms, args.draft_ms, spin)
         import specdec_cli
 
         assert Path(specdec_cli.__file__).resolve().is_relative_to(Path(os.environ["SPECDEC_OVERHEAD_CODE"]).resolve()), specdec_cli.__file__
@@ -273,27 +289,30 @@ def main() -> None:
         if args.gpu_vocab:
             print(f"\nSimulated GPU: target {args.target_ms} ms + {args.extra_ms} ms per extra token, draft {args.draft_ms} ms per step, "
                   f"{args.gpu_tokens} tokens\n")
-            print("| vocabulary | setting | code | alpha | measured speed-up | predicted (Thm 3.8) | measured / predicted "
+            print("| vocabulary | wait | setting | code | alpha | measured speed-up | predicted (Thm 3.8) | measured / predicted "
                   "| tokens/round measured / Thm 3.8 | round ms modelled / measured | target-only ms/token / target ms |")
-            print("|---|---|---|---|---|---|---|---|---|---|")
+            print("|---|---|---|---|---|---|---|---|---|---|---|")
             details = []
             for n_vocab in args.gpu_vocab:
-                results = {v: run_child(path, args, "gpu", n_vocab) for v, path in versions.items()}
-                for name in SETTINGS:
-                    for v in versions:
-                        r = results[v][name]
-                        print(f"| {n_vocab:,} | {name} | {v} | {r['alpha']:.3f} | {r['measured']:.2f} | {r['predicted']:.2f} | {r['ratio']:.3f} "
-                              f"| {r['tokens_round']:.2f} / {r['tokens_round_predicted']:.2f} = {r['tokens_round'] / r['tokens_round_predicted']:.3f} "
-                              f"| {r['model_round_ms']:.1f} / {r['round_ms']:.1f} = {r['model_round_ms'] / r['round_ms']:.3f} "
-                              f"| {r['base_token_ms']:.2f} / {args.target_ms} = {r['base_token_ms'] / args.target_ms:.3f} |", flush=True)
-                        details.append((n_vocab, name, v, r))
+                for wait in args.wait:
+                    results = {v: run_child(path, args, "gpu", n_vocab, wait) for v, path in versions.items()}
+                    for name in SETTINGS:
+                        for v in versions:
+                            r = results[v][name]
+                            print(f"| {n_vocab:,} | {wait} | {name} | {v} | {r['alpha']:.3f} | {r['measured']:.2f} | {r['predicted']:.2f} "
+                                  f"| {r['ratio']:.3f} "
+                                  f"| {r['tokens_round']:.2f} / {r['tokens_round_predicted']:.2f} = {r['tokens_round'] / r['tokens_round_predicted']:.3f} "
+                                  f"| {r['model_round_ms']:.1f} / {r['round_ms']:.1f} = {r['model_round_ms'] / r['round_ms']:.3f} "
+                                  f"| {r['base_token_ms']:.2f} / {args.target_ms} = {r['base_token_ms'] / args.target_ms:.3f} |", flush=True)
+                            details.append((n_vocab, wait, name, v, r))
             print("\nMeasured round = Python + draft decode calls + target call (ms per round):\n")
-            print("| vocabulary | setting | code | round | Python | draft decode (drafted x draft ms) | target call (modelled) |")
-            print("|---|---|---|---|---|---|---|")
-            for n_vocab, name, v, r in details:
-                print(f"| {n_vocab:,} | {name} | {v} | {r['round_ms']:.1f} | {r['python_ms']:.2f} "
+            print("| vocabulary | wait | setting | code | round | Python | draft decode (drafted x draft ms) | target call (modelled) |")
+            print("|---|---|---|---|---|---|---|---|")
+            for n_vocab, wait, name, v, r in details:
+                print(f"| {n_vocab:,} | {wait} | {name} | {v} | {r['round_ms']:.1f} | {r['python_ms']:.2f} "
                       f"| {r['draft_decode_ms']:.1f} ({r['drafted_round']:.2f} x {args.draft_ms} = {r['drafted_round'] * args.draft_ms:.1f}) "
                       f"| {r['verify_ms']:.1f} ({args.target_ms + args.extra_ms * r['drafted_round']:.1f}) |")
+
 
 if __name__ == "__main__":
     main()

@@ -477,11 +477,14 @@ def residual(p: Union[Distribution, np.ndarray], q: Union[Distribution, np.ndarr
     if not isinstance(p, Distribution):
         return residual(Distribution.from_dense(p), Distribution.from_dense(q)).dense()
     if p.ids is None:  # dense stays dense (whole blocks, zero-padded), with block sums for sampling
-        r = p.weights / p.total
-        if q.ids is None:  # q's weights may be float32 (`proposal`): divided in float64
-            r -= np.divide(q.weights, q.total, dtype=np.float64)
+        # p.total * max(0, p - q) = max(0, p.weights - q * p.total): one scale fewer, and the
+        # factor p.total cancels when the residual is normalised.
+        if q.ids is None:  # q's weights may be float32 (`proposal`): multiplied in float64
+            r = np.multiply(q.weights, p.total / q.total, dtype=np.float64)
+            np.subtract(p.weights, r, out=r)
         else:
-            r[q.ids] -= q.weights / q.total
+            r = p.weights.copy()
+            r[q.ids] -= q.weights * (p.total / q.total)
         np.maximum(r, 0.0, out=r)
         block_sums = r.reshape(-1, _BLOCK).sum(axis=1)
         mass = block_sums.sum()
