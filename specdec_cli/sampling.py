@@ -22,21 +22,25 @@ whole vocabulary; then the row is kept dense.
 Precision. Logits arrive as float32, so selection (maximum, top-k threshold, min-p
 prefilter) compares float32 values, which is exact. Every probability is computed in
 float64, on the support only when a filter is on, so both paths equal a plain dense float64
-implementation (the tests hold them to 1e-12). float64 is kept for the target's dense rows
-wherever verification needs more than p(x): float32 exp is several times cheaper but off by
-up to ~1.6e-5 relative per weight (the float32 rounding of z times |z|), and p is the law the
-output must follow, so sampling the bonus by CDF inversion and the residual max(0, p - q)
-(which cancels when the draft is good) would inherit that error. float32 is used in two
-places where it cannot change the output's law. The draft's dense q (`proposal`) keeps
-float32 weights: speculative sampling is exact for any q that x is really drawn from, and
-that q, read in float64 everywhere, is the one verify gets. And to accept a
-draft at a dense target row, verify sums float32 weights for p(x)'s normaliser, certified
-within a factor 1 +- 2^-15 of the float64 one (the bound is derived at _FLOAT32_EPS and held
-by a test); it accepts only when u lies below the ratio by more than that, so exactly when
-the float64 test accepts, and computes the float64 row otherwise (a rejection needs it for
-the residual anyway). A dense row otherwise costs one subtract, one exp and one blocked sum;
-sampling goes by block sums (no full cumsum), a dense residual stays dense, and nothing is
-dense at all with a filter.
+implementation (the tests hold them to 1e-12). Dense rows (T > 0, no filter) are where the
+cost is: a float64 exp over the whole vocabulary costs several times a float32 one. float32
+exp is off by up to ~1.6e-5 relative per weight (the float32 rounding of z times |z|; the
+bound is derived at _FLOAT32_EPS and held by a test), so a float32 row is never taken for p
+itself; it is used where it provably cannot change the output's law:
+
+- the draft's dense q (`proposal`) keeps float32 weights: speculative sampling is exact for
+  any q that x is really drawn from, and that q, read in float64 everywhere, is what verify
+  gets;
+- a dense target row (`_DenseTarget`) decides acceptance from a float32 normaliser certified
+  within 1 +- 2^-15 of the float64 one, computing the float64 normaliser only when u lies
+  inside that band; it draws the bonus token from p by thinning float32 proposals (kept with
+  probability w64(x) / (w32(x) (1 + 2^-15)), exactly p), and the residual by rejection from
+  p (y kept with probability max(0, 1 - q(y) / p(y))), each with an exact float64 fallback.
+
+float64 stays for every probability that is returned (`distribution`, `residual`), for
+filtered rows (their few candidates), and for the decisions' scalars (w64(x), p(x) / q(x)).
+Sampling a dense row goes by block sums (no full cumsum), a dense residual stays dense, and
+nothing is dense at all with a filter.
 
 Edges are handled in the maths, never by numpy warnings: a tiny temperature (1e-300) caps
 each gap at 800 temperatures before dividing, so exp underflows to exactly 0 instead of
@@ -72,8 +76,8 @@ _BLOCK = 1024
 _BLOCKS_PER_K = 4
 # A gap of more than this many temperatures gives weight exp(-800) == 0.0 in float64.
 _UNDERFLOW_GAPS = 800.0
-# The float32 normaliser of a dense row (`_target_prob_float32`) is within a factor 1 +- this
-# of the float64 one, for float32 logits and 1/64 <= T <= 64. Per weight exp(z), z = (x - top) / T:
+# The float32 weights of a dense row (`_DenseTarget`, `proposal`) and their sum are within a
+# factor 1 +- this of the float64 ones, for float32 logits and 1/64 <= T <= 64. Per weight exp(z), z = (x - top) / T:
 # z rounds three times in float32 (the subtraction, 1/T, the product), so z32 = z (1 + d),
 # |d| <= 3.01 * 2^-24, and exp(z32) = exp(z) exp(z d) is off by at most |z| 3.01 * 2^-24 <=
 # 1.57e-5 where exp(z) is a normal float32 (z >= -87.4); numpy's float32 exp adds at most
@@ -82,6 +86,17 @@ _UNDERFLOW_GAPS = 800.0
 # largest relative error of its terms: 1.6e-5, and 2^-15 = 3.05e-5 leaves a factor of ~2.
 _FLOAT32_EPS = 2.0**-15
 _FLOAT32_TEMPERATURES = (1.0 / 64.0, 64.0)
+# A target row goes the float32 way only if |top| <= this many temperatures: then float32's
+# spacing near the top (|top| 2^-23) is at most T / 128, so the floor 86 T below the top
+# (`_DenseTarget`) keeps every float32 weight normal and every id's bound w64 <= w32 (1 + eps).
+_FLOAT32_TOP = 2.0**16
+# Floor of `_DenseTarget`'s weights, in temperatures below the top: exp(-86) = 4.5e-38 is a
+# normal float32. Floored ids are over-weighted (thinning takes the excess back) and add at
+# most n exp(-86) (1e-32 at 262,144 ids) to a normaliser of at least 1.
+_TARGET_FLOOR_GAPS = 86.0
+# Draws from the float32 proposal before an exact float64 fallback (each try is a fresh,
+# independent attempt, so a fallback after failed tries leaves the law unchanged).
+_THINNING_TRIES = 64
 
 
 @dataclass(frozen=True)
@@ -231,8 +246,8 @@ def _unfiltered(params: SamplingParams, n: int) -> bool:
 
 def proposal(logits: np.ndarray, params: SamplingParams) -> Distribution:
     """The draft's q as a proposal law: `distribution`, except that a dense row of float32
-    logits at 1/64 <= T <= 64 keeps float32 weights (`_float32_weights`, about a fifth of the
-    cost of float64 ones).
+    logits at 1/64 <= T <= 64 keeps float32 weights (`_float32_weights`; float32 exp is
+    several times cheaper than float64 exp).
 
     Speculative sampling is exact for any proposal q, provided x is drawn from q and verify
     is given that same q (Leviathan et al. 2022, Appendix A.1 holds for every q with q(x) > 0):
@@ -243,43 +258,107 @@ def proposal(logits: np.ndarray, params: SamplingParams) -> Distribution:
     computed this way: it is the law the output must follow.
     Example: logits [0, ln 3] (float32), T = 1, no filter -> weights [1/3, 1] in float32, q = [0.25, 0.75].
     """
-    low, high = _FLOAT32_TEMPERATURES
-    if logits.dtype == np.float32 and _unfiltered(params, logits.shape[-1]) and low <= params.temperature <= high:
+    if _float32_path(logits, params):
         return _dense(logits, check_finite(logits), params.temperature, float32=True)
     return distribution(logits, params)
 
 
-def _float32_accepts(target_logits: np.ndarray, params: SamplingParams) -> bool:
-    """Whether verify may accept from `_target_prob_float32`: dense rows of float32 logits, 1/64 <= T <= 64."""
+def _float32_path(logits: np.ndarray, params: SamplingParams) -> bool:
+    """Whether rows of these logits may be handled from float32 weights (`proposal`,
+    `_DenseTarget`): dense (T > 0, no filter) rows of float32 logits, 1/64 <= T <= 64."""
     low, high = _FLOAT32_TEMPERATURES
-    return target_logits.dtype == np.float32 and _unfiltered(params, target_logits.shape[-1]) and low <= params.temperature <= high
+    return logits.dtype == np.float32 and _unfiltered(params, logits.shape[-1]) and low <= params.temperature <= high
 
 
-def _target_prob_float32(logits: np.ndarray, x: int, temperature: float) -> float:
-    """p(x) of softmax(logits / T) with the normaliser summed from float32 weights.
+class _DenseTarget:
+    """One dense target row (T > 0, no filter), decided and sampled from float32 weights, exactly.
 
-    Within a factor 1 +- _FLOAT32_EPS of distribution(logits, T).prob(x) (see the constant),
-    for float32 logits and 1/64 <= T <= 64: numpy's float32 exp is vectorised, its float64
-    exp is not on every CPU, and p(x) alone needs no float64 row. The weight of x itself is
-    computed as `_dense` computes it.
+    w32 holds float32 weights exp((logit - top) / T), floored 86 temperatures below the top,
+    with float64 block sums. For every id, the float64 weight w64 (computed as `_dense`
+    computes it) is at most w32 (1 + _FLOAT32_EPS) (the constant's derivation, for |z| <= 86;
+    a floored id's w64 is below the floor's), and the float64 normaliser Z lies within
+    Z32 (1 +- _FLOAT32_EPS), Z32 = sum(w32) (the derivation's 1.6e-5 relative error leaves
+    room for the reciprocal). So:
+
+    - a test "v < g(Z)", g decreasing in Z (accepting a draft: u < w64(x) / (Z q(x)); keeping a
+      residual candidate: v < 1 - q(y) Z / w64(y)), is decided from Z32 unless v falls within
+      the bounds' band; then Z is computed in float64 once and decides it (`_below`);
+    - x ~ p by thinning (`draw`): x ~ w32 by CDF inversion, kept with probability
+      w64(x) / (w32(x) (1 + eps)) <= 1, else drawn again: the kept x has law w64(x) / Z, p;
+    - the residual normalise(max(0, p - q)) by rejection (`draw_residual`): y ~ p, kept with
+      probability max(0, 1 - q(y) / p(y)): the kept y has law proportional to max(0, p - q).
+
+    Example: logits [0, 0] at T = 1: w32 = [1, 1], Z32 = 2; a draft x = 0 with q(x) = 1 and
+    u = 0.4 is accepted (0.4 < 0.5 / 1 by more than the band) without the float64 row.
     """
-    top = check_finite(logits)
-    w = _float32_weights(logits, top, temperature, np.empty_like(logits))
-    z = np.float64(logits[x]) - top
-    if temperature < 1.0:
-        z = max(z, -_UNDERFLOW_GAPS * temperature)
-    return float(np.exp(z / temperature)) / float(w.sum(dtype=np.float64))
+
+    def __init__(self, logits: np.ndarray, top: float, temperature: float) -> None:
+        self.logits, self.top, self.temperature = logits, top, temperature
+        self.w32 = _dense(logits, top, temperature, float32=True, floor_gaps=_TARGET_FLOOR_GAPS)
+        self.z: float | None = None  # the float64 normaliser, once a decision needed it
+
+    @classmethod
+    def of(cls, logits: np.ndarray, temperature: float) -> "_DenseTarget | None":
+        """The row's float32 handling, or None when its top logit is too large for it (see _FLOAT32_TOP)."""
+        top = check_finite(logits)
+        return cls(logits, top, temperature) if abs(top) <= _FLOAT32_TOP * temperature else None
+
+    def weight64(self, x: int) -> float:
+        """x's float64 weight, as `_dense` computes it."""
+        z = np.float64(self.logits[x]) - self.top
+        if self.temperature < 1.0:
+            z = max(z, -_UNDERFLOW_GAPS * self.temperature)
+        return float(np.exp(z / self.temperature))
+
+    def _below(self, v: float, g) -> bool:
+        """v < g(Z) for g decreasing in Z, from Z32's bounds when they agree, else from Z itself."""
+        if self.z is None:
+            if v < g(self.w32.total * (1.0 + _FLOAT32_EPS)):
+                return True
+            if v >= g(self.w32.total * (1.0 - _FLOAT32_EPS)):
+                return False
+            self.z = _dense(self.logits, self.top, self.temperature).total
+        return v < g(self.z)
+
+    def accepts(self, u: float, x: int, q_x: float) -> bool:
+        """u < p(x) / q(x): the speculative acceptance test of draft x."""
+        w = self.weight64(x)
+        return self._below(u, lambda z: w / (z * q_x))
+
+    def draw(self, rng: np.random.Generator) -> int:
+        """x ~ p, by thinning draws from w32."""
+        for _ in range(_THINNING_TRIES):  # each try keeps its x with probability >= 1 / (1 + eps)
+            x = _sample_dense(self.w32, rng)
+            if rng.random() * float(self.w32.weights[x]) * (1.0 + _FLOAT32_EPS) < self.weight64(x):
+                return x
+        return _sample_dense(_dense(self.logits, self.top, self.temperature), rng)
+
+    def draw_residual(self, q: Distribution, rng: np.random.Generator) -> int:
+        """y ~ normalise(max(0, p - q)), by rejection from p: a try keeps y with probability
+        max(0, 1 - q(y) / p(y)), so it succeeds with probability sum(max(0, p - q)) (the
+        rejection probability of the draft); after _THINNING_TRIES failures, the float64 residual."""
+        for _ in range(_THINNING_TRIES):
+            y = self.draw(rng)
+            q_y = q.prob(y)
+            v = rng.random()
+            if q_y == 0.0:
+                return y
+            w = self.weight64(y)
+            if self._below(v, lambda z: 1.0 - q_y * z / w):
+                return y
+        return sample(residual(_dense(self.logits, self.top, self.temperature), q), rng)
 
 
-def _float32_weights(logits: np.ndarray, top: float, temperature: float, out: np.ndarray) -> np.ndarray:
+def _float32_weights(logits: np.ndarray, top: float, temperature: float, out: np.ndarray, floor_gaps: float = 128.0) -> np.ndarray:
     """exp((logits - top) / T) in float32 into `out` (float32 logits, 1/64 <= T <= 64); returns out.
 
-    Logits more than 128 T below the top (weight < exp(-128): 0 in float32) are raised to that
-    floor first, so that the subtraction cannot overflow however far apart they are. Near
-    +-3e38 the float32 spacing exceeds 128 T: then the floor is the float below the top.
+    Logits more than `floor_gaps` T below the top are raised to that floor first, so that the
+    subtraction cannot overflow however far apart they are (at the default 128 T their weight
+    is 0 in float32, as it would be anyway). Near +-3e38 the float32 spacing exceeds 24 T:
+    then the floor is the float below the top.
     """
-    floor = np.float32(top - 128.0 * temperature)
-    if floor >= top - 104.0 * temperature:
+    floor = np.float32(top - floor_gaps * temperature)
+    if floor >= top - (floor_gaps - 24.0) * temperature:
         floor = np.nextafter(floor, np.float32(-np.inf))
     np.maximum(logits, floor, out=out)
     np.subtract(out, np.float32(top), out=out)
@@ -324,15 +403,15 @@ def _tempered(gap: np.ndarray, temperature: float) -> np.ndarray:
     return np.exp(-np.minimum(gap, _UNDERFLOW_GAPS * temperature) / temperature)
 
 
-def _dense(logits: np.ndarray, top: float, temperature: float, float32: bool = False) -> Distribution:
+def _dense(logits: np.ndarray, top: float, temperature: float, float32: bool = False, floor_gaps: float = 128.0) -> Distribution:
     """softmax(logits / T) over the whole row: weights padded with zeros to whole blocks, float64
-    block sums. float32=True (for `proposal` only) computes float32 weights by `_float32_weights`."""
+    block sums. float32=True (`proposal`, `_DenseTarget`) computes float32 weights by `_float32_weights`."""
     n = logits.shape[-1]
     blocks = -(-n // _BLOCK)
     w = np.zeros(blocks * _BLOCK, dtype=np.float32 if float32 else np.float64)
     z = w[:n]
     if float32:
-        _float32_weights(logits, top, temperature, z)
+        _float32_weights(logits, top, temperature, z, floor_gaps)
     else:
         np.subtract(logits, top, out=z, dtype=np.float64)
         if temperature != 1.0:
@@ -532,7 +611,7 @@ def verify(
         return Verdict(accepted=k, token=argmax(target_logits[k]), bonus=True)
 
     n = target_logits.shape[1]
-    fast = _float32_accepts(target_logits, params)
+    fast = _float32_path(target_logits, params)
     for i, x in enumerate(draft_tokens):
         if q_rows is None:
             q = Distribution(n, np.array([x]), np.array([1.0]))
@@ -541,14 +620,18 @@ def verify(
         q_x = q.prob(x)
         assert q_x > 0.0, "a draft token must have positive draft probability"
         u = rng.random()
-        # A dense row's p(x) from float32 weights is within a factor 1 +- _FLOAT32_EPS of the
-        # float64 p(x), so u below the fast ratio shrunk by twice that is below the float64
-        # ratio too: the same decision, without the float64 row. Any other u (a rejection, or
-        # u too close to call) takes the float64 row, which a rejection needs anyway.
-        if fast and u < _target_prob_float32(target_logits[i], x, params.temperature) / q_x * (1.0 - 2.0 * _FLOAT32_EPS):
-            continue
+        # A dense row is decided from its float32 weights, exactly (`_DenseTarget`); its
+        # float64 row is computed only when u lies too close to p(x) / q(x) to call.
+        row = _DenseTarget.of(target_logits[i], params.temperature) if fast else None
+        if row is not None:
+            if row.accepts(u, x, q_x):
+                continue
+            return Verdict(accepted=i, token=row.draw_residual(q, rng), bonus=False)
         p = distribution(target_logits[i], params)
         if u < p.prob(x) / q_x:  # u < p/q happens with probability min(1, p/q)
             continue
         return Verdict(accepted=i, token=sample(residual(p, q), rng), bonus=False)
+    row = _DenseTarget.of(target_logits[k], params.temperature) if fast else None
+    if row is not None:
+        return Verdict(accepted=k, token=row.draw(rng), bonus=True)
     return Verdict(accepted=k, token=sample(distribution(target_logits[k], params), rng), bonus=True)

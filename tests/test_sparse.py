@@ -6,8 +6,9 @@ without a full sort; these tests hold it to a dense reference written the obviou
 every filter combination, with ties, all-equal logits, -inf logits and vocabularies cut by
 a vocab limit. The residual and p/q are checked the same way for every sparse/dense mix.
 The edge tests turn every warning into an error: numpy's RuntimeWarnings must never reach
-a user. Nothing here is statistical (no sampling distribution is tested; test_sampling.py
-and test_engine_fake.py do that, unchanged).
+a user. One test here is statistical: the float32 path's thinning and residual by
+rejection, made detectable (its sample size and false-failure rate are stated there); the
+rest of the sampling laws are tested in test_sampling.py and test_engine_fake.py, unchanged.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 import pytest
 
 from fakes import MarkovModel
+from stat_checks import ALPHA, chi_square_pvalue
 from specdec_cli import sampling
 from specdec_cli.drafters import ModelDrafter
 from specdec_cli.engine import Engine, GenerationConfig
@@ -269,29 +271,35 @@ def test_nan_or_inf_anywhere_raises_without_a_warning(bad):
         distribution(np.full(5000, -np.inf, dtype=np.float32), SamplingParams())
 
 
-# -- verify's float32 shortcut for dense target rows --------------------------------------
+# -- dense rows from float32 weights: the draft's proposal, the target's _DenseTarget ----------
 
 FAST_TEMPS = [1.0 / 64.0, 0.3, 0.8, 1.0, 2.5, 64.0]
 
 
 @pytest.mark.usefixtures("warnings_are_errors")
-def test_float32_target_prob_is_within_its_stated_bound_of_the_float64_one():
-    # The bound _FLOAT32_EPS is derived in sampling.py (1.6e-5 worst case, 3.05e-5 stated);
-    # here it is held on every kind of row, at the temperature limits and at ids from the top
-    # to the far tail. Rows spread over 6e38 would overflow a plain float32 subtraction.
+def test_float32_target_weights_are_within_their_stated_bounds_of_the_float64_ones():
+    # The bound _FLOAT32_EPS is derived in sampling.py (1.6e-5 worst case, 3.05e-5 stated).
+    # Held here on every kind of row, at the temperature limits, for every id: the thinning
+    # bound w64 <= w32 (1 + eps) everywhere (floored ids included), |w32 / w64 - 1| <= eps where
+    # w64 >= exp(-86), and the normaliser within 1 +- eps. A row whose top is too large for the
+    # float32 path (3e38) is not given one.
     checked = 0
     for n in (300, 50_000):
-        kinds = rows(n + 1, n)
-        huge = np.zeros(n, dtype=np.float32)
-        huge[:3] = [3e38, -3e38, 1e38]
-        kinds["huge logits"] = huge
-        for (name, row), temperature in itertools.product(kinds.items(), FAST_TEMPS):
-            dist = distribution(row, SamplingParams(temperature, 0, 1.0, 0.0))
-            for x in np.flatnonzero(dist.dense() > 0)[:: max(1, n // 50)]:
-                fast = sampling._target_prob_float32(row, int(x), temperature)
-                assert abs(fast / dist.prob(int(x)) - 1.0) <= sampling._FLOAT32_EPS, (name, temperature, x)
-                checked += 1
-    assert checked > 500
+        for (name, row), temperature in itertools.product(rows(n + 1, n).items(), FAST_TEMPS):
+            target = sampling._DenseTarget.of(row, temperature)
+            exact = distribution(row, SamplingParams(temperature, 0, 1.0, 0.0))
+            w64, w32 = exact.weights[:n], target.w32.weights[:n].astype(np.float64)
+            assert np.all(w64 <= w32 * (1.0 + sampling._FLOAT32_EPS)), (name, temperature)
+            normal = w64 >= np.exp(-86.0)
+            assert np.all(np.abs(w32[normal] / w64[normal] - 1.0) <= sampling._FLOAT32_EPS), (name, temperature)
+            assert abs(target.w32.total / exact.total - 1.0) <= sampling._FLOAT32_EPS, (name, temperature)
+            for x in np.flatnonzero(w64)[:: max(1, n // 50)]:
+                assert target.weight64(int(x)) == w64[x]
+            checked += 1
+    huge = np.zeros(300, dtype=np.float32)
+    huge[:3] = [3e38, -3e38, 1e38]
+    assert sampling._DenseTarget.of(huge, 1.0) is None
+    assert checked == 2 * 7 * len(FAST_TEMPS)
 
 
 @pytest.mark.usefixtures("warnings_are_errors")
@@ -323,15 +331,57 @@ def test_proposal_differs_from_distribution_only_in_float32_weights_of_dense_flo
     assert checked_fast == 2 * 7 * len(FAST_TEMPS)
 
 
-class CountingDistribution:
-    """sampling.distribution, recording which target rows verify processed in float64."""
+def distorted_target(row: np.ndarray, temperature: float, eps: float, seed: int) -> "sampling._DenseTarget":
+    """A _DenseTarget whose float32 proposal is w64 times factors in [1 / (1 + eps), 1]: inside
+    the bounds _DenseTarget relies on when _FLOAT32_EPS is eps, and far enough from p that a
+    missing correction (thinning, the exact band) would show in a chi-square test."""
+    target = sampling._DenseTarget.of(row, temperature)
+    n = len(row)
+    w64 = distribution(row, SamplingParams(temperature, 0, 1.0, 0.0)).weights[:n]
+    factors = np.random.default_rng(seed).uniform(1.0 / (1.0 + eps) + 1e-6, 1.0, n)
+    w = np.zeros_like(target.w32.weights)
+    w[:n] = (w64 * factors).astype(np.float32)
+    block_sums = w.reshape(-1, sampling._BLOCK).sum(axis=1, dtype=np.float64)
+    target.w32 = Distribution(n, None, w, float(block_sums.sum()), block_sums)
+    return target
 
-    def __init__(self, rows_):
-        self.rows, self.done = rows_, []
 
-    def __call__(self, logits, params):
-        self.done.append(next(i for i, r in enumerate(self.rows) if r is logits or np.shares_memory(r, logits)))
-        return distribution(logits, params)
+@pytest.mark.parametrize("tries", [sampling._THINNING_TRIES, 1])
+def test_thinning_and_the_residual_by_rejection_follow_p_and_max0_p_minus_q(monkeypatch, tries):
+    # The mechanisms tested where a mistake would show: _FLOAT32_EPS raised to 0.5 and the
+    # proposal distorted by factors down to 2/3 (the bounds still hold), so p drawn without
+    # thinning, or a residual decided from Z32 alone, would be off by up to 50% per id. With
+    # tries = 1 the exact fallbacks run on most draws. 16 tokens; N = 20,000 draws of each
+    # law; chi-square at false-failure 1e-4 each (stat_checks.ALPHA).
+    monkeypatch.setattr(sampling, "_FLOAT32_EPS", 0.5)
+    monkeypatch.setattr(sampling, "_THINNING_TRIES", tries)
+    rng = np.random.default_rng(40 + tries)
+    n, N = 16, 20_000
+    row = (rng.standard_normal(n) * 1.5).astype(np.float32)
+    q = distribution((rng.standard_normal(n) * 1.5).astype(np.float32), SamplingParams(1.0, 0, 1.0, 0.0))
+    p = distribution(row, SamplingParams(0.8, 0, 1.0, 0.0)).dense()
+    r = np.maximum(p - q.dense(), 0.0)
+    target = distorted_target(row, 0.8, 0.5, seed=tries)
+    draws = np.bincount([target.draw(rng) for _ in range(N)], minlength=n)
+    assert chi_square_pvalue(draws, p) > ALPHA
+    target = distorted_target(row, 0.8, 0.5, seed=tries)
+    residuals = np.bincount([target.draw_residual(q, rng) for _ in range(N)], minlength=n)
+    assert chi_square_pvalue(residuals, r / r.sum()) > ALPHA
+    assert target.z is not None, "some residual decision fell inside the band and used the float64 normaliser"
+
+
+class Float64Rows:
+    """Counts float64 dense rows (sampling._dense with float32=False) built while it is installed."""
+
+    def __init__(self):
+        self.count = 0
+
+    def __call__(self, logits, top, temperature, float32=False, floor_gaps=128.0):
+        self.count += not float32
+        return dense_row(logits, top, temperature, float32, floor_gaps)
+
+
+dense_row = sampling._dense
 
 
 def test_verify_decides_a_ratio_too_close_to_call_in_float64(monkeypatch):
@@ -347,35 +397,41 @@ def test_verify_decides_a_ratio_too_close_to_call_in_float64(monkeypatch):
     q = Distribution(n, np.array([x, x + 1]), np.array([0.5, 0.5]))
     ratio = p_x / 0.5
     assert 0.0 < ratio < 1.0
-    assert sampling._target_prob_float32(target[0], x, params.temperature) != p_x
-    assert verify(target, [x], [q], params, FixedRandom([ratio, 0.5])).accepted == 0
-    assert verify(target, [x], [q], params, FixedRandom([np.nextafter(ratio, 0.0), 0.5])).accepted == 1
-    # A u clearly below the ratio is accepted without the float64 row: only the bonus row is processed.
-    spy = CountingDistribution(list(target))
-    monkeypatch.setattr(sampling, "distribution", spy)
-    assert verify(target, [x], [q], params, FixedRandom([0.5 * ratio, 0.5])).accepted == 1
-    assert spy.done == [1]
+    row = sampling._DenseTarget.of(target[0], params.temperature)
+    assert row.weight64(x) / row.w32.total != p_x
+    after = [0.5] * 8  # the residual's draws
+    assert verify(target, [x], [q], params, FixedRandom([ratio, *after])).accepted == 0
+    assert verify(target, [x], [q], params, FixedRandom([np.nextafter(ratio, 0.0), *after])).accepted == 1
+    # A u clearly below the ratio, or clearly above it, needs no float64 row at all (the bonus
+    # and the residual are drawn from the float32 weights); a u at the ratio needs one.
+    spy = Float64Rows()
+    monkeypatch.setattr(sampling, "_dense", spy)
+    assert verify(target, [x], [q], params, FixedRandom([0.5 * ratio, *after])).accepted == 1
+    assert verify(target, [x], [q], params, FixedRandom([min(1.0, 2.0 * ratio) - 1e-9, *after])).accepted == 0
+    assert spy.count == 0
+    verify(target, [x], [q], params, FixedRandom([ratio, *after]))
+    assert spy.count == 1
 
 
-def test_verify_with_the_float32_shortcut_gives_the_float64_verdicts():
-    # 400 rounds of k = 4 on random rows at several temperatures: the verdict (accepted count
-    # and token) equals the plain float64 rule run on a copy of the same generator.
+def test_verify_with_the_float32_path_makes_the_float64_decisions():
+    # 400 rounds of k = 4 on random rows at several temperatures: the accepted count equals
+    # the plain float64 rule's on a copy of the same generator (both take one uniform per
+    # decision, so the decisions see the same u), and the token has positive probability
+    # under the law it was drawn from. Its law is tested statistically above and, through
+    # the engine, in test_sampling.py (PLAIN rows are float32 and dense).
     rng = np.random.default_rng(33)
     n, k = 3_000, 4
     for trial in range(400):
         params = SamplingParams(FAST_TEMPS[trial % len(FAST_TEMPS)], 0, 1.0, 0.0)
         target = (rng.standard_normal((k + 1, n)) * 2).astype(np.float32)
         draft = (target[:k] + rng.standard_normal((k, n)).astype(np.float32) * 0.3).astype(np.float32)
-        q_rows = [distribution(r, params) for r in draft]
+        q_rows = [proposal(r, params) for r in draft]
         tokens = [sample(q, rng) for q in q_rows]
         seed = int(rng.integers(1 << 30))
         got = verify(target, tokens, q_rows, params, np.random.default_rng(seed))
         coin = np.random.default_rng(seed)
-        want = None
-        for i, x in enumerate(tokens):
-            p = distribution(target[i], params)
-            if not coin.random() < p.prob(x) / q_rows[i].prob(x):
-                want = (i, sample(residual(p, q_rows[i]), coin))
-                break
-        want = want or (k, sample(distribution(target[k], params), coin))
-        assert (got.accepted, got.token) == want, trial
+        accepted = next((i for i, x in enumerate(tokens) if not coin.random() < distribution(target[i], params).prob(x) / q_rows[i].prob(x)), k)
+        assert got.accepted == accepted, trial
+        p = distribution(target[accepted], params)
+        law = p if accepted == k else residual(p, q_rows[accepted])
+        assert law.prob(got.token) > 0, trial
