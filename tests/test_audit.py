@@ -163,12 +163,19 @@ def first_token_law_of(target, draft, params=PLAIN) -> tuple[np.ndarray, np.ndar
     return probabilities(target.table[0], params), probabilities(draft.table[0], params)
 
 
+def plant_residual_is_p(monkeypatch) -> None:
+    """The planted bug: after a rejection the token comes from p instead of the residual, on
+    both paths verify has (sampling.residual; _DenseTarget.draw_residual for dense float32 rows)."""
+    monkeypatch.setattr(sampling, "residual", lambda p, q: p)
+    monkeypatch.setattr(sampling._DenseTarget, "draw_residual", lambda self, q, rng: self.draw(rng))
+
+
 def test_a_residual_replaced_by_p_is_caught(monkeypatch):
     target, draft = toy_pair(1)
     p, q = first_token_law_of(target, draft)
     wrong = np.minimum(p, q) + (1 - np.minimum(p, q).sum()) * p  # the first token's law under the bug
     assert power_against(p, wrong, N, ALPHA / 2) > 1 - 1e-9
-    monkeypatch.setattr(sampling, "residual", lambda p, q: p)
+    plant_residual_is_p(monkeypatch)
     result = audit_toy(target, draft)
     assert result.verdict == "rejected" and result.first_token.rejects and result.first_pair.rejects
     assert result.first_token.tv.low > 0.05  # the interval excludes exactness
@@ -269,7 +276,7 @@ def test_cli_report_on_stdout_progress_on_stderr_exit_0(toy_cli):
 
 
 def test_cli_json_and_a_planted_bug_exit_1(toy_cli, monkeypatch):
-    monkeypatch.setattr(sampling, "residual", lambda p, q: p)
+    plant_residual_is_p(monkeypatch)
     result = runner.invoke(app, ["audit", *toy_cli, *TOY_ARGS, "--samples", "1000", "--json", "--greedy-tokens", "0", "da"])
     assert result.exit_code == 1
     out = json.loads(result.stdout)
