@@ -41,7 +41,7 @@ import numpy as np
 from .drafters import CausalModel, Drafter, Proposal, Proposer, catch_up, common_prefix
 from .errors import ContextOverflow
 from .events import DraftPolicy, Event, Finished, Prefill, Rejected, Round, Source, Token
-from .sampling import SamplingParams, argmax, distribution, sample, verify
+from .sampling import SamplingParams, sample_row, verify
 from .text_stream import TextStream
 
 
@@ -125,7 +125,7 @@ class Engine:
         """One plain decoding step of the target: the baseline's whole loop body."""
         logits = catch_up(self.target, context)
         row = logits[0, : self.vocab_limit]
-        return argmax(row) if params.greedy else sample(distribution(row, params), rng)
+        return sample_row(row, params, rng)
 
     def plan(self, context: list[int], budget: int, policy: DraftPolicy) -> tuple[Proposer | None, int]:
         """Who drafts this round and at most how many tokens; (None, 0) is a plain target step."""

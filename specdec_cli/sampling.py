@@ -631,7 +631,13 @@ def verify(
         if u < p.prob(x) / q_x:  # u < p/q happens with probability min(1, p/q)
             continue
         return Verdict(accepted=i, token=sample(residual(p, q), rng), bonus=False)
-    row = _DenseTarget.of(target_logits[k], params.temperature) if fast else None
-    if row is not None:
-        return Verdict(accepted=k, token=row.draw(rng), bonus=True)
-    return Verdict(accepted=k, token=sample(distribution(target_logits[k], params), rng), bonus=True)
+    return Verdict(accepted=k, token=sample_row(target_logits[k], params, rng), bonus=True)
+
+
+def sample_row(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> int:
+    """One token from a target row's processed distribution p: the argmax at temperature 0; a
+    dense float32 row by `_DenseTarget.draw` (no float64 row); otherwise `sample(distribution)`."""
+    if params.greedy:
+        return argmax(logits)
+    row = _DenseTarget.of(logits, params.temperature) if _float32_path(logits, params) else None
+    return row.draw(rng) if row is not None else sample(distribution(logits, params), rng)

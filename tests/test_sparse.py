@@ -370,6 +370,24 @@ def test_thinning_and_the_residual_by_rejection_follow_p_and_max0_p_minus_q(monk
     assert target.z is not None, "some residual decision fell inside the band and used the float64 normaliser"
 
 
+def test_a_plain_target_step_follows_p():
+    # Engine.target_step (the baseline, and plain steps under auto) samples through
+    # sample_row: on float32 rows by _DenseTarget.draw, on float64 rows by the float64 row.
+    # 16 tokens, N = 20,000 steps each; chi-square at false-failure 1e-4 each.
+    rng = np.random.default_rng(52)
+    table = (rng.standard_normal((16, 16)) * 1.5).astype(np.float32)
+    params = SamplingParams(0.8, 0, 1.0, 0.0)
+    for dtype in (np.float32, np.float64):
+        model = MarkovModel(table)
+        model.table = table.astype(dtype)  # (the fake stores float32; a float64 row takes the other path)
+        engine = Engine(model, None)
+        assert engine.target.decode([1, 5], 1).dtype == dtype
+        model.rewind(0)
+        p = distribution(model.table[5], params).dense()
+        counts = np.bincount([engine.target_step([1, 5], params, rng) for _ in range(20_000)], minlength=16)
+        assert chi_square_pvalue(counts, p) > ALPHA
+
+
 class Float64Rows:
     """Counts float64 dense rows (sampling._dense with float32=False) built while it is installed."""
 
