@@ -11,7 +11,8 @@ Algorithms for Heterogeneous Vocabularies", Token-Level Intersection). Verificat
 same-vocabulary rule (sampling.verify: accept min(1, p/q), residual max(0, p - q)), which
 keeps the output exactly the target's for any q, so long as x is drawn from the q handed
 over. q_draft is sampling.proposal (the processed distribution, as the law x is drawn from)
-with the run's SamplingParams; at temperature 0 the draft proposes the argmax of its logits over the shared ids.
+with the run's SamplingParams; at temperature 0 the draft proposes the argmax of its logits
+over the shared ids.
 
 Text translation (`TextMirror`), target ids -> draft ids:
 

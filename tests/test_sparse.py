@@ -331,6 +331,17 @@ def test_proposal_differs_from_distribution_only_in_float32_weights_of_dense_flo
     assert checked_fast == 2 * 7 * len(FAST_TEMPS)
 
 
+def test_docstring_examples_of_proposal_and_dense_target(monkeypatch):
+    plain = SamplingParams(1.0, 0, 1.0, 0.0)
+    q = proposal(np.array([0.0, np.log(3.0)], dtype=np.float32), plain)
+    assert q.weights.dtype == np.float32 and np.allclose(q.weights[:2], [1 / 3, 1.0]) and np.allclose(q.dense(), [0.25, 0.75])
+    spy = Float64Rows()
+    monkeypatch.setattr(sampling, "_dense", spy)
+    target = sampling._DenseTarget.of(np.zeros(2, dtype=np.float32), 1.0)
+    assert target.w32.weights[:2].tolist() == [1.0, 1.0] and target.w32.total == 2.0
+    assert target.accepts(0.4, 0, 1.0) and spy.count == 0
+
+
 def distorted_target(row: np.ndarray, temperature: float, eps: float, seed: int) -> "sampling._DenseTarget":
     """A _DenseTarget whose float32 proposal is w64 times factors in [1 / (1 + eps), 1]: inside
     the bounds _DenseTarget relies on when _FLOAT32_EPS is eps, and far enough from p that a
