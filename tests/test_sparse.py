@@ -6,9 +6,10 @@ without a full sort; these tests hold it to a dense reference written the obviou
 every filter combination, with ties, all-equal logits, -inf logits and vocabularies cut by
 a vocab limit. The residual and p/q are checked the same way for every sparse/dense mix.
 The edge tests turn every warning into an error: numpy's RuntimeWarnings must never reach
-a user. One test here is statistical: the float32 path's thinning and residual by
-rejection, made detectable (its sample size and false-failure rate are stated there); the
-rest of the sampling laws are tested in test_sampling.py and test_engine_fake.py, unchanged.
+a user. Two tests here are statistical (sample sizes and false-failure rates stated in
+each): the float32 path's thinning and residual by rejection, made detectable, and a plain
+target step on float32 and float64 rows; the rest of the sampling laws are tested in
+test_sampling.py and test_engine_fake.py, unchanged.
 """
 
 from __future__ import annotations
