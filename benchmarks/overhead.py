@@ -14,7 +14,7 @@ prefix with probability --agreement (a draw fixed by the prefix), another row ot
    T = 1 with no filter. "before" is the code of git ref --before (exported with `git
    archive` into a temporary folder), "after" the code next to this script; each runs in its
    own child process, alternating per vocabulary, in the same invocation. Best of --repeats.
-2. Simulated GPU (--gpu-vocab): the fakes sleep so that each decode call costs a given curve
+2. Simulated GPU (--gpu-vocab): the fakes wait so that each decode call costs a given curve
    (target: --target-ms per batch + --extra-ms per token beyond the first; draft:
    --draft-ms per call), and the table compares the measured speed-up over target-only
    decoding with Leviathan et al.'s Theorem 3.8 prediction (stats.predicted_speedup) from
@@ -24,8 +24,9 @@ prefix with probability --agreement (a draw fixed by the prefix), another row ot
    Python, draft decode calls and the target call. --gpu-tokens sets the run length.
    --wait says how a fake waits out its cost: `spin` (busy-waits, as a CUDA host thread does
    in cudaStreamSynchronize by default when it has a core to itself) or `sleep` (blocks, as
-   Metal's waitUntilCompleted does; the core idles, and the engine's next numpy work runs
-   measurably slower on this machine). Both by default, each its own rows.
+   Metal's waitUntilCompleted does). On the development machine the engine's numpy work
+   between waits ran slower with either than with no wait, more so after sleeping. Both by
+   default, each its own rows.
 
 Left out: real models (see `specdec bench` and benchmarks/speed.py), exactness (the tests).
 """
@@ -168,7 +169,7 @@ def child_overhead(n_vocab: int, n_tokens: int, k: int, agreement: float, repeat
 
 
 def child_gpu(n_vocab: int, n_tokens: int, k: int, agreement: float, target_ms: float, extra_ms: float, draft_ms: float, spin: bool) -> dict:
-    """Measured and predicted speed-up over target-only decoding with sleeping fakes, and its decomposition.
+    """Measured and predicted speed-up over target-only decoding with waiting fakes, and its decomposition.
 
     measured / predicted = (tokens per round measured / Theorem 3.8's (1 - alpha^(k+1)) / (1 - alpha))
     x (modelled round time k * draft + target(k + 1) / measured round time) x (measured target-only
