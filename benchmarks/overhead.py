@@ -13,7 +13,8 @@ prefix with probability --agreement (a draw fixed by the prefix), another row ot
    at T = 0, at T = 0.8 with llama.cpp's defaults (top-k 40, top-p 0.95, min-p 0.05) and at
    T = 1 with no filter. "before" is the code of git ref --before (exported with `git
    archive` into a temporary folder), "after" the code next to this script; each runs in its
-   own child process, alternating per vocabulary, in the same invocation. Best of --repeats.
+   own child process, in the same invocation; repeat r runs "before" then "after" with seed
+   r, so that a slow minute of a shared machine falls on both. Best of --repeats per column.
 2. Simulated GPU (--gpu-vocab): the fakes wait so that each decode call costs a given curve
    (target: --target-ms per batch + --extra-ms per token beyond the first; draft:
    --draft-ms per call), and the table compares the measured speed-up over target-only
@@ -142,30 +143,36 @@ def make_engine(target, draft):
     return Engine(target, ModelDrafter(draft) if draft is not None else None, piece=lambda t: b" w", is_end=lambda t: False)
 
 
-def child_overhead(n_vocab: int, n_tokens: int, k: int, agreement: float, repeats: int) -> dict:
-    """Python ms per round and per emitted token, and the acceptance, for each setting."""
+def child_overhead(n_vocab: int, n_tokens: int, k: int, agreement: float, seed: int) -> dict:
+    """Python ms per round and per emitted token, and the acceptance, for each setting (one run each)."""
     bank = logit_bank(n_vocab)
     out = {}
     for name, setting in SETTINGS.items():
-        best = None
-        for rep in range(repeats):
-            engine = make_engine(StoredRows(bank), StoredRows(bank, agreement))
-            events = generate(engine, n_tokens, k, setting, seed=rep)
-            rounds = rounds_of(events)
-            python = sum(r.seconds - r.draft_decode_seconds - r.verify_seconds for r in rounds)
-            tokens = sum(type(e).__name__ == "Token" for e in events)
-            drafted = sum(r.drafted for r in rounds)
-            accepted = sum(r.accepted for r in rounds)
-            figures = {
-                "ms_round": 1e3 * python / len(rounds),
-                "ms_token": 1e3 * python / tokens,
-                "tokens_per_round": tokens / len(rounds),
-                "acceptance": accepted / drafted if drafted else 0.0,
-            }
-            if best is None or figures["ms_round"] < best["ms_round"]:
-                best = figures
-        out[name] = best
+        engine = make_engine(StoredRows(bank), StoredRows(bank, agreement))
+        events = generate(engine, n_tokens, k, setting, seed=seed)
+        rounds = rounds_of(events)
+        python = sum(r.seconds - r.draft_decode_seconds - r.verify_seconds for r in rounds)
+        tokens = sum(type(e).__name__ == "Token" for e in events)
+        drafted = sum(r.drafted for r in rounds)
+        accepted = sum(r.accepted for r in rounds)
+        out[name] = {
+            "ms_round": 1e3 * python / len(rounds),
+            "ms_token": 1e3 * python / tokens,
+            "tokens_per_round": tokens / len(rounds),
+            "acceptance": accepted / drafted if drafted else 0.0,
+        }
     return out
+
+
+def best_overhead(versions: dict, args: argparse.Namespace, n_vocab: int) -> dict:
+    """Each version's best run per setting over --repeats, the versions alternating run by run."""
+    best: dict = {v: {} for v in versions}
+    for seed in range(args.repeats):
+        for v, path in versions.items():
+            for name, figures in run_child(path, args, "overhead", n_vocab, seed=seed).items():
+                if name not in best[v] or figures["ms_round"] < best[v][name]["ms_round"]:
+                    best[v][name] = figures
+    return best
 
 
 def child_gpu(n_vocab: int, n_tokens: int, k: int, agreement: float, target_ms: float, extra_ms: float, draft_ms: float, spin: bool) -> dict:
@@ -221,11 +228,11 @@ def child_gpu(n_vocab: int, n_tokens: int, k: int, agreement: float, target_ms: 
     return out
 
 
-def run_child(code_dir: Path, args: argparse.Namespace, part: str, n_vocab: int, wait: str = "sleep") -> dict:
+def run_child(code_dir: Path, args: argparse.Namespace, part: str, n_vocab: int, wait: str = "sleep", seed: int = 0) -> dict:
     n_tokens = args.gpu_tokens if part == "gpu" else args.tokens
     cmd = [sys.executable, __file__, "--child", part, "--vocab", str(n_vocab), "--tokens", str(n_tokens), "-k", str(args.k)]
     cmd += ["--wait", wait]
-    cmd += ["--agreement", str(args.agreement), "--repeats", str(args.repeats)]
+    cmd += ["--agreement", str(args.agreement), "--seed", str(seed)]
     cmd += ["--target-ms", str(args.target_ms), "--extra-ms", str(args.extra_ms), "--draft-ms", str(args.draft_ms)]
     env = dict(os.environ, PYTHONPATH=str(code_dir), SPECDEC_OVERHEAD_CODE=str(code_dir))
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
@@ -248,6 +255,7 @@ def main() -> None:
     parser.add_argument("-k", type=int, default=8)
     parser.add_argument("--agreement", type=float, default=0.9, help="share of prefixes where the draft sees the target's row")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)  # a child's run
     parser.add_argument("--before", default="main", help="git ref of the 'before' column ('' to skip it)")
     parser.add_argument("--gpu-vocab", type=int, nargs="*", default=[151_936], help="vocabularies for the simulated GPU")
     parser.add_argument("--gpu-tokens", type=int, default=200, help="tokens per simulated-GPU run (more: less sampling noise)")
@@ -261,7 +269,7 @@ def main() -> None:
     if args.child:
         sys.path.insert(0, os.environ["SPECDEC_OVERHEAD_CODE"])
         if args.child == "overhead":
-            result = child_overhead(args.vocab[0], args.tokens, args.k, args.agreement, args.repeats)
+            result = child_overhead(args.vocab[0], args.tokens, args.k, args.agreement, args.seed)
         else:
             spin = args.wait == ["spin"]
             result = child_gpu(args.vocab[0], args.tokens, args.k, args.agreement, args.target_ms, args.extra_ms, args.draft_ms, spin)
@@ -281,7 +289,7 @@ def main() -> None:
               + " | ".join(f"{v} ms/token" for v in versions) + " | tokens/round | acceptance |")
         print("|---|---|" + "---|" * (2 * len(versions) + 2))
         for n_vocab in args.vocab:
-            results = {v: run_child(path, args, "overhead", n_vocab) for v, path in versions.items()}
+            results = best_overhead(versions, args, n_vocab)
             for name in SETTINGS:
                 cells = [f"{results[v][name]['ms_round']:.2f}" for v in versions]
                 cells += [f"{results[v][name]['ms_token']:.3f}" for v in versions]
