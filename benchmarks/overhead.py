@@ -250,7 +250,7 @@ def export(ref: str, into: Path) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--vocab", type=int, nargs="+", default=list(VOCABS))
+    parser.add_argument("--vocab", type=int, nargs="*", default=list(VOCABS), help="vocabularies for the Python-time table (none: skip it)")
     parser.add_argument("--tokens", type=int, default=200)
     parser.add_argument("-k", type=int, default=8)
     parser.add_argument("--agreement", type=float, default=0.9, help="share of prefixes where the draft sees the target's row")
@@ -283,11 +283,12 @@ def main() -> None:
         versions = {"after": ROOT}
         if args.before:
             versions = {"before": export(args.before, Path(tmp)), "after": ROOT}
-        print(f"k = {args.k}, {args.tokens} tokens, agreement {args.agreement}, best of {args.repeats}; "
-              f"Python ms = round time less the models' decode calls\n")
-        print("| vocabulary | setting | " + " | ".join(f"{v} ms/round" for v in versions) + " | "
-              + " | ".join(f"{v} ms/token" for v in versions) + " | tokens/round | acceptance |")
-        print("|---|---|" + "---|" * (2 * len(versions) + 2))
+        if args.vocab:
+            print(f"k = {args.k}, {args.tokens} tokens, agreement {args.agreement}, best of {args.repeats}; "
+                  f"Python ms = round time less the models' decode calls\n")
+            print("| vocabulary | setting | " + " | ".join(f"{v} ms/round" for v in versions) + " | "
+                  + " | ".join(f"{v} ms/token" for v in versions) + " | tokens/round | acceptance |")
+            print("|---|---|" + "---|" * (2 * len(versions) + 2))
         for n_vocab in args.vocab:
             results = best_overhead(versions, args, n_vocab)
             for name in SETTINGS:

@@ -155,7 +155,7 @@ class ModelDrafter:
             x = argmax(row)
             return x, x, None
         q = proposal(row, params)
-        if q.max_prob() < p_min:
+        if p_min > 0.0 and q.max_prob() < p_min:  # (max_prob of a dense q is a pass over the row)
             return None
         x = sample(q, rng)
         return x, x, q

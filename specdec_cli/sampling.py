@@ -220,7 +220,7 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> Distribution:
         return Distribution(n, np.array([_checked_argmax(logits)]), np.array([1.0]))
     top_k = params.top_k if 0 < params.top_k < n else 0
     if top_k:
-        return _after_top_k(n, top_k_ids(logits, top_k), logits, params)
+        return _after_top_k(n, _top_k_ranked(logits, top_k), logits, params)
     else:
         top = check_finite(logits)
         if _unfiltered(params, n):
@@ -360,37 +360,37 @@ def _float32_weights(logits: np.ndarray, top: float, temperature: float, out: np
     floor = np.float32(top - floor_gaps * temperature)
     if floor >= top - (floor_gaps - 24.0) * temperature:
         floor = np.nextafter(floor, np.float32(-np.inf))
-    np.maximum(logits, floor, out=out)
-    np.subtract(out, np.float32(top), out=out)
+    source = logits
+    if logits.min() < floor:  # (a min pass is cheap; np.maximum against a scalar ran 3-4x slower than against a row)
+        out.fill(floor)
+        source = np.maximum(logits, out, out=out)
+    np.subtract(source, np.float32(top), out=out)
     if temperature != 1.0:
         np.multiply(out, np.float32(1.0 / temperature), out=out)
     return np.exp(out, out=out)
 
 
-def _after_top_k(n: int, ids: np.ndarray, logits: np.ndarray, params: SamplingParams) -> Distribution:
-    """Top-p, min-p and temperature on the k ids top-k kept, in few numpy calls: sorted
-    largest first (ties: lowest id first), both cuts keep a prefix. The same sums and
+def _after_top_k(n: int, ranked: np.ndarray, logits: np.ndarray, params: SamplingParams) -> Distribution:
+    """Top-p, min-p and temperature on the k ids top-k kept (`ranked`: largest logit first, ties
+    lowest id first), in few numpy calls: both cuts keep a prefix of them. The same sums and
     comparisons as the general path (`_nucleus`, min-p, `_tempered`)."""
-    z_by_id = logits[ids].astype(np.float64)
-    order = (-z_by_id).argsort(kind="stable")
-    z_by_id -= z_by_id[order[0]]  # log-weights at temperature 1, max 0
-    w_by_id = np.exp(z_by_id)
-    w = w_by_id[order]  # descending, w[0] == exp(0) == 1
+    z = logits[ranked].astype(np.float64)
+    z -= z[0]  # log-weights at temperature 1, descending, max 0
+    w = np.exp(z)  # w[0] == exp(0) == 1
     m = len(w)
     if params.top_p < 1.0:
-        cum = w.cumsum() / w_by_id.sum()
+        cum = w.cumsum() / w.sum()
         m = min(int(cum.searchsorted(params.top_p, side="left")), m - 1) + 1
     if params.min_p > 0.0:  # w >= min_p * w[0]: a prefix of the descending w (w[::-1] ascends)
         m = min(m, len(w) - int(w[::-1].searchsorted(params.min_p * w[0], side="left")))
-    widest = -z_by_id[order[m - 1]]  # the largest gap kept
-    keep = order[:m]
-    keep.sort()  # back to ascending ids (in place: order is not used after this)
-    z = z_by_id[keep]
+    widest = -z[m - 1]  # the largest gap kept
+    order = ranked[:m].argsort()  # back to ascending ids
+    z = z[order]
     if widest <= _UNDERFLOW_GAPS * params.temperature:
         tempered = np.exp(z / params.temperature)  # the same values as _tempered(-z, T): no gap is capped
     else:
         tempered = _tempered(-z, params.temperature)
-    return Distribution(n, ids[keep], tempered, tempered.sum())
+    return Distribution(n, ranked[order], tempered, tempered.sum())
 
 
 def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
@@ -425,11 +425,17 @@ def _dense(logits: np.ndarray, top: float, temperature: float, float32: bool = F
 
 def top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
     """Ids of the k largest logits, ascending; ties at the k-th value go to the lowest ids.
+    Example: [1, 5, 3, 4.5], k=2 -> [1, 3]. See `_top_k_ranked`."""
+    return np.sort(_top_k_ranked(logits, k))
+
+
+def _top_k_ranked(logits: np.ndarray, k: int) -> np.ndarray:
+    """Ids of the k largest logits, largest first; equal logits lowest id first.
 
     Exact, without a full argpartition: the row is cut into 4k blocks, the k-th largest
     block maximum is a threshold that at least k logits reach (one in each of k blocks), and
     only the few ids at or above it are ranked (a stable sort, largest first, when there are at
-    most 4k of them; a partition otherwise). Example: [1, 5, 3, 4.5], k=2 -> [1, 3].
+    most 4k of them; a partition first otherwise). Example: [1, 5, 3, 4.5], k=2 -> [1, 3].
     Raises NumericalError on NaN or +inf anywhere, or when every logit is -inf.
     """
     n = logits.shape[-1]
@@ -439,15 +445,15 @@ def top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
         cut = size * count
         blocks = logits[:cut].reshape(count, size)
         maxima = blocks.max(axis=1)  # NaN in a block makes its maximum NaN
-        top = float(maxima.max())
+        # The k-th largest maximum of the whole blocks, and the largest (NaN sorts last):
+        # k blocks hold an id at or above the threshold.
+        # (Methods, not np.partition / np.flatnonzero: their wrappers cost as much as the work here.)
+        ranked = maxima.copy()
+        ranked.partition((count - k, count - 1))
+        threshold, top = ranked[count - k], float(ranked[count - 1])
         tail_top = float(logits[cut:].max()) if cut < n else top  # the ids that do not fill a block
         if top != top or tail_top != tail_top or not math.isfinite(max(top, tail_top)):
             _raise_not_finite()
-        # The k-th largest maximum of the whole blocks: k blocks hold an id at or above it.
-        # (Methods, not np.partition / np.flatnonzero: their wrappers cost as much as the work here.)
-        ranked = maxima.copy()
-        ranked.partition(count - k)
-        threshold = ranked[count - k]
         hit = (maxima >= threshold).nonzero()[0]  # only these blocks can hold candidates (about k of 4k)
         block, offset = np.divmod((blocks.take(hit, axis=0) >= threshold).ravel().nonzero()[0], size)
         candidates = hit[block] * size + offset
@@ -456,18 +462,14 @@ def top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
     else:
         check_finite(logits)
         candidates = np.arange(n)
-    if len(candidates) == k:
-        return candidates
     values = logits[candidates]
-    if len(values) <= _BLOCKS_PER_K * k:  # the usual case: a stable sort of the few candidates (ascending ids)
-        chosen = (-values).argsort(kind="stable")[:k]  # largest first, ties lowest id first
-        chosen.sort()
-        return candidates[chosen]
-    kth = np.partition(values, len(values) - k)[len(values) - k]
-    above = values > kth
-    keep = above.copy()
-    keep[np.flatnonzero(values == kth)[: k - int(above.sum())]] = True  # ties: lowest ids first
-    return candidates[keep]
+    if len(values) > _BLOCKS_PER_K * k:  # many ties or a short row: keep the k largest first
+        kth = np.partition(values, len(values) - k)[len(values) - k]
+        above = values > kth
+        keep = above.copy()
+        keep[np.flatnonzero(values == kth)[: k - int(above.sum())]] = True  # ties: lowest ids first
+        candidates, values = candidates[keep], values[keep]
+    return candidates[(-values).argsort(kind="stable")[:k]]  # largest first, ties lowest id first
 
 
 def _nucleus(w: np.ndarray, top_p: float) -> np.ndarray:
@@ -477,8 +479,7 @@ def _nucleus(w: np.ndarray, top_p: float) -> np.ndarray:
     """
     total = w.sum()
     m = min(len(w), _TOP_P_CANDIDATES)
-    cand = top_k_ids(w, m) if m < len(w) else np.arange(len(w))
-    order = cand[np.argsort(-w[cand], kind="stable")]
+    order = _top_k_ranked(w, m) if m < len(w) else np.argsort(-w, kind="stable")
     cum = np.cumsum(w[order]) / total
     cut = int(np.searchsorted(cum, top_p, side="left"))
     if cut >= len(order) and m < len(w):
