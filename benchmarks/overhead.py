@@ -2,6 +2,7 @@
 
     flock /tmp/specdec-cpu.lock python3 benchmarks/overhead.py
     flock /tmp/specdec-cpu.lock python3 benchmarks/overhead.py --vocab 151936 --before main --tokens 200
+    flock /tmp/specdec-cpu.lock python3 benchmarks/overhead.py --vocab --before '' --after-wait
 
 Fake target and draft models return stored logit rows: a bank of rows per vocabulary, the
 row for a position chosen by a hash of the whole context up to it, so the same prefix always
@@ -28,6 +29,9 @@ prefix with probability --agreement (a draw fixed by the prefix), another row ot
    Metal's waitUntilCompleted does). On the development machine the engine's numpy work
    between waits ran slower with either than with no wait, more so after sleeping. Both by
    default, each its own rows.
+3. --after-wait: one filtered row (T = 0.8, defaults) timed with no wait before it and right
+   after a --draft-ms wait of each kind (`after_wait`): what the waits themselves do to the
+   numpy work that follows them on this machine.
 
 Left out: real models (see `specdec bench` and benchmarks/speed.py), exactness (the tests).
 """
@@ -73,7 +77,10 @@ class StoredRows:
     logits do (backend.py returns views of its buffer), not as fresh arrays (each would be
     fresh pages for numpy to fault in and read, a cost a real run does not have).
     `cost(n)` seconds, if given, is how long a decode of n tokens takes in all (it waits,
-    spinning if `spin`, else sleeping).
+    spinning if `spin`, else sleeping). The rows are copied at the end of the call, after the
+    wait, as a model's logits arrive when its compute ends; copied before the wait, they went
+    cold in the cache while it lasted, and the engine's first pass over them ran slower than
+    a real run's would.
     """
 
     def __init__(self, bank: np.ndarray, agreement: float | None = None, cost=None, n_ctx: int = 4096, spin: bool = False) -> None:
@@ -84,6 +91,7 @@ class StoredRows:
         self.cost = cost
         self.spin = spin
         self.out = np.empty((0, self.n_vocab), dtype=bank.dtype)
+        self.copy_seconds: dict[int, float] = {}  # rows -> how long the last copy of that many rows took
         self.tokens: list[int] = []
         self.hashes: list[int] = []
 
@@ -98,13 +106,15 @@ class StoredRows:
         for t in tokens:
             self.hashes.append(hash((self.hashes[-1] if self.hashes else 0, int(t))) & 0x7FFFFFFFFFFF)
             self.tokens.append(int(t))
+        if self.cost is not None:  # leaving time for the copy below (as long as the last one of as many rows)
+            wait_until(start + self.cost(len(tokens)) - self.copy_seconds.get(n_logits, 0.0), self.spin)
         out = None
         if n_logits:  # into one persistent buffer, returned as a view: llama.cpp's logits buffer, as backend.py returns it
+            copy_start = time.perf_counter()
             if len(self.out) < n_logits:
                 self.out = np.empty((max(n_logits, 16), self.n_vocab), dtype=self.bank.dtype)
             out = np.take(self.bank, [self.row_index(h) for h in self.hashes[-n_logits:]], axis=0, out=self.out[:n_logits])
-        if self.cost is not None:
-            wait_until(start + self.cost(len(tokens)), self.spin)
+            self.copy_seconds[n_logits] = time.perf_counter() - copy_start
         return out
 
     def rewind(self, n_keep: int) -> None:
@@ -228,6 +238,31 @@ def child_gpu(n_vocab: int, n_tokens: int, k: int, agreement: float, target_ms: 
     return out
 
 
+def after_wait(n_vocab: int, wait_ms: float, rounds: int = 3, calls: int = 200) -> dict:
+    """Median microseconds of one filtered row (`distribution` at T = 0.8 with the defaults, on a
+    row just copied into a logits buffer, as StoredRows copies it) with no wait before it, or
+    right after a wait of wait_ms, spinning or sleeping; the three kinds alternate `rounds`
+    times. This measures the machine, not the engine: on the development machine the same call
+    ran about 1.5 times slower right after a 2 ms wait of either kind, which is part of why the
+    simulated GPU's Python time exceeds the overhead table's."""
+    from specdec_cli.sampling import SamplingParams, distribution
+
+    bank = logit_bank(n_vocab)
+    params = SamplingParams(*SETTINGS["T=0.8 defaults"])
+    buffer = np.empty((1, n_vocab), dtype=bank.dtype)
+    times: dict = {"none": [], "spin": [], "sleep": []}
+    for _ in range(rounds):
+        for wait, got in times.items():
+            for i in range(calls):
+                if wait != "none":
+                    wait_until(time.perf_counter() + wait_ms / 1e3, wait == "spin")
+                np.take(bank, [i % len(bank)], axis=0, out=buffer)  # after the wait, as StoredRows copies
+                start = time.perf_counter()
+                distribution(buffer[0], params)
+                got.append(time.perf_counter() - start)
+    return {wait: 1e6 * float(np.median(got)) for wait, got in times.items()}
+
+
 def run_child(code_dir: Path, args: argparse.Namespace, part: str, n_vocab: int, wait: str = "sleep", seed: int = 0) -> dict:
     n_tokens = args.gpu_tokens if part == "gpu" else args.tokens
     cmd = [sys.executable, __file__, "--child", part, "--vocab", str(n_vocab), "--tokens", str(n_tokens), "-k", str(args.k)]
@@ -262,7 +297,8 @@ def main() -> None:
     parser.add_argument("--target-ms", type=float, default=10.0)
     parser.add_argument("--extra-ms", type=float, default=0.15)
     parser.add_argument("--draft-ms", type=float, default=2.0)
-    parser.add_argument("--wait", nargs="+", choices=["spin", "sleep"], default=["spin", "sleep"], help="how the simulated GPU's fakes wait")
+    parser.add_argument("--wait", nargs="*", choices=["spin", "sleep"], default=["spin", "sleep"], help="how the simulated GPU's fakes wait (none: no simulated GPU)")
+    parser.add_argument("--after-wait", action="store_true", help="also time one filtered row right after a --draft-ms wait (the machine, not the code)")
     parser.add_argument("--child", choices=["overhead", "gpu"], help=argparse.SUPPRESS)
     args = parser.parse_args()
 
@@ -296,7 +332,7 @@ def main() -> None:
                 cells += [f"{results[v][name]['ms_token']:.3f}" for v in versions]
                 last = results["after"][name]
                 print(f"| {n_vocab:,} | {name} | " + " | ".join(cells) + f" | {last['tokens_per_round']:.2f} | {last['acceptance']:.2f} |", flush=True)
-        if args.gpu_vocab:
+        if args.gpu_vocab and args.wait:
             print(f"\nSimulated GPU: target {args.target_ms} ms + {args.extra_ms} ms per extra token, draft {args.draft_ms} ms per step, "
                   f"{args.gpu_tokens} tokens\n")
             print("| vocabulary | wait | setting | code | alpha | measured speed-up | predicted (Thm 3.8) | measured / predicted "
@@ -322,6 +358,14 @@ def main() -> None:
                 print(f"| {n_vocab:,} | {wait} | {name} | {v} | {r['round_ms']:.1f} | {r['python_ms']:.2f} "
                       f"| {r['draft_decode_ms']:.1f} ({r['drafted_round']:.2f} x {args.draft_ms} = {r['drafted_round'] * args.draft_ms:.1f}) "
                       f"| {r['verify_ms']:.1f} ({args.target_ms + args.extra_ms * r['drafted_round']:.1f}) |")
+    if args.after_wait:
+        sys.path.insert(0, str(ROOT))
+        print(f"\nOne filtered row (T = 0.8, defaults) after a {args.draft_ms} ms wait, median microseconds (this code):\n")
+        print("| vocabulary | no wait | after spinning | after sleeping |")
+        print("|---|---|---|---|")
+        for n_vocab in args.gpu_vocab or [151_936]:
+            t = after_wait(n_vocab, args.draft_ms)
+            print(f"| {n_vocab:,} | {t['none']:.0f} | {t['spin']:.0f} ({t['spin'] / t['none']:.2f}x) | {t['sleep']:.0f} ({t['sleep'] / t['none']:.2f}x) |")
 
 
 if __name__ == "__main__":
