@@ -243,7 +243,7 @@ def after_wait(n_vocab: int, wait_ms: float, rounds: int = 3, calls: int = 200) 
     row just copied into a logits buffer, as StoredRows copies it) with no wait before it, or
     right after a wait of wait_ms, spinning or sleeping; the three kinds alternate `rounds`
     times. This measures the machine, not the engine: on the development machine the same call
-    ran about 1.5 times slower right after a 2 ms wait of either kind, which is part of why the
+    ran 1.4-1.8 times slower right after a 2 ms wait of either kind, which is part of why the
     simulated GPU's Python time exceeds the overhead table's."""
     from specdec_cli.sampling import SamplingParams, distribution
 
