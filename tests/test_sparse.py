@@ -343,6 +343,37 @@ def test_docstring_examples_of_proposal_and_dense_target(monkeypatch):
     assert target.accepts(0.4, 0, 1.0) and spy.count == 0
 
 
+def test_docstring_examples_of_the_sparse_path_and_top_k():
+    # sampling's module docstring, Distribution, top_k_ids and _top_k_ranked.
+    row = np.array([1, 5, 3, 4.5], dtype=np.float32)
+    assert top_k_ids(row, 2).tolist() == [1, 3] and sampling._top_k_ranked(row, 2).tolist() == [1, 3]
+    swapped = np.array([1, 4.5, 3, 5], dtype=np.float32)  # ranked largest first, top_k_ids ascending
+    assert sampling._top_k_ranked(swapped, 2).tolist() == [3, 1] and top_k_ids(swapped, 2).tolist() == [1, 3]
+    dist = distribution(row, SamplingParams(1.0, 2, 1.0, 0.0))
+    assert dist.ids.tolist() == [1, 3]
+    np.testing.assert_allclose(dist.dense()[[1, 3]], [0.62, 0.38], atol=0.005)
+    np.testing.assert_array_equal(Distribution(5, np.array([1, 3]), np.array([0.25, 0.75])).dense(), [0, 0.25, 0, 0.75, 0])
+
+
+@pytest.mark.usefixtures("warnings_are_errors")
+def test_float32_weights_take_the_floor_only_where_a_logit_lies_below_it():
+    # _float32_weights skips the floor pass when the row's minimum is above the floor; either
+    # way its weights are exp((max(logit, floor) - top) / T) in float32, computed here the plain way.
+    rng = np.random.default_rng(12)
+    base = rng.standard_normal(5000).astype(np.float32)
+    top = float(base.max())
+    for temperature, floor_gaps, row in [
+        (1.0, 86.0, base),  # nothing within 80 of the floor: no floor pass
+        (0.05, 86.0, base),  # the floor 4.3 below the top: many ids raised to it
+        (1.0, 128.0, np.where(np.arange(5000) % 7 == 0, np.float32(-np.inf), base)),  # -inf: raised to the floor
+    ]:
+        floor = np.float32(top - floor_gaps * temperature)
+        want = np.exp((np.maximum(row, floor) - np.float32(top)) * np.float32(1.0 / temperature))
+        got = sampling._float32_weights(row, top, temperature, np.empty(5000, np.float32), floor_gaps)
+        np.testing.assert_array_equal(got, want)
+        assert got.min() >= np.exp(np.float32(-floor_gaps)) * (1 - 1e-6) and got.max() == 1.0
+
+
 def distorted_target(row: np.ndarray, temperature: float, eps: float, seed: int) -> "sampling._DenseTarget":
     """A _DenseTarget whose float32 proposal is w64 times factors in [1 / (1 + eps), 1]: inside
     the bounds _DenseTarget relies on when _FLOAT32_EPS is eps, and far enough from p that a
