@@ -8,10 +8,13 @@
    sampling.distribution + sampling.sample: microseconds per row and for k + 1 rows, the
    support each keeps and the largest probability difference on it.
 2. With --model: backend sampling proper. The same chain is attached to sequence 0 through
-   llama_context_params.samplers, one batch of k + 1 tokens is decoded with logits for every
-   position, and for each row the script reads llama_get_sampled_{probs,candidates}_ith and
-   compares them with sampling.distribution of the row's logits (when llama.cpp still
-   returns them), and times the decode with and without the chain.
+   llama_context_params.samplers. One batch of k + 1 tokens asks for logits at every position
+   (a verify batch): the script reports whether llama_decode accepts it, and llama.cpp's
+   reason when it does not (the vendored llama.cpp allows one sampled output per sequence).
+   Then the batch asks for the last position only (a draft step): the decode is timed with
+   and without the chain (best of 5), and that row's llama_get_sampled_{probs,candidates}_ith
+   are compared with sampling.distribution of its logits from the chain-free context.
+   --log shows llama.cpp's log.
 
 An experiment, not part of the package: it imports llama_cpp itself (the package keeps that
 to backend.py). Findings and figures: docs/backend-sampling.md.
@@ -33,6 +36,7 @@ import llama_cpp  # noqa: E402
 
 from specdec_cli.sampling import SamplingParams, distribution, sample  # noqa: E402
 
+LOG: list[str] = []  # llama.cpp's log lines (part 2 reports why a decode was refused)
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")], align=True)
 
 
@@ -122,46 +126,57 @@ def part2(model_path: str, k: int, params: SamplingParams) -> None:
 
     tokens = [1, 504, 3458, 282, 253, 1789, 2593, 28, 1230, 314, 216][: k + 1]
 
-    def decode(ctx) -> float:
+    def decode(ctx, every_row: bool) -> tuple[int, float]:
+        """Decode the tokens in sequence 0 from an empty cache, with logits for every row (a
+        verify batch) or for the last one only (a draft step); (llama_decode's code, seconds)."""
         batch = llama_cpp.llama_batch_init(len(tokens), 0, 1)
         for i, t in enumerate(tokens):
             batch.token[i], batch.pos[i], batch.n_seq_id[i] = t, i, 1
             batch.seq_id[i][0] = 0
-            batch.logits[i] = 1
+            batch.logits[i] = 1 if every_row or i == len(tokens) - 1 else 0
         batch.n_tokens = len(tokens)
         llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
         t0 = time.perf_counter()
         rc = llama_cpp.llama_decode(ctx, batch)
         seconds = time.perf_counter() - t0
         llama_cpp.llama_batch_free(batch)
-        assert rc == 0, f"llama_decode returned {rc}"
-        return seconds
+        return rc, seconds
+
+    def best_of(ctx, every_row: bool, times: int = 5) -> float:
+        runs = [decode(ctx, every_row) for _ in range(times)]
+        assert all(rc == 0 for rc, _ in runs), f"llama_decode returned {runs[0][0]}"
+        return min(seconds for _, seconds in runs)
 
     plain = context(False)
-    plain_s = min(decode(plain) for _ in range(5))
+    plain_all, plain_last = best_of(plain, True), best_of(plain, False)
+    decode(plain, True)
     logits = [np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(plain, i), shape=(n_vocab,)).copy() for i in range(len(tokens))]
-    print("creating a context with the chain attached to sequence 0", flush=True)
+    print(f"\nbackend sampling, {Path(model_path).name}, vocabulary {n_vocab:,}, one batch of {len(tokens)} tokens in sequence 0", flush=True)
     sampled = context(True)
     if not sampled:
         print("llama_init_from_model refused the sampler configuration")
         return
-    print("decoding with the chain", flush=True)
-    sampled_s = min(decode(sampled) for _ in range(5))
-    print(f"\nbackend sampling, {Path(model_path).name}, vocabulary {n_vocab:,}, one batch of {len(tokens)} tokens")
-    print(f"decode without the chain {1e3 * plain_s:.1f} ms, with it {1e3 * sampled_s:.1f} ms (best of 5)")
-    for i in range(len(tokens)):
-        n_probs = llama_cpp.llama_get_sampled_probs_count_ith(sampled, i)
-        n_cand = llama_cpp.llama_get_sampled_candidates_count_ith(sampled, i)
-        token = llama_cpp.llama_get_sampled_token_ith(sampled, i)
-        line = f"row {i}: sampled token {token}, {n_probs} probabilities, {n_cand} candidates"
-        if n_probs and n_cand == n_probs:
-            probs = np.ctypeslib.as_array(llama_cpp.llama_get_sampled_probs_ith(sampled, i), shape=(n_probs,)).astype(np.float64)
-            cand = np.ctypeslib.as_array(llama_cpp.llama_get_sampled_candidates_ith(sampled, i), shape=(n_cand,)).copy()
-            same, diff = compare(cand[probs > 0], probs[probs > 0], logits[i], params)
-            line += f"; same support as ours: {same}, max abs diff {diff:.1e}"
-        raw = llama_cpp.llama_get_logits_ith(sampled, i)
-        line += "; raw logits still readable" if raw else "; raw logits not available"
-        print(line, flush=True)
+    seen = len(LOG)
+    rc, _ = decode(sampled, True)
+    reason = " ".join(line.strip() for line in LOG[seen:] if line.strip())
+    print(f"logits for every row (a verify batch), chain attached: llama_decode returned {rc}"
+          + (f"; llama.cpp said: {reason}" if rc != 0 else ""), flush=True)
+    sampled_last = best_of(sampled, False)
+    print(f"logits for the last row only (a draft step): decode without the chain {1e3 * plain_last:.1f} ms, "
+          f"with it {1e3 * sampled_last:.1f} ms (best of 5; every row, no chain: {1e3 * plain_all:.1f} ms)")
+    i = len(tokens) - 1  # the last token's output, the only one
+    n_probs = llama_cpp.llama_get_sampled_probs_count_ith(sampled, i)
+    n_cand = llama_cpp.llama_get_sampled_candidates_count_ith(sampled, i)
+    token = llama_cpp.llama_get_sampled_token_ith(sampled, i)
+    line = f"last row: sampled token {token}, {n_probs} probabilities, {n_cand} candidates"
+    if n_probs and n_cand == n_probs:
+        probs = np.ctypeslib.as_array(llama_cpp.llama_get_sampled_probs_ith(sampled, i), shape=(n_probs,)).astype(np.float64)
+        cand = np.ctypeslib.as_array(llama_cpp.llama_get_sampled_candidates_ith(sampled, i), shape=(n_cand,)).copy()
+        same, diff = compare(cand[probs > 0], probs[probs > 0], logits[i], params)
+        line += f"; same support as ours: {same}, max abs diff {diff:.1e}"
+    raw = llama_cpp.llama_get_logits_ith(sampled, i)
+    line += "; raw logits still readable" if raw else "; raw logits not available"
+    print(line, flush=True)
 
 
 def main() -> None:
@@ -170,8 +185,17 @@ def main() -> None:
     parser.add_argument("-k", type=int, default=8)
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--model", help="a GGUF file for part 2 (backend sampling on a real context)")
+    parser.add_argument("--log", action="store_true", help="llama.cpp's log on stderr")
     args = parser.parse_args()
-    llama_cpp.llama_log_set(llama_cpp.llama_log_callback(lambda level, text, data: None), ctypes.c_void_p(0))
+    # Keep the callback object alive for as long as llama.cpp may log: a temporary one is freed at
+    # once, and llama.cpp's next log line (loading the model in part 2) calls freed memory.
+    def keep(level, text, data) -> None:
+        LOG.append(text.decode(errors="replace"))
+        if args.log:
+            sys.stderr.write(LOG[-1])
+
+    log = llama_cpp.llama_log_callback(keep)
+    llama_cpp.llama_log_set(log, ctypes.c_void_p(0))
     print(f"llama-cpp-python {llama_cpp.__version__}; k = {args.k}; medians of {args.reps} random rows\n")
     part1(args.vocab, args.k, args.reps)
     if args.model:
