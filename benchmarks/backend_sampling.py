@@ -106,6 +106,7 @@ def part2(model_path: str, k: int, params: SamplingParams) -> None:
     mparams = llama_cpp.llama_model_default_params()
     if hasattr(mparams, "use_extra_bufts"):
         mparams.use_extra_bufts = False  # the AMX repack crash (issue 9)
+    mparams.n_gpu_layers = 999 if llama_cpp.llama_supports_gpu_offload() else 0  # every layer on the GPU if there is one
     model = llama_cpp.llama_model_load_from_file(model_path.encode(), mparams)
     assert model, "model failed to load"
     vocab = llama_cpp.llama_model_get_vocab(model)
@@ -124,7 +125,7 @@ def part2(model_path: str, k: int, params: SamplingParams) -> None:
             context.keep = configs
         return llama_cpp.llama_init_from_model(model, cparams)
 
-    tokens = [1, 504, 3458, 282, 253, 1789, 2593, 28, 1230, 314, 216][: k + 1]
+    tokens = [t % n_vocab for t in (1, 504, 3458, 282, 253, 1789, 2593, 28, 1230, 314, 216, 17, 99, 7, 1000, 42, 5)[: k + 1]]
 
     def decode(ctx, every_row: bool) -> tuple[int, float]:
         """Decode the tokens in sequence 0 from an empty cache, with logits for every row (a
@@ -151,7 +152,8 @@ def part2(model_path: str, k: int, params: SamplingParams) -> None:
     plain_all, plain_last = best_of(plain, True), best_of(plain, False)
     decode(plain, True)
     logits = [np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(plain, i), shape=(n_vocab,)).copy() for i in range(len(tokens))]
-    print(f"\nbackend sampling, {Path(model_path).name}, vocabulary {n_vocab:,}, one batch of {len(tokens)} tokens in sequence 0", flush=True)
+    where = "every layer on the GPU" if mparams.n_gpu_layers else "CPU"
+    print(f"\nbackend sampling, {Path(model_path).name} ({where}), vocabulary {n_vocab:,}, one batch of {len(tokens)} tokens in sequence 0", flush=True)
     sampled = context(True)
     if not sampled:
         print("llama_init_from_model refused the sampler configuration")

@@ -5,6 +5,7 @@
 # There (the device tool, carry [".gpu"]; 0.5B/7B-like random pair, every layer on the GPU):
 #   bash benchmarks/gpu_check.sh                      # build (skipped if already built), then measure
 #   bash benchmarks/gpu_check.sh --build-only         # only the CUDA build, e.g. as a first call
+#   bash benchmarks/gpu_check.sh --sampling           # then issue 10's checks too (below)
 # Here, the CPU-only path (no build, the installed llama_cpp, a tiny pair; what the test runs):
 #   bash benchmarks/gpu_check.sh --cpu-only --out /tmp/cpu-check
 #
@@ -15,6 +16,10 @@
 # cmake, ninja) is in the machine's image. The build log goes to OUT/build.log.
 # The measurement: benchmarks/gpu_check.py, which writes OUT/gpu_check.json and
 # OUT/summary.txt (OUT: --out, else $OUT as the device tool sets it, else /tmp/gpu-check).
+# --sampling adds issue 10's device checks after it, each into its own file in OUT (a failure
+# there is reported, not fatal): benchmarks/backend_sampling.py on the random target
+# (backend_sampling.txt: the chain against numpy, and backend sampling on the GPU context) and
+# benchmarks/overhead.py's Python-time table on this machine's CPU (overhead.txt).
 # Exit code: 0 when every speculative output equalled target-only output, 1 otherwise,
 # 2 for a failed build or bad usage.
 set -euo pipefail
@@ -22,13 +27,15 @@ cd "$(dirname "$0")/.."
 
 mode=gpu
 build_only=0
+sampling=0
 out=${OUT:-/tmp/gpu-check}
 while [ $# -gt 0 ]; do
   case "$1" in
     --cpu-only) mode=cpu ;;
     --build-only) build_only=1 ;;
+    --sampling) sampling=1 ;;
     --out) out=$2; shift ;;
-    *) echo "usage: gpu_check.sh [--cpu-only] [--build-only] [--out DIR]" >&2; exit 2 ;;
+    *) echo "usage: gpu_check.sh [--cpu-only] [--build-only] [--sampling] [--out DIR]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -65,4 +72,16 @@ else
 fi
 
 [ "$build_only" = 1 ] && exit 0
-PYTHONUNBUFFERED=1 python3 benchmarks/gpu_check.py --shape "$shape" --out "$out" ${MODELS:+--models "$MODELS"}
+status=0
+PYTHONUNBUFFERED=1 python3 benchmarks/gpu_check.py --shape "$shape" --out "$out" ${MODELS:+--models "$MODELS"} || status=$?
+if [ "$sampling" = 1 ] && [ -f "$out/gpu_check.json" ]; then
+  if [ "$mode" = gpu ]; then vocab="151936 262144"; small=""; else vocab=49152; small="--tokens 40 --repeats 1"; fi
+  target=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["files"]["target"])' "$out/gpu_check.json")
+  echo "[gpu_check] backend sampling on $target ..." >&2
+  python3 benchmarks/backend_sampling.py --vocab $vocab --reps 10 --model "$target" >"$out/backend_sampling.txt" 2>&1 \
+    || echo "[gpu_check] backend_sampling.py failed; its output: $out/backend_sampling.txt" >&2
+  echo "[gpu_check] the engine's Python time per round (overhead.py) ..." >&2
+  python3 benchmarks/overhead.py --vocab $vocab --before '' --wait $small >"$out/overhead.txt" 2>&1 \
+    || echo "[gpu_check] overhead.py failed; its output: $out/overhead.txt" >&2
+fi
+exit $status

@@ -190,7 +190,7 @@ def test_gpu_check_cpu_only_path_runs_end_to_end(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "MODELS": str(tmp_path / "models"), "SPECDEC_CACHE": str(tmp_path / "cache")}
     env.pop("OUT", None)
-    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--cpu-only", "--out", str(out)],
+    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--cpu-only", "--sampling", "--out", str(out)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads((out / "gpu_check.json").read_text())
@@ -201,3 +201,7 @@ def test_gpu_check_cpu_only_path_runs_end_to_end(tmp_path):
     assert result["python_ms_per_round"] > 0
     assert set(result["seconds"]) >= {"write models", "load", "identity", "cost curve", "bench"}
     assert "greedy identity (speculative == target-only): yes" in (out / "summary.txt").read_text()
+    # --sampling: issue 10's checks, each in its own file (at test size: one vocabulary, a short run)
+    sampling = (out / "backend_sampling.txt").read_text()
+    assert "| 49,152 | T=0.8 defaults |" in sampling and "logits for the last row only (a draft step)" in sampling
+    assert "| 49,152 | T=1 no filter |" in (out / "overhead.txt").read_text()
