@@ -28,11 +28,10 @@ import sys
 import time
 from pathlib import Path
 
+import llama_cpp  # before numpy: see specdec_cli/__init__.py
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import llama_cpp  # noqa: E402
 
 from specdec_cli.sampling import SamplingParams, distribution, sample  # noqa: E402
 
@@ -101,11 +100,11 @@ def part1(vocabs: list[int], k: int, reps: int) -> None:
             print(f"| {n:,} | {name} | {1e6 * t:.0f} | {1e6 * o:.0f} | {1e3 * t * (k + 1):.2f} | {1e3 * o * (k + 1):.2f} | {same}/{reps} | {diff:.1e} |", flush=True)
 
 
-def part2(model_path: str, k: int, params: SamplingParams) -> None:
+def part2(model_path: str, k: int, params: SamplingParams, repack: bool = False) -> None:
     llama_cpp.llama_backend_init()
     mparams = llama_cpp.llama_model_default_params()
     if hasattr(mparams, "use_extra_bufts"):
-        mparams.use_extra_bufts = False  # the AMX repack crash (issue 9)
+        mparams.use_extra_bufts = repack  # off by default: the AMX repack crash (issue 9)
     mparams.n_gpu_layers = 999 if llama_cpp.llama_supports_gpu_offload() else 0  # every layer on the GPU if there is one
     model = llama_cpp.llama_model_load_from_file(model_path.encode(), mparams)
     assert model, "model failed to load"
@@ -188,6 +187,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--model", help="a GGUF file for part 2 (backend sampling on a real context)")
     parser.add_argument("--log", action="store_true", help="llama.cpp's log on stderr")
+    parser.add_argument("--repack", action="store_true", help="load part 2's model with repacking (llama.cpp's extra buffer types)")
     args = parser.parse_args()
     # Keep the callback object alive for as long as llama.cpp may log: a temporary one is freed at
     # once, and llama.cpp's next log line (loading the model in part 2) calls freed memory.
@@ -201,7 +201,7 @@ def main() -> None:
     print(f"llama-cpp-python {llama_cpp.__version__}; k = {args.k}; medians of {args.reps} random rows\n")
     part1(args.vocab, args.k, args.reps)
     if args.model:
-        part2(args.model, args.k, SamplingParams())
+        part2(args.model, args.k, SamplingParams(), args.repack)
 
 
 if __name__ == "__main__":

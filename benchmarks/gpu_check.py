@@ -4,6 +4,9 @@ On a random pair of 0.5B/7B-like shape (synthetic_gguf.SHAPES, Q4_0, every layer
 when llama.cpp has a GPU backend) it runs, in order, and writes after every stage so that a
 run cut short still leaves what it measured:
 
+0. the import order (specdec_cli/__init__.py): the draft loaded by specdec's LlamaModel in
+   two fresh interpreters, one that imports numpy first and one that imports specdec_cli
+   first; each one's exit code (-11: a segfault);
 1. greedy identity: speculative output (model drafter at k = 8, prompt lookup at k = 4)
    against target-only output, token for token, on two prompts;
 2. the target's verify-cost curve T(n) for n = 1..16 and one draft step
@@ -30,6 +33,7 @@ import importlib.metadata
 import json
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,6 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import specdec_cli  # noqa: E402,F401  before numpy (gguf, synthetic_gguf): see specdec_cli/__init__.py
 import synthetic_gguf as sg  # noqa: E402
 from synthetic_pair import ALPHAS, predictions, random_model  # noqa: E402
 
@@ -61,7 +66,7 @@ PROMPTS = [p for p in BUILTIN_PROMPTS if p.name in ("chat", "story")]
 IDENTITY = (("model", 8), ("lookup", 4))
 
 
-def check(size: str, out: Path, models: Path | None, threads: int | None) -> dict:
+def check(size: str, out: Path, models: Path | None, threads: int | None, repack: bool | None = None) -> dict:
     draft_name, target_name, n_tokens, ks, max_batch = SIZES[size]
     shapes = (sg.SHAPES[draft_name], sg.SHAPES[target_name])
     result: dict = {"size": size, "shapes": {"draft": dataclasses.asdict(shapes[0]), "target": dataclasses.asdict(shapes[1])}}
@@ -73,12 +78,17 @@ def check(size: str, out: Path, models: Path | None, threads: int | None) -> dic
         target = random_model(shapes[1], seed=1, directory=models)
         result["files"] = {"draft": str(draft), "target": str(target), "draft_mib": draft.stat().st_size / 2**20, "target_mib": target.stat().st_size / 2**20}
 
-    options = LoadOptions(n_ctx=2048, n_threads=threads)  # gpu_layers None: every layer on the GPU if there is one
+    with stage("import order"):
+        result["import_order"] = import_order(draft, repack)
+
+    # gpu_layers None: every layer on the GPU if there is one; repack None: specdec's default
+    options = LoadOptions(n_ctx=2048, n_threads=threads, repack=repack)
     loading = time.perf_counter()
     with open_pair(draft, target, options) as pair:
         result["seconds"]["load"] = round(time.perf_counter() - loading, 3)
         result["llama_cpp"] = {"version": importlib.metadata.version("llama-cpp-python"), "gpu_offload": gpu_offload_supported(),
-                               "target_gpu_layers": pair.target.n_gpu_layers, "draft_gpu_layers": pair.draft.n_gpu_layers}
+                               "target_gpu_layers": pair.target.n_gpu_layers, "draft_gpu_layers": pair.draft.n_gpu_layers,
+                               "repack": pair.target.repack}
 
         with stage("identity"):
             rows = []
@@ -108,6 +118,21 @@ def check(size: str, out: Path, models: Path | None, threads: int | None) -> dic
             result["python_ms_per_round"] = statistics.median(r["python_ms_per_round"] for r in result["bench"])
     stage.write()
     return result
+
+
+# What each fresh interpreter imports before loading the model, in this order.
+IMPORT_ORDERS = {"numpy first": "import numpy", "specdec_cli first": "import specdec_cli; import numpy"}
+
+
+def import_order(model: Path, repack: bool | None) -> dict[str, int]:
+    """The exit code of a model load (every layer on the GPU if there is one) after each of IMPORT_ORDERS."""
+    load = f"from specdec_cli.backend import LlamaModel; LlamaModel({str(model)!r}, n_ctx=512, repack={repack!r}).close()"
+    root = str(Path(__file__).resolve().parents[1])
+    codes = {}
+    for name, imports in IMPORT_ORDERS.items():
+        code = f"import sys; sys.path.insert(0, {root!r}); {imports}; {load}"
+        codes[name] = subprocess.run([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300).returncode
+    return codes
 
 
 def bench_row(report, r) -> dict:
@@ -153,7 +178,10 @@ def summary(r: dict) -> str:
     if "llama_cpp" in r:
         lc = r["llama_cpp"]
         lines.append(f"llama-cpp-python {lc['version']}, GPU offload {'yes' if lc['gpu_offload'] else 'NO'}, "
-                     f"layers on GPU: target {lc['target_gpu_layers']}, draft {lc['draft_gpu_layers']}")
+                     f"layers on GPU: target {lc['target_gpu_layers']}, draft {lc['draft_gpu_layers']}, repack {'on' if lc.get('repack') else 'off'}")
+    if "import_order" in r:
+        lines.append("model load after each import order (exit code; -11: a segfault): "
+                     + ", ".join(f"{name} {code}" for name, code in r["import_order"].items()))
     if "identity" in r:
         lines.append(f"greedy identity (speculative == target-only): {'yes' if r['identical'] else 'NO'} in {len(r['identity'])} runs")
     if "cost" in r:
@@ -176,8 +204,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--models", type=Path, help="where the random models go (default: specdec's cache)")
     parser.add_argument("--threads", type=int)
+    parser.add_argument("--repack", action=argparse.BooleanOptionalAction, help="as specdec's --repack/--no-repack (default: its own default)")
     args = parser.parse_args()
-    result = check(args.shape, args.out, args.models, args.threads)
+    result = check(args.shape, args.out, args.models, args.threads, args.repack)
     sys.stdout.write(summary(result))
     return 0 if result.get("identical") and result.get("bench_exact") else 1
 

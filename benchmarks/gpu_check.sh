@@ -6,6 +6,8 @@
 #   bash benchmarks/gpu_check.sh                      # build (skipped if already built), then measure
 #   bash benchmarks/gpu_check.sh --build-only         # only the CUDA build, e.g. as a first call
 #   bash benchmarks/gpu_check.sh --sampling           # then issue 10's checks too (below)
+#   bash benchmarks/gpu_check.sh --repack             # load with repacking on (--no-repack: off;
+#                                                     # default: specdec's, off where llama.cpp reports AMX)
 # Here, the CPU-only path (no build, the installed llama_cpp, a tiny pair; what the test runs):
 #   bash benchmarks/gpu_check.sh --cpu-only --out /tmp/cpu-check
 #
@@ -28,14 +30,16 @@ cd "$(dirname "$0")/.."
 mode=gpu
 build_only=0
 sampling=0
+repack=
 out=${OUT:-/tmp/gpu-check}
 while [ $# -gt 0 ]; do
   case "$1" in
     --cpu-only) mode=cpu ;;
     --build-only) build_only=1 ;;
     --sampling) sampling=1 ;;
+    --repack|--no-repack) repack=$1 ;;
     --out) out=$2; shift ;;
-    *) echo "usage: gpu_check.sh [--cpu-only] [--build-only] [--sampling] [--out DIR]" >&2; exit 2 ;;
+    *) echo "usage: gpu_check.sh [--cpu-only] [--build-only] [--sampling] [--repack|--no-repack] [--out DIR]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -73,12 +77,12 @@ fi
 
 [ "$build_only" = 1 ] && exit 0
 status=0
-PYTHONUNBUFFERED=1 python3 benchmarks/gpu_check.py --shape "$shape" --out "$out" ${MODELS:+--models "$MODELS"} || status=$?
+PYTHONUNBUFFERED=1 python3 benchmarks/gpu_check.py --shape "$shape" --out "$out" ${MODELS:+--models "$MODELS"} $repack || status=$?
 if [ "$sampling" = 1 ] && [ -f "$out/gpu_check.json" ]; then
   if [ "$mode" = gpu ]; then vocab="151936 262144"; small=""; else vocab=49152; small="--tokens 40 --repeats 1"; fi
   target=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["files"]["target"])' "$out/gpu_check.json")
   echo "[gpu_check] backend sampling on $target ..." >&2
-  python3 benchmarks/backend_sampling.py --vocab $vocab --reps 10 --model "$target" >"$out/backend_sampling.txt" 2>&1 \
+  python3 benchmarks/backend_sampling.py --vocab $vocab --reps 10 --model "$target" $([ "$repack" = --repack ] && echo --repack) >"$out/backend_sampling.txt" 2>&1 \
     || echo "[gpu_check] backend_sampling.py failed; its output: $out/backend_sampling.txt" >&2
   echo "[gpu_check] the engine's Python time per round (overhead.py) ..." >&2
   python3 benchmarks/overhead.py --vocab $vocab --before '' --wait $small >"$out/overhead.txt" 2>&1 \

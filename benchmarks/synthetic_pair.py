@@ -47,6 +47,7 @@ from typing import Callable, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import specdec_cli  # noqa: E402,F401  before numpy (gguf, synthetic_gguf): see specdec_cli/__init__.py
 import synthetic_gguf as sg  # noqa: E402
 
 from specdec_cli.bench import run_bench  # noqa: E402

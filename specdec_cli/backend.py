@@ -42,9 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+import llama_cpp as lc  # before numpy: see __init__.py
 import numpy as np
-
-import llama_cpp as lc
 
 from . import crashguard, resources
 from .errors import BadInput, ContextOverflow, ModelLoadError, SpecdecError

@@ -1,7 +1,9 @@
 """A native crash is never silent: the `specdec` process forks, and the parent explains a crash.
 
 A segfault inside llama.cpp cannot be caught in Python, but it can be explained by a
-process that did not crash. So `guard(main)` forks once, before llama_cpp is imported:
+process that did not crash. So `guard(main)` forks once, before llama.cpp has started anything
+(its libraries and numpy are loaded by then, __init__.py says why; it has no backend, thread
+or model yet):
 
     parent: waits; forwards SIGTERM (and a SIGINT/SIGHUP sent to its pid with `kill`) to the child
     child:  runs the command; marks what it is doing in a shared page (`mark("decoding with the

@@ -1,4 +1,5 @@
-"""The package's shape: no import circle between its modules, and events.py imports nothing of ours.
+"""The package's shape: no import circle between its modules, events.py imports nothing of ours,
+and llama.cpp's libraries load before numpy (specdec_cli/__init__.py says why).
 
 Every `from .x import` counts, also those inside functions and under TYPE_CHECKING (a lazy
 import still makes two modules depend on each other). Example of what fails: engine.py
@@ -8,6 +9,8 @@ importing policy.py while policy.py imports engine.py.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "specdec_cli"
@@ -66,3 +69,14 @@ def test_the_shared_types_import_nothing_of_ours_and_the_loop_not_the_policy():
     edges = graph()
     assert edges["events"] == set()
     assert "policy" not in edges["engine"] and "llama_cpp" not in edges["engine"]
+
+
+def test_llama_cpp_loads_before_numpy_whichever_module_is_imported_first():
+    """`-X importtime` prints each module when its import ends, nested ones first: llama_cpp.llama_cpp
+    (which loads the shared libraries) must end before numpy's import ends. Fails if backend.py
+    imports numpy first, or if __init__.py stops importing backend."""
+    for module in ("specdec_cli.sampling", "specdec_cli.engine", "specdec_cli.cli", "specdec_cli.backend"):
+        proc = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"], capture_output=True, text=True, cwd=PACKAGE.parent)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        ended = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+        assert ended.index("llama_cpp.llama_cpp") < ended.index("numpy"), module

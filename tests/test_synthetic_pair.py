@@ -199,7 +199,8 @@ def test_gpu_check_cpu_only_path_runs_end_to_end(tmp_path):
     assert len(result["cost"]["target_batch_ms"]) == 16
     assert {b["temperature"] for b in result["bench"]} == {0.0, 0.8}
     assert result["python_ms_per_round"] > 0
-    assert set(result["seconds"]) >= {"write models", "load", "identity", "cost curve", "bench"}
+    assert set(result["seconds"]) >= {"write models", "import order", "load", "identity", "cost curve", "bench"}
+    assert result["import_order"] == {"numpy first": 0, "specdec_cli first": 0}  # a CPU load crashes in neither order
     assert "greedy identity (speculative == target-only): yes" in (out / "summary.txt").read_text()
     # --sampling: issue 10's checks, each in its own file (at test size: one vocabulary, a short run)
     sampling = (out / "backend_sampling.txt").read_text()
