@@ -21,7 +21,8 @@
 # --sampling adds issue 10's device checks after it, each into its own file in OUT (a failure
 # there is reported, not fatal): benchmarks/backend_sampling.py on the random target
 # (backend_sampling.txt: the chain against numpy, and backend sampling on the GPU context) and
-# benchmarks/overhead.py's Python-time table on this machine's CPU (overhead.txt).
+# benchmarks/overhead.py's Python-time table on this machine's CPU, and there its simulated GPU
+# with spin waits at 151,936 tokens (overhead.txt).
 # Exit code: 0 when every speculative output equalled target-only output, 1 otherwise,
 # 2 for a failed build or bad usage.
 set -euo pipefail
@@ -79,13 +80,14 @@ fi
 status=0
 PYTHONUNBUFFERED=1 python3 benchmarks/gpu_check.py --shape "$shape" --out "$out" ${MODELS:+--models "$MODELS"} $repack || status=$?
 if [ "$sampling" = 1 ] && [ -f "$out/gpu_check.json" ]; then
-  if [ "$mode" = gpu ]; then vocab="151936 262144"; small=""; else vocab=49152; small="--tokens 40 --repeats 1"; fi
+  # On the GPU machine also the simulated GPU (spin waits) at 151,936, to compare its CPU with this one.
+  if [ "$mode" = gpu ]; then vocab="151936 262144"; small="--wait spin --gpu-vocab 151936"; else vocab=49152; small="--wait --tokens 40 --repeats 1"; fi
   target=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["files"]["target"])' "$out/gpu_check.json")
   echo "[gpu_check] backend sampling on $target ..." >&2
   python3 benchmarks/backend_sampling.py --vocab $vocab --reps 10 --model "$target" $([ "$repack" = --repack ] && echo --repack) >"$out/backend_sampling.txt" 2>&1 \
     || echo "[gpu_check] backend_sampling.py failed; its output: $out/backend_sampling.txt" >&2
   echo "[gpu_check] the engine's Python time per round (overhead.py) ..." >&2
-  python3 benchmarks/overhead.py --vocab $vocab --before '' --wait $small >"$out/overhead.txt" 2>&1 \
+  python3 benchmarks/overhead.py --vocab $vocab --before '' $small >"$out/overhead.txt" 2>&1 \
     || echo "[gpu_check] overhead.py failed; its output: $out/overhead.txt" >&2
 fi
 exit $status

@@ -298,10 +298,13 @@ class _DenseTarget:
         self.z: float | None = None  # the float64 normaliser, once a decision needed it
 
     @classmethod
-    def of(cls, logits: np.ndarray, temperature: float) -> "_DenseTarget | None":
-        """The row's float32 handling, or None when its top logit is too large for it (see _FLOAT32_TOP)."""
+    def of(cls, logits: np.ndarray, params: SamplingParams) -> "_DenseTarget | None":
+        """The row's float32 handling, or None: not a `_float32_path` row, or its top logit is
+        too large for it (see _FLOAT32_TOP)."""
+        if not _float32_path(logits, params):
+            return None
         top = check_finite(logits)
-        return cls(logits, top, temperature) if abs(top) <= _FLOAT32_TOP * temperature else None
+        return cls(logits, top, params.temperature) if abs(top) <= _FLOAT32_TOP * params.temperature else None
 
     def weight64(self, x: int) -> float:
         """x's float64 weight, as `_dense` computes it."""
@@ -615,7 +618,6 @@ def verify(
         return Verdict(accepted=k, token=argmax(target_logits[k]), bonus=True)
 
     n = target_logits.shape[1]
-    fast = _float32_path(target_logits, params)
     for i, x in enumerate(draft_tokens):
         if q_rows is None:
             q = Distribution(n, np.array([x]), np.array([1.0]))
@@ -626,7 +628,7 @@ def verify(
         u = rng.random()
         # A dense row is decided from its float32 weights, exactly (`_DenseTarget`); its
         # float64 row is computed only when u lies too close to p(x) / q(x) to call.
-        row = _DenseTarget.of(target_logits[i], params.temperature) if fast else None
+        row = _DenseTarget.of(target_logits[i], params)
         if row is not None:
             if row.accepts(u, x, q_x):
                 continue
@@ -643,5 +645,5 @@ def sample_row(logits: np.ndarray, params: SamplingParams, rng: np.random.Genera
     dense float32 row by `_DenseTarget.draw` (no float64 row); otherwise `sample(distribution)`."""
     if params.greedy:
         return argmax(logits)
-    row = _DenseTarget.of(logits, params.temperature) if _float32_path(logits, params) else None
+    row = _DenseTarget.of(logits, params)
     return row.draw(rng) if row is not None else sample(distribution(logits, params), rng)

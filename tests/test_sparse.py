@@ -287,7 +287,7 @@ def test_float32_target_weights_are_within_their_stated_bounds_of_the_float64_on
     checked = 0
     for n in (300, 50_000):
         for (name, row), temperature in itertools.product(rows(n + 1, n).items(), FAST_TEMPS):
-            target = sampling._DenseTarget.of(row, temperature)
+            target = sampling._DenseTarget.of(row, SamplingParams(temperature, 0, 1.0, 0.0))
             exact = distribution(row, SamplingParams(temperature, 0, 1.0, 0.0))
             w64, w32 = exact.weights[:n], target.w32.weights[:n].astype(np.float64)
             assert np.all(w64 <= w32 * (1.0 + sampling._FLOAT32_EPS)), (name, temperature)
@@ -299,7 +299,7 @@ def test_float32_target_weights_are_within_their_stated_bounds_of_the_float64_on
             checked += 1
     huge = np.zeros(300, dtype=np.float32)
     huge[:3] = [3e38, -3e38, 1e38]
-    assert sampling._DenseTarget.of(huge, 1.0) is None
+    assert sampling._DenseTarget.of(huge, SamplingParams(1.0, 0, 1.0, 0.0)) is None
     assert checked == 2 * 7 * len(FAST_TEMPS)
 
 
@@ -338,7 +338,7 @@ def test_docstring_examples_of_proposal_and_dense_target(monkeypatch):
     assert q.weights.dtype == np.float32 and np.allclose(q.weights[:2], [1 / 3, 1.0]) and np.allclose(q.dense(), [0.25, 0.75])
     spy = Float64Rows()
     monkeypatch.setattr(sampling, "_dense", spy)
-    target = sampling._DenseTarget.of(np.zeros(2, dtype=np.float32), 1.0)
+    target = sampling._DenseTarget.of(np.zeros(2, dtype=np.float32), plain)
     assert target.w32.weights[:2].tolist() == [1.0, 1.0] and target.w32.total == 2.0
     assert target.accepts(0.4, 0, 1.0) and spy.count == 0
 
@@ -378,7 +378,7 @@ def distorted_target(row: np.ndarray, temperature: float, eps: float, seed: int)
     """A _DenseTarget whose float32 proposal is w64 times factors in [1 / (1 + eps), 1]: inside
     the bounds _DenseTarget relies on when _FLOAT32_EPS is eps, and far enough from p that a
     missing correction (thinning, the exact band) would show in a chi-square test."""
-    target = sampling._DenseTarget.of(row, temperature)
+    target = sampling._DenseTarget.of(row, SamplingParams(temperature, 0, 1.0, 0.0))
     n = len(row)
     w64 = distribution(row, SamplingParams(temperature, 0, 1.0, 0.0)).weights[:n]
     factors = np.random.default_rng(seed).uniform(1.0 / (1.0 + eps) + 1e-6, 1.0, n)
@@ -458,7 +458,7 @@ def test_verify_decides_a_ratio_too_close_to_call_in_float64(monkeypatch):
     q = Distribution(n, np.array([x, x + 1]), np.array([0.5, 0.5]))
     ratio = p_x / 0.5
     assert 0.0 < ratio < 1.0
-    row = sampling._DenseTarget.of(target[0], params.temperature)
+    row = sampling._DenseTarget.of(target[0], params)
     assert row.weight64(x) / row.w32.total != p_x
     after = [0.5] * 8  # the residual's draws
     assert verify(target, [x], [q], params, FixedRandom([ratio, *after])).accepted == 0
