@@ -4,7 +4,7 @@ Importing the package loads llama.cpp's shared libraries (backend.py) before any
 imports numpy. On the H200 machine (CUDA build of llama-cpp-python 0.3.36, the image's numpy
 2.5.2) every process that imported numpy first segfaulted inside llama_model_load_from_file
 with all layers on the GPU, and every process that loaded llama.cpp first loaded the same
-model (18 processes, 2026-11-30; docs/benchmarks.md, "The GPU machine"). The cause inside the
+model (19 processes, 2026-11-30; docs/benchmarks.md, "The GPU machine"). The cause inside the
 libraries is not established. A program that imports numpy before specdec_cli can still meet it.
 
 Left out: any public name here; import from the modules.
