@@ -187,7 +187,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--model", help="a GGUF file for part 2 (backend sampling on a real context)")
     parser.add_argument("--log", action="store_true", help="llama.cpp's log on stderr")
-    parser.add_argument("--repack", action="store_true", help="load part 2's model with repacking (llama.cpp's extra buffer types)")
+    parser.add_argument("--repack", action=argparse.BooleanOptionalAction, default=False,
+                        help="load part 2's model with repacking (llama.cpp's extra buffer types; default off)")
     args = parser.parse_args()
     # Keep the callback object alive for as long as llama.cpp may log: a temporary one is freed at
     # once, and llama.cpp's next log line (loading the model in part 2) calls freed memory.

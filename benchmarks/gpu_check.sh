@@ -84,7 +84,7 @@ if [ "$sampling" = 1 ] && [ -f "$out/gpu_check.json" ]; then
   if [ "$mode" = gpu ]; then vocab="151936 262144"; small="--wait spin --gpu-vocab 151936"; else vocab=49152; small="--wait --tokens 40 --repeats 1"; fi
   target=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["files"]["target"])' "$out/gpu_check.json")
   echo "[gpu_check] backend sampling on $target ..." >&2
-  python3 benchmarks/backend_sampling.py --vocab $vocab --reps 10 --model "$target" $([ "$repack" = --repack ] && echo --repack) >"$out/backend_sampling.txt" 2>&1 \
+  python3 benchmarks/backend_sampling.py --vocab $vocab --reps 10 --model "$target" $repack >"$out/backend_sampling.txt" 2>&1 \
     || echo "[gpu_check] backend_sampling.py failed; its output: $out/backend_sampling.txt" >&2
   echo "[gpu_check] the engine's Python time per round (overhead.py) ..." >&2
   python3 benchmarks/overhead.py --vocab $vocab --before '' $small >"$out/overhead.txt" 2>&1 \

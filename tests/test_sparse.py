@@ -287,8 +287,8 @@ def test_float32_target_weights_are_within_their_stated_bounds_of_the_float64_on
     checked = 0
     for n in (300, 50_000):
         for (name, row), temperature in itertools.product(rows(n + 1, n).items(), FAST_TEMPS):
-            target = sampling._DenseTarget.of(row, SamplingParams(temperature, 0, 1.0, 0.0))
-            exact = distribution(row, SamplingParams(temperature, 0, 1.0, 0.0))
+            unfiltered = SamplingParams(temperature, 0, 1.0, 0.0)
+            target, exact = sampling._DenseTarget.of(row, unfiltered), distribution(row, unfiltered)
             w64, w32 = exact.weights[:n], target.w32.weights[:n].astype(np.float64)
             assert np.all(w64 <= w32 * (1.0 + sampling._FLOAT32_EPS)), (name, temperature)
             normal = w64 >= np.exp(-86.0)
@@ -378,9 +378,10 @@ def distorted_target(row: np.ndarray, temperature: float, eps: float, seed: int)
     """A _DenseTarget whose float32 proposal is w64 times factors in [1 / (1 + eps), 1]: inside
     the bounds _DenseTarget relies on when _FLOAT32_EPS is eps, and far enough from p that a
     missing correction (thinning, the exact band) would show in a chi-square test."""
-    target = sampling._DenseTarget.of(row, SamplingParams(temperature, 0, 1.0, 0.0))
+    unfiltered = SamplingParams(temperature, 0, 1.0, 0.0)
+    target = sampling._DenseTarget.of(row, unfiltered)
     n = len(row)
-    w64 = distribution(row, SamplingParams(temperature, 0, 1.0, 0.0)).weights[:n]
+    w64 = distribution(row, unfiltered).weights[:n]
     factors = np.random.default_rng(seed).uniform(1.0 / (1.0 + eps) + 1e-6, 1.0, n)
     w = np.zeros_like(target.w32.weights)
     w[:n] = (w64 * factors).astype(np.float32)
