@@ -15,11 +15,12 @@ error is click's message on one line plus a usage line:
     specdec: error: No such option: --bogus
     usage: specdec run [OPTIONS] [prompt]; see 'specdec run --help'
 
-llama_cpp is imported only inside commands, so `--help` stays fast.
+The commands' heavy modules are imported inside them; llama_cpp itself is loaded by the
+package's `__init__` (the import order, see there), which `--help` pays for too.
 
 Left out: the commands' bodies (cli_run.py, cli_bench.py, cli_models.py, cli_doctor.py, cli_audit.py; `simulate` is
 small enough to live here), option parsing (cli_options.py), the maths (sampling.py,
-stats.py), the loop (engine.py), the layout (render.py).
+speculative.py, stats.py), the loop (engine.py), the layout (render.py).
 """
 
 from __future__ import annotations

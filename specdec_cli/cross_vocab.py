@@ -8,7 +8,7 @@ the same text, and proposes only tokens in both vocabularies (vocab_map.VocabMap
 
 (Timor et al., ICML 2025, "Accelerating LLM Inference with Lossless Speculative Decoding
 Algorithms for Heterogeneous Vocabularies", Token-Level Intersection). Verification is the
-same-vocabulary rule (sampling.verify: accept min(1, p/q), residual max(0, p - q)), which
+same-vocabulary rule (speculative.verify: accept min(1, p/q), residual max(0, p - q)), which
 keeps the output exactly the target's for any q, so long as x is drawn from the q handed
 over. q_draft is sampling.proposal (the processed distribution, as the law x is drawn from)
 with the run's SamplingParams; at temperature 0 the draft proposes the argmax of its logits
@@ -37,7 +37,7 @@ While drafting, each drafted token is appended to the draft's cache as its draft
 draft conditions on its own tokens); the next round translates the true text again and the
 KV cache keeps the longest common prefix (drafters.catch_up).
 
-Left out: the vocabulary intersection (vocab_map.py), verification (sampling.py), the choice
+Left out: the vocabulary intersection (vocab_map.py), verification (speculative.py), the choice
 of k (policy.py), loading and checking the pair (session.py).
 """
 

@@ -3,7 +3,7 @@
 A drafter is asked for up to k tokens that continue `context` and answers with a
 `Proposal`: the token ids and, for a sampling drafter, the processed distribution q it drew
 each one from (None for a deterministic drafter, whose q is one-hot). It never verifies;
-that is `sampling.verify`'s job.
+that is `speculative.verify`'s job.
 
     drafter = ModelDrafter(LlamaModel("tiny.gguf"))
     proposal = drafter.propose(context=[1, 2, 3], k=4, params=GREEDY, rng=rng)
@@ -33,7 +33,7 @@ The draft model's KV cache is matched to the context lazily: `propose` keeps the
 common prefix of what the cache holds and the context, drops the rest and evaluates only
 the tokens after it. `sync` does the same eagerly (the engine calls it in a `finally`).
 
-Left out here: the choice of k and of the drafter (policy.py), verification (sampling.py).
+Left out here: the choice of k and of the drafter (policy.py), verification (speculative.py).
 """
 
 from __future__ import annotations

@@ -41,7 +41,8 @@ import numpy as np
 from .drafters import CausalModel, Drafter, Proposal, Proposer, catch_up, common_prefix
 from .errors import ContextOverflow
 from .events import DraftPolicy, Event, Finished, Prefill, Rejected, Round, Source, Token
-from .sampling import SamplingParams, sample_row, verify
+from .sampling import SamplingParams
+from .speculative import sample_row, verify
 from .text_stream import TextStream
 
 

@@ -1,13 +1,8 @@
-"""Pure-numpy sampling: logits to probabilities, and the speculative accept/reject rule.
+"""Pure-numpy sampling: logits to processed distributions, draws from them, the residual.
 
-The rule is speculative sampling as in Leviathan et al. 2022 ("Fast Inference from
-Transformers via Speculative Decoding", Algorithm 1) and Chen et al. 2023 ("Accelerating
-Large Language Model Decoding with Speculative Sampling", Algorithm 2). Names follow them:
-`p` is always the target's distribution, `q` always the draft's.
-
-    accept draft token x with probability min(1, p(x) / q(x))
-    on rejection, sample from normalise(max(0, p - q))          (the residual)
-    if all k drafts are accepted, sample one bonus token from p
+Names follow Leviathan et al. 2022 and Chen et al. 2023: `p` is always the target's
+distribution, `q` always the draft's, and `residual` is what a rejection samples from,
+normalise(max(0, p - q)). The accept/reject rule that puts them together is speculative.py's.
 
 The same processing (top-k, top-p, min-p, then temperature; llama.cpp's default order)
 is applied to p and q, so the output follows the *processed* target distribution exactly.
@@ -25,17 +20,15 @@ float64, on the support only when a filter is on, so both paths equal a plain de
 implementation (the tests hold them to 1e-12). Dense rows (T > 0, no filter) are where the
 cost is: a float64 exp over the whole vocabulary costs several times a float32 one. float32
 exp is off by up to ~1.6e-5 relative per weight (the float32 rounding of z times |z|; the
-bound is derived at _FLOAT32_EPS and held by a test), so a float32 row is never taken for p
+bound is derived at FLOAT32_EPS and held by a test), so a float32 row is never taken for p
 itself; it is used where it provably cannot change the output's law:
 
 - the draft's dense q (`proposal`) keeps float32 weights: speculative sampling is exact for
   any q that x is really drawn from, and that q, read in float64 everywhere, is what verify
   gets;
-- a dense target row (`_DenseTarget`) decides acceptance from a float32 normaliser certified
-  within 1 +- 2^-15 of the float64 one, computing the float64 normaliser only when u lies
-  inside that band; it draws the bonus token from p by thinning float32 proposals (kept with
-  probability w64(x) / (w32(x) (1 + 2^-15)), exactly p), and the residual by rejection from
-  p (y kept with probability max(0, 1 - q(y) / p(y))), each with an exact float64 fallback.
+- a dense target row is decided and sampled from float32 weights with exact corrections
+  (speculative.py's `_DenseTarget`), built on `softmax_row(..., float32=True)`, the bound
+  FLOAT32_EPS and `dense_weight` (one id's float64 weight, computed as `softmax_row` does).
 
 float64 stays for every probability that is returned (`distribution`, `residual`), for
 filtered rows (their few candidates), and for the decisions' scalars (w64(x), p(x) / q(x)).
@@ -47,8 +40,6 @@ each gap at 800 temperatures before dividing, so exp underflows to exactly 0 ins
 overflowing; a huge one flattens the distribution; -inf logits have probability 0; all -inf,
 NaN or +inf raise NumericalError.
 
-Example (greedy): p = one-hot(7), q = one-hot(7) -> the draft token 7 is accepted;
-p = one-hot(3), q = one-hot(7) -> 7 is rejected and the residual is one-hot(3).
 Example (sparse): logits [1, 5, 3, 4.5] with top-k 2 at T = 1 -> ids [1, 3], probabilities
 [0.62, 0.38]; sampling, p/q and the residual never look at ids 0 and 2.
 
@@ -61,7 +52,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence, Union
+from typing import Union
 
 import numpy as np
 
@@ -76,27 +67,17 @@ _BLOCK = 1024
 _BLOCKS_PER_K = 4
 # A gap of more than this many temperatures gives weight exp(-800) == 0.0 in float64.
 _UNDERFLOW_GAPS = 800.0
-# The float32 weights of a dense row (`_DenseTarget`, `proposal`) and their sum are within a
-# factor 1 +- this of the float64 ones, for float32 logits and 1/64 <= T <= 64. Per weight exp(z), z = (x - top) / T:
+# The float32 weights of a dense row (`proposal`, speculative.py's `_DenseTarget`) and their
+# sum are within a factor 1 +- this of the float64 ones, for float32 logits and
+# 1/64 <= T <= 64. Per weight exp(z), z = (x - top) / T:
 # z rounds three times in float32 (the subtraction, 1/T, the product), so z32 = z (1 + d),
 # |d| <= 3.01 * 2^-24, and exp(z32) = exp(z) exp(z d) is off by at most |z| 3.01 * 2^-24 <=
 # 1.57e-5 where exp(z) is a normal float32 (z >= -87.4); numpy's float32 exp adds at most
 # 2.52 ulp (3.0e-7); smaller weights (< 1.2e-38 each, against a largest weight of exactly 1)
 # and float64 rounding add less than 1e-9. All weights are positive, so the sum keeps the
 # largest relative error of its terms: 1.6e-5, and 2^-15 = 3.05e-5 leaves a factor of ~2.
-_FLOAT32_EPS = 2.0**-15
+FLOAT32_EPS = 2.0**-15
 _FLOAT32_TEMPERATURES = (1.0 / 64.0, 64.0)
-# A target row goes the float32 way only if |top| <= this many temperatures: then float32's
-# spacing near the top (|top| 2^-23) is at most T / 128, so the floor 86 T below the top
-# (`_DenseTarget`) keeps every float32 weight normal and every id's bound w64 <= w32 (1 + eps).
-_FLOAT32_TOP = 2.0**16
-# Floor of `_DenseTarget`'s weights, in temperatures below the top: exp(-86) = 4.5e-38 is a
-# normal float32. Floored ids are over-weighted (thinning takes the excess back) and add at
-# most n exp(-86) (1e-32 at 262,144 ids) to a normaliser of at least 1.
-_TARGET_FLOOR_GAPS = 86.0
-# Draws from the float32 proposal before an exact float64 fallback (each try is a fresh,
-# independent attempt, so a fallback after failed tries leaves the law unchanged).
-_THINNING_TRIES = 64
 
 
 @dataclass(frozen=True)
@@ -224,7 +205,7 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> Distribution:
     else:
         top = check_finite(logits)
         if _unfiltered(params, n):
-            return _dense(logits, top, params.temperature)
+            return softmax_row(logits, top, params.temperature)
         if params.top_p < 1.0:
             ids, z, w = _nucleus_of_row(logits, top, params.top_p)
         else:
@@ -254,102 +235,20 @@ def proposal(logits: np.ndarray, params: SamplingParams) -> Distribution:
     q need not be the draft model's float64 softmax, only the law actually sampled. Here it is
     q(i) = w[i] / total with float32 weights w and a float64 total, and everything that reads
     q (sampling's float64 CDF, prob, the residual) reads those w in float64. Its only effect is
-    on acceptance, by a relative ~1.6e-5 at most (see _FLOAT32_EPS). The target's p is never
+    on acceptance, by a relative ~1.6e-5 at most (see FLOAT32_EPS). The target's p is never
     computed this way: it is the law the output must follow.
     Example: logits [0, ln 3] (float32), T = 1, no filter -> weights [1/3, 1] in float32, q = [0.25, 0.75].
     """
-    if _float32_path(logits, params):
-        return _dense(logits, check_finite(logits), params.temperature, float32=True)
+    if float32_path(logits, params):
+        return softmax_row(logits, check_finite(logits), params.temperature, float32=True)
     return distribution(logits, params)
 
 
-def _float32_path(logits: np.ndarray, params: SamplingParams) -> bool:
+def float32_path(logits: np.ndarray, params: SamplingParams) -> bool:
     """Whether rows of these logits may be handled from float32 weights (`proposal`,
-    `_DenseTarget`): dense (T > 0, no filter) rows of float32 logits, 1/64 <= T <= 64."""
+    speculative.py's `_DenseTarget`): dense (T > 0, no filter) rows of float32 logits, 1/64 <= T <= 64."""
     low, high = _FLOAT32_TEMPERATURES
     return logits.dtype == np.float32 and _unfiltered(params, logits.shape[-1]) and low <= params.temperature <= high
-
-
-class _DenseTarget:
-    """One dense target row (T > 0, no filter), decided and sampled from float32 weights, exactly.
-
-    w32 holds float32 weights exp((logit - top) / T), floored 86 temperatures below the top,
-    with float64 block sums. For every id, the float64 weight w64 (computed as `_dense`
-    computes it) is at most w32 (1 + _FLOAT32_EPS) (the constant's derivation, for |z| <= 86;
-    a floored id's w64 is below the floor's), and the float64 normaliser Z lies within
-    Z32 (1 +- _FLOAT32_EPS), Z32 = sum(w32) (the derivation's 1.6e-5 relative error leaves
-    room for the reciprocal). So:
-
-    - a test "v < g(Z)", g decreasing in Z (accepting a draft: u < w64(x) / (Z q(x)); keeping a
-      residual candidate: v < 1 - q(y) Z / w64(y)), is decided from Z32 unless v falls within
-      the bounds' band; then Z is computed in float64 once and decides it (`_below`);
-    - x ~ p by thinning (`draw`): x ~ w32 by CDF inversion, kept with probability
-      w64(x) / (w32(x) (1 + eps)) <= 1, else drawn again: the kept x has law w64(x) / Z, p;
-    - the residual normalise(max(0, p - q)) by rejection (`draw_residual`): y ~ p, kept with
-      probability max(0, 1 - q(y) / p(y)): the kept y has law proportional to max(0, p - q).
-
-    Example: logits [0, 0] at T = 1: w32 = [1, 1], Z32 = 2; a draft x = 0 with q(x) = 1 and
-    u = 0.4 is accepted (0.4 < 0.5 / 1 by more than the band) without the float64 row.
-    """
-
-    def __init__(self, logits: np.ndarray, top: float, temperature: float) -> None:
-        self.logits, self.top, self.temperature = logits, top, temperature
-        self.w32 = _dense(logits, top, temperature, float32=True, floor_gaps=_TARGET_FLOOR_GAPS)
-        self.z: float | None = None  # the float64 normaliser, once a decision needed it
-
-    @classmethod
-    def of(cls, logits: np.ndarray, params: SamplingParams) -> "_DenseTarget | None":
-        """The row's float32 handling, or None: not a `_float32_path` row, or its top logit is
-        too large for it (see _FLOAT32_TOP)."""
-        if not _float32_path(logits, params):
-            return None
-        top = check_finite(logits)
-        return cls(logits, top, params.temperature) if abs(top) <= _FLOAT32_TOP * params.temperature else None
-
-    def weight64(self, x: int) -> float:
-        """x's float64 weight, as `_dense` computes it."""
-        z = np.float64(self.logits[x]) - self.top
-        if self.temperature < 1.0:
-            z = max(z, -_UNDERFLOW_GAPS * self.temperature)
-        return float(np.exp(z / self.temperature))
-
-    def _below(self, v: float, g) -> bool:
-        """v < g(Z) for g decreasing in Z, from Z32's bounds when they agree, else from Z itself."""
-        if self.z is None:
-            if v < g(self.w32.total * (1.0 + _FLOAT32_EPS)):
-                return True
-            if v >= g(self.w32.total * (1.0 - _FLOAT32_EPS)):
-                return False
-            self.z = _dense(self.logits, self.top, self.temperature).total
-        return v < g(self.z)
-
-    def accepts(self, u: float, x: int, q_x: float) -> bool:
-        """u < p(x) / q(x): the speculative acceptance test of draft x."""
-        w = self.weight64(x)
-        return self._below(u, lambda z: w / (z * q_x))
-
-    def draw(self, rng: np.random.Generator) -> int:
-        """x ~ p, by thinning draws from w32."""
-        for _ in range(_THINNING_TRIES):  # each try keeps its x with probability >= 1 / (1 + eps)
-            x = _sample_dense(self.w32, rng)
-            if rng.random() * float(self.w32.weights[x]) * (1.0 + _FLOAT32_EPS) < self.weight64(x):
-                return x
-        return _sample_dense(_dense(self.logits, self.top, self.temperature), rng)
-
-    def draw_residual(self, q: Distribution, rng: np.random.Generator) -> int:
-        """y ~ normalise(max(0, p - q)), by rejection from p: a try keeps y with probability
-        max(0, 1 - q(y) / p(y)), so it succeeds with probability sum(max(0, p - q)) (the
-        rejection probability of the draft); after _THINNING_TRIES failures, the float64 residual."""
-        for _ in range(_THINNING_TRIES):
-            y = self.draw(rng)
-            q_y = q.prob(y)
-            v = rng.random()
-            if q_y == 0.0:
-                return y
-            w = self.weight64(y)
-            if self._below(v, lambda z: 1.0 - q_y * z / w):
-                return y
-        return sample(residual(_dense(self.logits, self.top, self.temperature), q), rng)
 
 
 def _float32_weights(logits: np.ndarray, top: float, temperature: float, out: np.ndarray, floor_gaps: float = 128.0) -> np.ndarray:
@@ -409,9 +308,9 @@ def _tempered(gap: np.ndarray, temperature: float) -> np.ndarray:
     return np.exp(-np.minimum(gap, _UNDERFLOW_GAPS * temperature) / temperature)
 
 
-def _dense(logits: np.ndarray, top: float, temperature: float, float32: bool = False, floor_gaps: float = 128.0) -> Distribution:
+def softmax_row(logits: np.ndarray, top: float, temperature: float, float32: bool = False, floor_gaps: float = 128.0) -> Distribution:
     """softmax(logits / T) over the whole row: weights padded with zeros to whole blocks, float64
-    block sums. float32=True (`proposal`, `_DenseTarget`) computes float32 weights by `_float32_weights`."""
+    block sums. float32=True (`proposal`, speculative.py's `_DenseTarget`) computes float32 weights by `_float32_weights`."""
     n = logits.shape[-1]
     blocks = -(-n // _BLOCK)
     w = np.zeros(blocks * _BLOCK, dtype=np.float32 if float32 else np.float64)
@@ -427,6 +326,16 @@ def _dense(logits: np.ndarray, top: float, temperature: float, float32: bool = F
         np.exp(z, out=z)
     block_sums = w.reshape(blocks, _BLOCK).sum(axis=1, dtype=np.float64)
     return Distribution(n, None, w, float(block_sums.sum()), block_sums)
+
+
+def dense_weight(logit: float, top: float, temperature: float) -> float:
+    """One id's float64 weight exp((logit - top) / T), exactly as `softmax_row` computes it.
+    Example: dense_weight(0.0, 0.0, 0.5) -> 1.0; the gap of a logit 1e6 below the top at T = 0.01
+    is capped at 800 T, giving exp(-800) = 0.0 as in the row."""
+    z = np.float64(logit) - top
+    if temperature < 1.0:
+        z = max(z, -_UNDERFLOW_GAPS * temperature)
+    return float(np.exp(z / temperature))
 
 
 def top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
@@ -501,7 +410,7 @@ def _nucleus_of_row(logits: np.ndarray, top: float, top_p: float) -> tuple[np.nd
     The total mass needs every logit, in float64 (the cut compares cumulative shares with
     top_p); the sort needs only the candidates the cut can reach.
     """
-    w_all = _dense(logits, top, 1.0).weights[: logits.shape[-1]]
+    w_all = softmax_row(logits, top, 1.0).weights[: logits.shape[-1]]
     keep = np.sort(_nucleus(w_all, top_p))
     return keep, logits[keep].astype(np.float64) - top, w_all[keep]
 
@@ -582,68 +491,3 @@ def residual(p: Union[Distribution, np.ndarray], q: Union[Distribution, np.ndarr
     if mass <= 0.0:
         return p
     return Distribution(p.n, ids, r / mass)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The outcome of verifying one draft: how many drafts were kept and the target's token."""
-
-    accepted: int
-    token: int
-    bonus: bool  # True: all drafts accepted and `token` is the bonus; False: a correction
-
-
-def verify(
-    target_logits: np.ndarray,
-    draft_tokens: Sequence[int],
-    q_rows: Sequence[Union[Distribution, np.ndarray]] | None,
-    params: SamplingParams,
-    rng: np.random.Generator,
-) -> Verdict:
-    """Speculative sampling over one target batch (Leviathan et al. 2022, Algorithm 1).
-
-    target_logits: (k + 1, n) rows; row i is the target's logits after draft i (row 0:
-    after the context). q_rows[i] is the draft's processed distribution for draft i (a
-    Distribution, or a dense row), or None for a deterministic drafter (then q is one-hot at
-    the draft token, so x is kept with probability p(x) and the residual is p without x).
-    p rows are processed lazily: rows after the first rejection are never touched.
-    """
-    k = len(draft_tokens)
-    assert target_logits.shape[0] >= k + 1, "the target must score every draft and one more position"
-    if params.greedy:
-        for i, x in enumerate(draft_tokens):
-            best = argmax(target_logits[i])
-            if best != x:
-                return Verdict(accepted=i, token=best, bonus=False)
-        return Verdict(accepted=k, token=argmax(target_logits[k]), bonus=True)
-
-    n = target_logits.shape[1]
-    for i, x in enumerate(draft_tokens):
-        if q_rows is None:
-            q = Distribution(n, np.array([x]), np.array([1.0]))
-        else:
-            q = q_rows[i] if isinstance(q_rows[i], Distribution) else Distribution.from_dense(q_rows[i])
-        q_x = q.prob(x)
-        assert q_x > 0.0, "a draft token must have positive draft probability"
-        u = rng.random()
-        # A dense row is decided from its float32 weights, exactly (`_DenseTarget`); its
-        # float64 row is computed only when u lies too close to p(x) / q(x) to call.
-        row = _DenseTarget.of(target_logits[i], params)
-        if row is not None:
-            if row.accepts(u, x, q_x):
-                continue
-            return Verdict(accepted=i, token=row.draw_residual(q, rng), bonus=False)
-        p = distribution(target_logits[i], params)
-        if u < p.prob(x) / q_x:  # u < p/q happens with probability min(1, p/q)
-            continue
-        return Verdict(accepted=i, token=sample(residual(p, q), rng), bonus=False)
-    return Verdict(accepted=k, token=sample_row(target_logits[k], params, rng), bonus=True)
-
-
-def sample_row(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> int:
-    """One token from a target row's processed distribution p: the argmax at temperature 0; a
-    dense float32 row by `_DenseTarget.draw` (no float64 row); otherwise `sample(distribution)`."""
-    if params.greedy:
-        return argmax(logits)
-    row = _DenseTarget.of(logits, params)
-    return row.draw(rng) if row is not None else sample(distribution(logits, params), rng)

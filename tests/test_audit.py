@@ -28,7 +28,7 @@ from typer.testing import CliRunner
 from fakes import MarkovModel, random_markov
 from specdec_cli import audit as audit_module
 from specdec_cli import engine as engine_module
-from specdec_cli import sampling, session
+from specdec_cli import sampling, session, speculative
 from specdec_cli.audit import END, REST, AuditConfig, first_pair_law, run_audit, token_cells
 from specdec_cli.cli import app
 from specdec_cli.cli_options import MAX_DRAFT_TOKENS
@@ -37,7 +37,8 @@ from specdec_cli.engine import Engine
 from specdec_cli.gof import chi2_sf, chi_square, pool_cells, total_variation, tv_margin
 from specdec_cli.policy import draft_policy
 from specdec_cli.render_audit import duration, settings
-from specdec_cli.sampling import Distribution, SamplingParams, Verdict, distribution, probabilities, sample
+from specdec_cli.sampling import Distribution, SamplingParams, distribution, probabilities, sample
+from specdec_cli.speculative import Verdict
 from stat_checks import PLAIN, PROCESSED, power_against
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -165,9 +166,9 @@ def first_token_law_of(target, draft, params=PLAIN) -> tuple[np.ndarray, np.ndar
 
 def plant_residual_is_p(monkeypatch) -> None:
     """The planted bug: after a rejection the token comes from p instead of the residual, on
-    both paths verify has (sampling.residual; _DenseTarget.draw_residual for dense float32 rows)."""
-    monkeypatch.setattr(sampling, "residual", lambda p, q: p)
-    monkeypatch.setattr(sampling._DenseTarget, "draw_residual", lambda self, q, rng: self.draw(rng))
+    both paths verify has (residual; _DenseTarget.draw_residual for dense float32 rows)."""
+    monkeypatch.setattr(speculative, "residual", lambda p, q: p)
+    monkeypatch.setattr(speculative._DenseTarget, "draw_residual", lambda self, q, rng: self.draw(rng))
 
 
 def test_a_residual_replaced_by_p_is_caught(monkeypatch):

@@ -1,4 +1,4 @@
-"""Statistical and exact tests of sampling.py: processing, the accept/reject rule, whole rounds.
+"""Statistical and exact tests of sampling.py and speculative.py: processing, the accept/reject rule, whole rounds.
 
 Every statistical test uses a fixed seed and states its sample size N and its false-failure
 rate: each chi-square test fails by chance with probability ALPHA = 1e-4 (stat_checks), each
@@ -14,13 +14,14 @@ import numpy as np
 import pytest
 
 from fakes import MarkovModel
-from specdec_cli import sampling
+from specdec_cli import sampling, speculative
 from specdec_cli.drafters import ModelDrafter
 from specdec_cli.engine import Engine, GenerationConfig
 from specdec_cli.policy import draft_policy
 from specdec_cli.events import Round, Token
 from specdec_cli.errors import NumericalError
-from specdec_cli.sampling import GREEDY, SamplingParams, probabilities, residual, sample, verify
+from specdec_cli.sampling import GREEDY, SamplingParams, probabilities, residual, sample
+from specdec_cli.speculative import verify
 from stat_checks import ALPHA, PLAIN, PROCESSED, binomial_within, chi_square_pvalue, power_against
 
 FILTERED = SamplingParams(temperature=0.8, top_k=8, top_p=0.9, min_p=0.02)
@@ -36,7 +37,7 @@ def softmax(x: np.ndarray) -> np.ndarray:
 
 
 def one_position_draws(p_logits: np.ndarray, q: np.ndarray, params: SamplingParams, n: int, rng) -> tuple[np.ndarray, int]:
-    """n one-position speculative steps with sampling.verify (k = 1): the emitted tokens and the acceptances."""
+    """n one-position speculative steps with speculative.verify (k = 1): the emitted tokens and the acceptances."""
     rows = np.stack([p_logits, p_logits])  # row 1 (the bonus position) is never used below
     out = np.empty(n, dtype=np.int64)
     accepted = 0
@@ -271,9 +272,9 @@ def test_greedy_verify_with_tied_logits_keeps_the_lowest_id():
     rows = np.array([[0.0, 2.0, 2.0, 1.0], [1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 3.0, 3.0]], dtype=np.float32)
     rng = np.random.default_rng(0)
     # Drafting the higher of two tied ids is a rejection, corrected to the lower one.
-    assert verify(rows, [2, 0], None, GREEDY, rng) == sampling.Verdict(accepted=0, token=1, bonus=False)
-    assert verify(rows, [1, 1], None, GREEDY, rng) == sampling.Verdict(accepted=1, token=0, bonus=False)
-    assert verify(rows, [1, 0], None, GREEDY, rng) == sampling.Verdict(accepted=2, token=2, bonus=True)
+    assert verify(rows, [2, 0], None, GREEDY, rng) == speculative.Verdict(accepted=0, token=1, bonus=False)
+    assert verify(rows, [1, 1], None, GREEDY, rng) == speculative.Verdict(accepted=1, token=0, bonus=False)
+    assert verify(rows, [1, 0], None, GREEDY, rng) == speculative.Verdict(accepted=2, token=2, bonus=True)
 
 
 def test_p_equal_to_q_accepts_everything_and_the_residual_has_no_nan():

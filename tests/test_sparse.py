@@ -22,15 +22,16 @@ import pytest
 
 from fakes import MarkovModel
 from stat_checks import ALPHA, chi_square_pvalue
-from specdec_cli import sampling
+from specdec_cli import sampling, speculative
 from specdec_cli.drafters import ModelDrafter
 from specdec_cli.engine import Engine, GenerationConfig
 from specdec_cli.events import Token
 from specdec_cli.policy import draft_policy
 from specdec_cli.errors import NumericalError
 from specdec_cli.sampling import (
-    GREEDY, Distribution, SamplingParams, distribution, probabilities, proposal, residual, sample, top_k_ids, verify,
+    GREEDY, Distribution, SamplingParams, distribution, probabilities, proposal, residual, sample, top_k_ids,
 )
+from specdec_cli.speculative import verify
 
 TOP_K = [0, 1, 3, 40, 10_000]
 TOP_P = [1.0, 0.95, 0.5]
@@ -279,7 +280,7 @@ FAST_TEMPS = [1.0 / 64.0, 0.3, 0.8, 1.0, 2.5, 64.0]
 
 @pytest.mark.usefixtures("warnings_are_errors")
 def test_float32_target_weights_are_within_their_stated_bounds_of_the_float64_ones():
-    # The bound _FLOAT32_EPS is derived in sampling.py (1.6e-5 worst case, 3.05e-5 stated).
+    # The bound FLOAT32_EPS is derived in sampling.py (1.6e-5 worst case, 3.05e-5 stated).
     # Held here on every kind of row, at the temperature limits, for every id: the thinning
     # bound w64 <= w32 (1 + eps) everywhere (floored ids included), |w32 / w64 - 1| <= eps where
     # w64 >= exp(-86), and the normaliser within 1 +- eps. A row whose top is too large for the
@@ -288,18 +289,18 @@ def test_float32_target_weights_are_within_their_stated_bounds_of_the_float64_on
     for n in (300, 50_000):
         for (name, row), temperature in itertools.product(rows(n + 1, n).items(), FAST_TEMPS):
             unfiltered = SamplingParams(temperature, 0, 1.0, 0.0)
-            target, exact = sampling._DenseTarget.of(row, unfiltered), distribution(row, unfiltered)
+            target, exact = speculative._DenseTarget.of(row, unfiltered), distribution(row, unfiltered)
             w64, w32 = exact.weights[:n], target.w32.weights[:n].astype(np.float64)
-            assert np.all(w64 <= w32 * (1.0 + sampling._FLOAT32_EPS)), (name, temperature)
+            assert np.all(w64 <= w32 * (1.0 + sampling.FLOAT32_EPS)), (name, temperature)
             normal = w64 >= np.exp(-86.0)
-            assert np.all(np.abs(w32[normal] / w64[normal] - 1.0) <= sampling._FLOAT32_EPS), (name, temperature)
-            assert abs(target.w32.total / exact.total - 1.0) <= sampling._FLOAT32_EPS, (name, temperature)
+            assert np.all(np.abs(w32[normal] / w64[normal] - 1.0) <= sampling.FLOAT32_EPS), (name, temperature)
+            assert abs(target.w32.total / exact.total - 1.0) <= sampling.FLOAT32_EPS, (name, temperature)
             for x in np.flatnonzero(w64)[:: max(1, n // 50)]:
                 assert target.weight64(int(x)) == w64[x]
             checked += 1
     huge = np.zeros(300, dtype=np.float32)
     huge[:3] = [3e38, -3e38, 1e38]
-    assert sampling._DenseTarget.of(huge, SamplingParams(1.0, 0, 1.0, 0.0)) is None
+    assert speculative._DenseTarget.of(huge, SamplingParams(1.0, 0, 1.0, 0.0)) is None
     assert checked == 2 * 7 * len(FAST_TEMPS)
 
 
@@ -323,7 +324,7 @@ def test_proposal_differs_from_distribution_only_in_float32_weights_of_dense_flo
             if fast:
                 normal = want >= 1e-37 * want.max()
                 assert np.all(got[want == 0] == 0) and np.all(got[normal] > 0), (name, params)
-                assert np.all(np.abs(got[normal] / want[normal] - 1.0) <= 2 * sampling._FLOAT32_EPS), (name, params)
+                assert np.all(np.abs(got[normal] / want[normal] - 1.0) <= 2 * sampling.FLOAT32_EPS), (name, params)
                 checked_fast += 1
             else:
                 np.testing.assert_array_equal(got, want, err_msg=f"{name} {params}")
@@ -336,11 +337,27 @@ def test_docstring_examples_of_proposal_and_dense_target(monkeypatch):
     plain = SamplingParams(1.0, 0, 1.0, 0.0)
     q = proposal(np.array([0.0, np.log(3.0)], dtype=np.float32), plain)
     assert q.weights.dtype == np.float32 and np.allclose(q.weights[:2], [1 / 3, 1.0]) and np.allclose(q.dense(), [0.25, 0.75])
-    spy = Float64Rows()
-    monkeypatch.setattr(sampling, "_dense", spy)
-    target = sampling._DenseTarget.of(np.zeros(2, dtype=np.float32), plain)
+    spy = Float64Rows(monkeypatch)
+    target = speculative._DenseTarget.of(np.zeros(2, dtype=np.float32), plain)
     assert target.w32.weights[:2].tolist() == [1.0, 1.0] and target.w32.total == 2.0
     assert target.accepts(0.4, 0, 1.0) and spy.count == 0
+
+
+def test_docstring_examples_of_speculative_and_dense_weight():
+    # speculative's module docstring (greedy): p = one-hot(7) keeps the draft 7; p = one-hot(3)
+    # rejects it, and the residual of one-hot(3) against one-hot(7) is one-hot(3).
+    rng = np.random.default_rng(0)
+    rows = np.zeros((2, 10), dtype=np.float32)
+    rows[0, 7] = rows[1, 2] = 1.0
+    assert verify(rows, [7], None, GREEDY, rng) == speculative.Verdict(accepted=1, token=2, bonus=True)
+    rows[0] = 0.0
+    rows[0, 3] = 1.0
+    assert verify(rows, [7], None, GREEDY, rng) == speculative.Verdict(accepted=0, token=3, bonus=False)
+    np.testing.assert_array_equal(residual(sampling.one_hot(10, 3), sampling.one_hot(10, 7)), sampling.one_hot(10, 3))
+    # sampling.dense_weight: exactly softmax_row's weight, the cap at 800 T included.
+    assert sampling.dense_weight(0.0, 0.0, 0.5) == 1.0
+    far = np.array([0.0, -1e6], dtype=np.float32)
+    assert sampling.dense_weight(far[1], 0.0, 0.01) == 0.0 == sampling.softmax_row(far, 0.0, 0.01).weights[1]
 
 
 def test_docstring_examples_of_the_sparse_path_and_top_k():
@@ -374,12 +391,12 @@ def test_float32_weights_take_the_floor_only_where_a_logit_lies_below_it():
         assert got.min() >= np.exp(np.float32(-floor_gaps)) * (1 - 1e-6) and got.max() == 1.0
 
 
-def distorted_target(row: np.ndarray, temperature: float, eps: float, seed: int) -> "sampling._DenseTarget":
+def distorted_target(row: np.ndarray, temperature: float, eps: float, seed: int) -> "speculative._DenseTarget":
     """A _DenseTarget whose float32 proposal is w64 times factors in [1 / (1 + eps), 1]: inside
     the bounds _DenseTarget relies on when _FLOAT32_EPS is eps, and far enough from p that a
     missing correction (thinning, the exact band) would show in a chi-square test."""
     unfiltered = SamplingParams(temperature, 0, 1.0, 0.0)
-    target = sampling._DenseTarget.of(row, unfiltered)
+    target = speculative._DenseTarget.of(row, unfiltered)
     n = len(row)
     w64 = distribution(row, unfiltered).weights[:n]
     factors = np.random.default_rng(seed).uniform(1.0 / (1.0 + eps) + 1e-6, 1.0, n)
@@ -390,15 +407,15 @@ def distorted_target(row: np.ndarray, temperature: float, eps: float, seed: int)
     return target
 
 
-@pytest.mark.parametrize("tries", [sampling._THINNING_TRIES, 1])
+@pytest.mark.parametrize("tries", [speculative._THINNING_TRIES, 1])
 def test_thinning_and_the_residual_by_rejection_follow_p_and_max0_p_minus_q(monkeypatch, tries):
     # The mechanisms tested where a mistake would show: _FLOAT32_EPS raised to 0.5 and the
     # proposal distorted by factors down to 2/3 (the bounds still hold), so p drawn without
     # thinning, or a residual decided from Z32 alone, would be off by up to 50% per id. With
     # tries = 1 the exact fallbacks run on most draws. 16 tokens; N = 20,000 draws of each
     # law; chi-square at false-failure 1e-4 each (stat_checks.ALPHA).
-    monkeypatch.setattr(sampling, "_FLOAT32_EPS", 0.5)
-    monkeypatch.setattr(sampling, "_THINNING_TRIES", tries)
+    monkeypatch.setattr(speculative, "FLOAT32_EPS", 0.5)
+    monkeypatch.setattr(speculative, "_THINNING_TRIES", tries)
     rng = np.random.default_rng(40 + tries)
     n, N = 16, 20_000
     row = (rng.standard_normal(n) * 1.5).astype(np.float32)
@@ -433,17 +450,20 @@ def test_a_plain_target_step_follows_p():
 
 
 class Float64Rows:
-    """Counts float64 dense rows (sampling._dense with float32=False) built while it is installed."""
+    """Counts float64 dense rows (softmax_row with float32=False) built while installed, in
+    both modules that build them (sampling's `distribution`, speculative's `_DenseTarget`)."""
 
-    def __init__(self):
+    def __init__(self, monkeypatch):
         self.count = 0
+        for module in (sampling, speculative):
+            monkeypatch.setattr(module, "softmax_row", self)
 
     def __call__(self, logits, top, temperature, float32=False, floor_gaps=128.0):
         self.count += not float32
         return dense_row(logits, top, temperature, float32, floor_gaps)
 
 
-dense_row = sampling._dense
+dense_row = sampling.softmax_row
 
 
 def test_verify_decides_a_ratio_too_close_to_call_in_float64(monkeypatch):
@@ -459,15 +479,14 @@ def test_verify_decides_a_ratio_too_close_to_call_in_float64(monkeypatch):
     q = Distribution(n, np.array([x, x + 1]), np.array([0.5, 0.5]))
     ratio = p_x / 0.5
     assert 0.0 < ratio < 1.0
-    row = sampling._DenseTarget.of(target[0], params)
+    row = speculative._DenseTarget.of(target[0], params)
     assert row.weight64(x) / row.w32.total != p_x
     after = [0.5] * 8  # the residual's draws
     assert verify(target, [x], [q], params, FixedRandom([ratio, *after])).accepted == 0
     assert verify(target, [x], [q], params, FixedRandom([np.nextafter(ratio, 0.0), *after])).accepted == 1
     # A u clearly below the ratio, or clearly above it, needs no float64 row at all (the bonus
     # and the residual are drawn from the float32 weights); a u at the ratio needs one.
-    spy = Float64Rows()
-    monkeypatch.setattr(sampling, "_dense", spy)
+    spy = Float64Rows(monkeypatch)
     assert verify(target, [x], [q], params, FixedRandom([0.5 * ratio, *after])).accepted == 1
     assert verify(target, [x], [q], params, FixedRandom([min(1.0, 2.0 * ratio) - 1e-9, *after])).accepted == 0
     assert spy.count == 0

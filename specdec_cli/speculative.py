@@ -1,0 +1,203 @@
+"""The speculative accept/reject rule over one target batch, named after the papers.
+
+The rule is speculative sampling as in Leviathan et al. 2022 ("Fast Inference from
+Transformers via Speculative Decoding", Algorithm 1) and Chen et al. 2023 ("Accelerating
+Large Language Model Decoding with Speculative Sampling", Algorithm 2). `p` is always the
+target's processed distribution, `q` always the draft's (both from sampling.py, which
+processes them alike, so the output follows the processed target distribution exactly):
+
+    accept draft token x with probability min(1, p(x) / q(x))
+    on rejection, sample from normalise(max(0, p - q))          (the residual)
+    if all k drafts are accepted, sample one bonus token from p
+
+`verify` applies it to the k + 1 rows of one target batch; `sample_row` draws a target-only
+token from p (the baseline, and plain steps under `auto`). At temperature 0 both are argmax.
+
+A filtered p is a small support (sampling.py), so the rule runs on it directly. A dense p
+(T > 0, no filter) goes through `_DenseTarget`: p itself is never approximated, but the
+decisions are made from its float32 weights wherever a certified bound settles them, and the
+float64 row is computed only when one does not (see the class).
+
+Example (greedy): p = one-hot(7), q = one-hot(7) -> the draft token 7 is accepted;
+p = one-hot(3), q = one-hot(7) -> 7 is rejected and the residual is one-hot(3).
+
+Left out: processing logits into p and q, the draws and the residual themselves
+(sampling.py); who drafts (drafters.py); the loop around a round (engine.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence, Union
+
+import numpy as np
+
+from .sampling import (
+    FLOAT32_EPS,
+    Distribution,
+    SamplingParams,
+    argmax,
+    check_finite,
+    dense_weight,
+    distribution,
+    float32_path,
+    residual,
+    sample,
+    softmax_row,
+)
+
+# A target row goes the float32 way only if |top| <= this many temperatures: then float32's
+# spacing near the top (|top| 2^-23) is at most T / 128, so the floor 86 T below the top
+# (`_DenseTarget`) keeps every float32 weight normal and every id's bound w64 <= w32 (1 + eps).
+_FLOAT32_TOP = 2.0**16
+# Floor of `_DenseTarget`'s weights, in temperatures below the top: exp(-86) = 4.5e-38 is a
+# normal float32. Floored ids are over-weighted (thinning takes the excess back) and add at
+# most n exp(-86) (1e-32 at 262,144 ids) to a normaliser of at least 1.
+_TARGET_FLOOR_GAPS = 86.0
+# Draws from the float32 proposal before an exact float64 fallback (each try is a fresh,
+# independent attempt, so a fallback after failed tries leaves the law unchanged).
+_THINNING_TRIES = 64
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of verifying one draft: how many drafts were kept and the target's token."""
+
+    accepted: int
+    token: int
+    bonus: bool  # True: all drafts accepted and `token` is the bonus; False: a correction
+
+
+def verify(
+    target_logits: np.ndarray,
+    draft_tokens: Sequence[int],
+    q_rows: Sequence[Union[Distribution, np.ndarray]] | None,
+    params: SamplingParams,
+    rng: np.random.Generator,
+) -> Verdict:
+    """Speculative sampling over one target batch (Leviathan et al. 2022, Algorithm 1).
+
+    target_logits: (k + 1, n) rows; row i is the target's logits after draft i (row 0:
+    after the context). q_rows[i] is the draft's processed distribution for draft i (a
+    Distribution, or a dense row), or None for a deterministic drafter (then q is one-hot at
+    the draft token, so x is kept with probability p(x) and the residual is p without x).
+    p rows are processed lazily: rows after the first rejection are never touched.
+    """
+    k = len(draft_tokens)
+    assert target_logits.shape[0] >= k + 1, "the target must score every draft and one more position"
+    if params.greedy:
+        for i, x in enumerate(draft_tokens):
+            best = argmax(target_logits[i])
+            if best != x:
+                return Verdict(accepted=i, token=best, bonus=False)
+        return Verdict(accepted=k, token=argmax(target_logits[k]), bonus=True)
+
+    n = target_logits.shape[1]
+    for i, x in enumerate(draft_tokens):
+        if q_rows is None:
+            q = Distribution(n, np.array([x]), np.array([1.0]))
+        else:
+            q = q_rows[i] if isinstance(q_rows[i], Distribution) else Distribution.from_dense(q_rows[i])
+        q_x = q.prob(x)
+        assert q_x > 0.0, "a draft token must have positive draft probability"
+        u = rng.random()
+        # A dense row is decided from its float32 weights, exactly (`_DenseTarget`); its
+        # float64 row is computed only when u lies too close to p(x) / q(x) to call.
+        row = _DenseTarget.of(target_logits[i], params)
+        if row is not None:
+            if row.accepts(u, x, q_x):
+                continue
+            return Verdict(accepted=i, token=row.draw_residual(q, rng), bonus=False)
+        p = distribution(target_logits[i], params)
+        if u < p.prob(x) / q_x:  # u < p/q happens with probability min(1, p/q)
+            continue
+        return Verdict(accepted=i, token=sample(residual(p, q), rng), bonus=False)
+    return Verdict(accepted=k, token=sample_row(target_logits[k], params, rng), bonus=True)
+
+
+def sample_row(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> int:
+    """One token from a target row's processed distribution p: the argmax at temperature 0; a
+    dense float32 row by `_DenseTarget.draw` (no float64 row); otherwise `sample(distribution)`."""
+    if params.greedy:
+        return argmax(logits)
+    row = _DenseTarget.of(logits, params)
+    return row.draw(rng) if row is not None else sample(distribution(logits, params), rng)
+
+
+class _DenseTarget:
+    """One dense target row (T > 0, no filter), decided and sampled from float32 weights, exactly.
+
+    w32 holds float32 weights exp((logit - top) / T), floored 86 temperatures below the top,
+    with float64 block sums. For every id, the float64 weight w64 (computed as `softmax_row`
+    computes it) is at most w32 (1 + FLOAT32_EPS) (its derivation in sampling.py, for |z| <= 86;
+    a floored id's w64 is below the floor's), and the float64 normaliser Z lies within
+    Z32 (1 +- FLOAT32_EPS), Z32 = sum(w32) (the derivation's 1.6e-5 relative error leaves
+    room for the reciprocal). So:
+
+    - a test "v < g(Z)", g decreasing in Z (accepting a draft: u < w64(x) / (Z q(x)); keeping a
+      residual candidate: v < 1 - q(y) Z / w64(y)), is decided from Z32 unless v falls within
+      the bounds' band; then Z is computed in float64 once and decides it (`_below`);
+    - x ~ p by thinning (`draw`): x ~ w32 by CDF inversion, kept with probability
+      w64(x) / (w32(x) (1 + eps)) <= 1, else drawn again: the kept x has law w64(x) / Z, p;
+    - the residual normalise(max(0, p - q)) by rejection (`draw_residual`): y ~ p, kept with
+      probability max(0, 1 - q(y) / p(y)): the kept y has law proportional to max(0, p - q).
+
+    Example: logits [0, 0] at T = 1: w32 = [1, 1], Z32 = 2; a draft x = 0 with q(x) = 1 and
+    u = 0.4 is accepted (0.4 < 0.5 / 1 by more than the band) without the float64 row.
+    """
+
+    def __init__(self, logits: np.ndarray, top: float, temperature: float) -> None:
+        self.logits, self.top, self.temperature = logits, top, temperature
+        self.w32 = softmax_row(logits, top, temperature, float32=True, floor_gaps=_TARGET_FLOOR_GAPS)
+        self.z: float | None = None  # the float64 normaliser, once a decision needed it
+
+    @classmethod
+    def of(cls, logits: np.ndarray, params: SamplingParams) -> "_DenseTarget | None":
+        """The row's float32 handling, or None: not a `float32_path` row, or its top logit is
+        too large for it (see _FLOAT32_TOP)."""
+        if not float32_path(logits, params):
+            return None
+        top = check_finite(logits)
+        return cls(logits, top, params.temperature) if abs(top) <= _FLOAT32_TOP * params.temperature else None
+
+    def weight64(self, x: int) -> float:
+        """x's float64 weight, as `softmax_row` computes it."""
+        return dense_weight(self.logits[x], self.top, self.temperature)
+
+    def _below(self, v: float, g) -> bool:
+        """v < g(Z) for g decreasing in Z, from Z32's bounds when they agree, else from Z itself."""
+        if self.z is None:
+            if v < g(self.w32.total * (1.0 + FLOAT32_EPS)):
+                return True
+            if v >= g(self.w32.total * (1.0 - FLOAT32_EPS)):
+                return False
+            self.z = softmax_row(self.logits, self.top, self.temperature).total
+        return v < g(self.z)
+
+    def accepts(self, u: float, x: int, q_x: float) -> bool:
+        """u < p(x) / q(x): the speculative acceptance test of draft x."""
+        w = self.weight64(x)
+        return self._below(u, lambda z: w / (z * q_x))
+
+    def draw(self, rng: np.random.Generator) -> int:
+        """x ~ p, by thinning draws from w32."""
+        for _ in range(_THINNING_TRIES):  # each try keeps its x with probability >= 1 / (1 + eps)
+            x = sample(self.w32, rng)
+            if rng.random() * float(self.w32.weights[x]) * (1.0 + FLOAT32_EPS) < self.weight64(x):
+                return x
+        return sample(softmax_row(self.logits, self.top, self.temperature), rng)
+
+    def draw_residual(self, q: Distribution, rng: np.random.Generator) -> int:
+        """y ~ normalise(max(0, p - q)), by rejection from p: a try keeps y with probability
+        max(0, 1 - q(y) / p(y)), so it succeeds with probability sum(max(0, p - q)) (the
+        rejection probability of the draft); after _THINNING_TRIES failures, the float64 residual."""
+        for _ in range(_THINNING_TRIES):
+            y = self.draw(rng)
+            q_y = q.prob(y)
+            v = rng.random()
+            if q_y == 0.0:
+                return y
+            w = self.weight64(y)
+            if self._below(v, lambda z: 1.0 - q_y * z / w):
+                return y
+        return sample(residual(softmax_row(self.logits, self.top, self.temperature), q), rng)
