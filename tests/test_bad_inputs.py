@@ -292,7 +292,7 @@ ENDLESS = {
 
 
 def test_an_ordinary_template_renders_within_the_limits():
-    from specdec_cli.backend import render_jinja_template
+    from specdec_cli.chat_template import render_jinja_template
 
     text = render_jinja_template(CHATML, [("user", "hi")], bos="", eos="")
     assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
@@ -300,7 +300,7 @@ def test_an_ordinary_template_renders_within_the_limits():
 
 @pytest.mark.parametrize("name", ENDLESS)
 def test_a_template_that_never_finishes_is_bad_input_within_the_limit(name):
-    from specdec_cli.backend import render_jinja_template
+    from specdec_cli.chat_template import render_jinja_template
 
     start = time.monotonic()
     with pytest.raises(BadInput, match="the chat template .*; pass --raw and format the prompt yourself"):
