@@ -7,9 +7,9 @@ tokens that cache holds, and gives the engine exactly what speculative decoding 
     rows = model.decode([1, 2, 3], n_logits=3)      # (3, n_vocab) float32 view, no copy
     model.rewind(1)                                  # KV cache now holds [1] only
 
-What it leaves out on purpose: sampling (see `sampling.py`, `speculative.py`), drafting policy (see
-`drafters.py`), rendering a Jinja chat template (`chat_template.py`), and the high-level `llama_cpp.Llama` class, whose `logits_all=True`
-allocates an n_ctx x n_vocab float buffer. Here a batch asks for logits only on the rows
+What it leaves out on purpose: sampling (see `sampling.py`, `speculative.py`), drafting policy
+(see `drafters.py`), rendering a Jinja chat template (`chat_template.py`), and the high-level
+`llama_cpp.Llama` class, whose `logits_all=True` allocates an n_ctx x n_vocab float buffer. Here a batch asks for logits only on the rows
 the loop will read, and those rows come back as numpy views over llama.cpp's own output
 buffer: they are valid until the next `decode` call on the same model.
 
