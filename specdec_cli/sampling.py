@@ -246,7 +246,8 @@ def proposal(logits: np.ndarray, params: SamplingParams) -> Distribution:
 
 def float32_path(logits: np.ndarray, params: SamplingParams) -> bool:
     """Whether rows of these logits may be handled from float32 weights (`proposal`,
-    speculative.py's `_DenseTarget`): dense (T > 0, no filter) rows of float32 logits, 1/64 <= T <= 64."""
+    speculative.py's `_DenseTarget`): dense (T > 0, no filter) rows of float32 logits,
+    1/64 <= T <= 64."""
     low, high = _FLOAT32_TEMPERATURES
     return logits.dtype == np.float32 and _unfiltered(params, logits.shape[-1]) and low <= params.temperature <= high
 
@@ -310,7 +311,8 @@ def _tempered(gap: np.ndarray, temperature: float) -> np.ndarray:
 
 def softmax_row(logits: np.ndarray, top: float, temperature: float, float32: bool = False, floor_gaps: float = 128.0) -> Distribution:
     """softmax(logits / T) over the whole row: weights padded with zeros to whole blocks, float64
-    block sums. float32=True (`proposal`, speculative.py's `_DenseTarget`) computes float32 weights by `_float32_weights`."""
+    block sums. float32=True (`proposal`, speculative.py's `_DenseTarget`) computes float32
+    weights by `_float32_weights`."""
     n = logits.shape[-1]
     blocks = -(-n // _BLOCK)
     w = np.zeros(blocks * _BLOCK, dtype=np.float32 if float32 else np.float64)
