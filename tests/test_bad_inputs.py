@@ -298,6 +298,13 @@ def test_an_ordinary_template_renders_within_the_limits():
     assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
 
 
+def test_the_chat_template_module_docstring_example():
+    from specdec_cli.chat_template import render_jinja_template
+
+    template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
+    assert render_jinja_template(template, [("user", "hi")], bos="", eos="") == "<user>hi<assistant>"
+
+
 @pytest.mark.parametrize("name", ENDLESS)
 def test_a_template_that_never_finishes_is_bad_input_within_the_limit(name):
     from specdec_cli.chat_template import render_jinja_template
