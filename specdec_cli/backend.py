@@ -9,9 +9,10 @@ tokens that cache holds, and gives the engine exactly what speculative decoding 
 
 What it leaves out on purpose: sampling (see `sampling.py`, `speculative.py`), drafting policy
 (see `drafters.py`), rendering a Jinja chat template (`chat_template.py`), and the high-level
-`llama_cpp.Llama` class, whose `logits_all=True` allocates an n_ctx x n_vocab float buffer. Here a batch asks for logits only on the rows
-the loop will read, and those rows come back as numpy views over llama.cpp's own output
-buffer: they are valid until the next `decode` call on the same model.
+`llama_cpp.Llama` class, whose `logits_all=True` allocates an n_ctx x n_vocab float buffer.
+Here a batch asks for logits only on the rows the loop will read, and those rows come back
+as numpy views over llama.cpp's own output buffer: they are valid until the next `decode`
+call on the same model.
 
 llama.cpp's own log is captured into a ring buffer (`LlamaLog`) rather than printed, and
 its tail is attached to the error when a load fails. `SPECDEC_LLAMA_LOG=1` echoes it live.
@@ -46,8 +47,8 @@ import llama_cpp as lc  # before numpy: see __init__.py
 import numpy as np
 
 from . import crashguard, resources
-from .errors import BadInput, ContextOverflow, ModelLoadError, SpecdecError
 from .chat_template import render_jinja_template
+from .errors import BadInput, ContextOverflow, ModelLoadError, SpecdecError
 from .inputs import read_head
 
 log = logging.getLogger("specdec")
