@@ -309,7 +309,9 @@ def _tempered(gap: np.ndarray, temperature: float) -> np.ndarray:
     return np.exp(-np.minimum(gap, _UNDERFLOW_GAPS * temperature) / temperature)
 
 
-def softmax_row(logits: np.ndarray, top: float, temperature: float, float32: bool = False, floor_gaps: float = 128.0) -> Distribution:
+def softmax_row(
+    logits: np.ndarray, top: float, temperature: float, float32: bool = False, floor_gaps: float = 128.0
+) -> Distribution:
     """softmax(logits / T) over the whole row: weights padded with zeros to whole blocks, float64
     block sums. float32=True (`proposal`, speculative.py's `_DenseTarget`) computes float32
     weights by `_float32_weights`."""
@@ -331,7 +333,9 @@ def softmax_row(logits: np.ndarray, top: float, temperature: float, float32: boo
 
 
 def dense_weight(logit: float, top: float, temperature: float) -> float:
-    """One id's float64 weight exp((logit - top) / T), exactly as `softmax_row` computes it.
+    """One id's float64 weight exp((logit - top) / T), exactly as `softmax_row` computes it (the
+    same steps on one scalar: the row's ufuncs on a row of one cost about 12 us a call here,
+    against under 1 us, and verify calls this per decision; a test holds the two equal).
     Example: dense_weight(0.0, 0.0, 0.5) -> 1.0; the gap of a logit 1e6 below the top at T = 0.01
     is capped at 800 T, giving exp(-800) = 0.0 as in the row."""
     z = np.float64(logit) - top
