@@ -9,9 +9,11 @@ run is folded into a `stats.RunStats`; the bench reports per setting:
 - tokens/s both ways (median, min, max) and the speed-up, taken per A/B pair, then the median;
 - acceptance overall and by draft position, alpha, and the mean accepted length (pooled);
 - the target's measured cost curve (one batch of n = 1..k+1 tokens) and a draft step
-  (cost_curve.measure_cost_curve, once per prompt and repeat, medians), and from it the speed-up
-  that Leviathan et al. 2022, Theorem 3.8, predicts with the run's own alpha
-  (stats.predicted_speedup), to be read next to the measured one;
+  (cost_curve.measure_cost_curve, medians), once per prompt and repeat, right after the
+  prompt's first target-only run and halfway through that run's text (cost_curve.mid_generation:
+  a step costs more as the context grows), and from it the speed-up that Leviathan et al.
+  2022, Theorem 3.8, predicts with the run's own alpha (stats.predicted_speedup), to be read
+  next to the measured one;
 - at temperature 0, the position of any token where B's output differs from A's (exactness).
 
 k is a number or "auto" (policy.AdaptivePolicy chooses each round's length); B drafts with
@@ -58,7 +60,7 @@ from .bench_model import (
     Step,
 )
 from .bench_stats import analyse, first_divergence, median_curve, recommend, summarise
-from .cost_curve import CostCurve, measure_cost_curve
+from .cost_curve import CostCurve, measure_cost_curve, mid_generation
 from .engine import Engine, GenerationConfig
 from .events import AUTO, DraftTokens
 from .policy import draft_policy
@@ -138,14 +140,6 @@ def run_bench(
     measured: set[tuple[int, str]] = set()
     for step in steps:
         name = step.setting.prompt
-        if (step.repeat, name) not in measured:
-            measured.add((step.repeat, name))
-            curves[name].append(
-                measure_cost_curve(
-                    pair.target, pair.draft, ids[name], max_batch, config.cost_repeats, draft_context=pair.draft_context(ids[name])
-                )
-            )
-            advance(f"cost curve, {name} (repeat {step.repeat + 1}/{config.repeats})")
         record = _run_step(step, engines, ids[name], by_name[name], config, native)
         if step.mode == TARGET:
             last_a[(step.repeat, step.setting)] = record
@@ -154,6 +148,13 @@ def run_bench(
         runs.append(record)
         s = step.setting
         advance(f"{name} T={s.temperature:g} {s.drafter} k={s.k} {step.mode} (repeat {step.repeat + 1}/{config.repeats})")
+        if (step.repeat, name) not in measured:
+            assert step.mode == TARGET, "plan() starts every prompt's runs of a repeat with target-only"
+            measured.add((step.repeat, name))
+            context = mid_generation(ids[name], record.tokens)
+            draft_context = pair.draft_context(context)
+            curves[name].append(measure_cost_curve(pair.target, pair.draft, context, max_batch, config.cost_repeats, draft_context))
+            advance(f"cost curve, {name} (repeat {step.repeat + 1}/{config.repeats})")
 
     cost = {name: median_curve(c) for name, c in curves.items()}
     piece = engines[TARGET].piece

@@ -259,14 +259,15 @@ class Afterwards:
 def measure_afterwards(pair, prompt_ids: list[int], config, k, result: Outcome, baseline: bool, activity) -> Afterwards:
     """Decode target-only (with --baseline), then time draft and target steps on the loaded pair.
 
-    The predicted speed-up is Leviathan et al.'s formula at the measured alpha and costs;
-    measure_cost_curve rewinds both caches itself. Ctrl-C here keeps what was measured.
+    The predicted speed-up is Leviathan et al.'s formula at the measured alpha and costs,
+    timed halfway through the generated text (cost_curve.mid_generation); measure_cost_curve
+    rewinds both caches itself. Ctrl-C here keeps what was measured.
     """
-    from .cost_curve import measure_cost_curve
+    from .cost_curve import measure_cost_curve, mid_generation
     from .stats import consume, predict
 
     after = Afterwards()
-    context = list(prompt_ids) + result.tokens
+    context = mid_generation(prompt_ids, result.tokens)
     try:
         with activity:
             if baseline:

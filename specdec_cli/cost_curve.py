@@ -7,6 +7,9 @@ context (medians of a few repeats) and a draft step, and leaves both caches as i
 them. Example: CostCurve(draft_step=0.005, target_batch=(0.012, 0.0135, 0.015)) means a
 draft step of 5 ms, and target batches of 1, 2, 3 tokens of 12, 13.5, 15 ms.
 
+A step costs more as the context grows, so where the curve is timed matters: halfway
+through the generation it describes (`mid_generation`), not at the end of its prompt.
+
 Left out: what the figures predict (stats.py), when to measure (cli_run.py, bench.py).
 """
 
@@ -31,6 +34,21 @@ class CostCurve:
     @property
     def target_step(self) -> float:
         return self.target_batch[0]
+
+
+def mid_generation(prompt: Sequence[int], generated: Sequence[int]) -> list[int]:
+    """The context halfway through a generation: the prompt, then the first half of what it generated.
+
+    Attention reads every cached token, so a step costs more as the context grows, and a
+    verify batch pays that once for each token it scores: costs timed at the end of the
+    prompt understate a long generation's, the verify batch's and the draft's most. On the
+    2-core machine (docs/benchmarks.md, issue 13's N = 100 target) going from 51 to 291
+    tokens of context took T(1) from 86-91 to 100-110 ms, T(17) from 285-305 to 394-401 ms and
+    the draft step from 9.5-10.7 to 13.7-14.6 ms. The growth is about linear in the context,
+    so the mean cost over the generation is about the cost halfway through it.
+    Example: prompt [5, 6], generated [7, 8, 9, 10] -> [5, 6, 7, 8].
+    """
+    return list(prompt) + list(generated[: len(generated) // 2])
 
 
 def measure_cost_curve(

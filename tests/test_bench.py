@@ -32,7 +32,7 @@ from specdec_cli.cli_options import (
     parse_temperatures,
 )
 from specdec_cli.drafters import LookupDrafter, LookupOptions, ModelAndLookup, ModelDrafter
-from specdec_cli.cost_curve import CostCurve
+from specdec_cli.cost_curve import CostCurve, measure_cost_curve, mid_generation
 from specdec_cli.engine import Engine
 from specdec_cli.errors import BadInput, SpecdecError
 from specdec_cli.native import NativeResult, find_binary, native_command, parse_output, run_native
@@ -151,6 +151,34 @@ def test_run_bench_follows_the_plan_reports_progress_and_prints_nothing(capsys):
     assert len({r.tokens for r in a_runs}) == 1
     assert all(r.new_tokens == SMALL.max_tokens for r in report.runs)
     assert set(report.cost_curves) == {"a", "b"} and all(len(c.target_batch) == 4 for c in report.cost_curves.values())
+
+
+def test_mid_generation_docstring_example():
+    assert mid_generation([5, 6], [7, 8, 9, 10]) == [5, 6, 7, 8]
+    assert mid_generation((5, 6), (7,)) == [5, 6]  # half of one token is none
+
+
+def test_cost_curves_are_timed_halfway_through_each_prompts_first_target_only_run(monkeypatch):
+    """A step costs more as the context grows, so each (prompt, repeat)'s curve is timed right
+    after its first run, target-only, at the prompt plus the first half of what that run generated."""
+    contexts = []
+
+    def spy(target, draft, context, *args):
+        contexts.append(list(context))
+        return measure_cost_curve(target, draft, context, *args)
+
+    monkeypatch.setattr("specdec_cli.bench.measure_cost_curve", spy)
+    labels = []
+    pair = FakePair()
+    report = run_bench(pair, PROMPTS, SMALL, progress=lambda done, total, label: labels.append(label))
+    text = {p.name: p.text for p in PROMPTS}
+    firsts = [next(r for r in report.runs if r.step.repeat == i and r.step.setting.prompt == p.name) for i in range(SMALL.repeats) for p in PROMPTS]
+    assert all(r.step.mode == TARGET for r in firsts)
+    assert contexts == [pair.prompt_tokens(text[r.step.setting.prompt]) + list(r.tokens[: SMALL.max_tokens // 2]) for r in firsts]
+    curves = [i for i, label in enumerate(labels) if label.startswith("cost curve")]
+    assert [labels[i - 1] for i in curves] == [
+        f"{r.step.setting.prompt} T={r.step.setting.temperature:g} model k={r.step.setting.k} target (repeat {r.step.repeat + 1}/2)" for r in firsts
+    ]
 
 
 def test_exact_at_temperature_zero_on_a_faithful_pair():

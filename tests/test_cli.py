@@ -176,6 +176,26 @@ def test_stats_table_holds_baseline_and_predicted_speedup(toy):
     assert "9 / 6 (66.7% accepted)" in result.stderr  # 3 rounds of 3 drafts: 3 + 0 + 3 accepted
 
 
+def test_predicted_speedup_times_the_costs_halfway_through_the_generated_text(toy, monkeypatch):
+    """A step costs more as the context grows: the prediction's costs are timed at the prompt
+    plus the first half of the generated tokens, not at the end of the prompt or of the text."""
+    from specdec_cli import cost_curve
+
+    contexts = []
+    real = cost_curve.measure_cost_curve
+
+    def spy(target, draft, context, *args, **kwargs):
+        contexts.append(list(context))
+        return real(target, draft, context, *args, **kwargs)
+
+    monkeypatch.setattr(cost_curve, "measure_cost_curve", spy)
+    result = invoke(toy, "--raw", "-n", "9", "--json", "a")
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["tokens"] == list(range(1, 10)) and out["stats"]["predicted_speedup"] > 0  # "a" -> b .. j
+    assert contexts == [[0, 1, 2, 3, 4]]  # "a", then the first 4 of the 9 generated
+
+
 # -- prompts ----------------------------------------------------------------------------------
 
 
