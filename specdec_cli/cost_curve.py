@@ -63,24 +63,30 @@ def measure_cost_curve(
 
     `draft_context` is the same text in the draft's tokens when the vocabularies differ
     (session.LoadedPair.draft_context); None: `context` itself. Both caches are rewound to
-    their contexts afterwards, whatever happens; medians of `repeats`.
+    their contexts afterwards, whatever happens; medians of `repeats`. Each repeat times
+    every size in turn and then the draft step, so that a slow spell of a busy machine falls
+    on all of them alike instead of on a few neighbouring sizes: a prediction depends on
+    their ratios (T(k + 1) / T(1), draft step / T(1)) more than on any one of them.
     """
-
-    def timed(model: CausalModel, context: Sequence[int], n: int) -> float:
-        filler = list(context[-1:]) * n
-        keep = len(context)
-        catch_up(model, context)
-        samples = []
-        try:
-            for _ in range(repeats):
+    draft_context = context if draft_context is None else draft_context
+    jobs = [(target, context, n) for n in range(1, max_batch + 1)]
+    if draft is not None:
+        jobs.append((draft, draft_context, 1))
+    samples: list[list[float]] = [[] for _ in jobs]
+    catch_up(target, context)
+    if draft is not None:
+        catch_up(draft, draft_context)
+    try:
+        for _ in range(repeats):
+            for (model, tokens, n), times in zip(jobs, samples):
+                filler = list(tokens[-1:]) * n
                 t0 = time.perf_counter()
                 model.decode(filler, n)
-                samples.append(time.perf_counter() - t0)
-                model.rewind(keep)
-        finally:
-            model.rewind(keep)
-        return float(np.median(samples))
-
-    curve = tuple(timed(target, context, n) for n in range(1, max_batch + 1))
-    draft_step = timed(draft, context if draft_context is None else draft_context, 1) if draft is not None else 0.0
-    return CostCurve(draft_step=draft_step, target_batch=curve)
+                times.append(time.perf_counter() - t0)
+                model.rewind(len(tokens))
+    finally:
+        target.rewind(len(context))
+        if draft is not None:
+            draft.rewind(len(draft_context))
+    medians = [float(np.median(times)) for times in samples]
+    return CostCurve(draft_step=medians[max_batch] if draft is not None else 0.0, target_batch=tuple(medians[:max_batch]))

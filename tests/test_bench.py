@@ -158,6 +158,39 @@ def test_mid_generation_docstring_example():
     assert mid_generation((5, 6), (7,)) == [5, 6]  # half of one token is none
 
 
+def test_cost_curve_times_every_size_in_turn_and_leaves_both_caches_as_it_found_them():
+    """Each repeat times batches of 1..max_batch tokens, then the draft step, so that a slow spell
+    falls on every size alike; the caches end at their contexts, also when a decode fails."""
+    log = []
+
+    class Logged(MarkovModel):
+        def decode(self, tokens, n_logits=1):
+            log.append((self.name, len(tokens)))
+            return super().decode(tokens, n_logits)
+
+    table = random_markov(VOCAB, np.random.default_rng(1))
+    target, draft = Logged(table), Logged(table)
+    target.name, draft.name = "target", "draft"
+    target.decode([1, 2], 1)  # the target's cache holds more than the context, the draft's less
+    target.decode([5], 1)
+    curve = measure_cost_curve(target, draft, [1, 2, 3], 3, repeats=2)
+    timed = log[log.index(("draft", 3)) + 1 :]  # after both catch-ups (the draft's: all 3 tokens)
+    assert timed == [("target", 1), ("target", 2), ("target", 3), ("draft", 1)] * 2
+    assert len(curve.target_batch) == 3 and curve.draft_step > 0
+    assert target.tokens == [1, 2, 3] and draft.tokens == [1, 2, 3]
+
+    def fail_at_two(tokens, n_logits=1, decode=target.decode):
+        rows = decode(tokens, n_logits)
+        if len(tokens) == 2:
+            raise RuntimeError("decode failed")  # after filling the cache
+        return rows
+
+    target.decode = fail_at_two  # fails after the catch-up and the batch of 1
+    with pytest.raises(RuntimeError):
+        measure_cost_curve(target, draft, [1, 2, 3], 3)
+    assert target.tokens == [1, 2, 3] and draft.tokens == [1, 2, 3]
+
+
 def test_cost_curves_are_timed_halfway_through_each_prompts_first_target_only_run(monkeypatch):
     """A step costs more as the context grows, so each (prompt, repeat)'s curve is timed right
     after its first run, target-only, at the prompt plus the first half of what that run generated."""
