@@ -9,8 +9,8 @@ run cut short still leaves what it measured:
    first; each one's exit code (-11: a segfault);
 1. greedy identity: speculative output (model drafter at k = 8, prompt lookup at k = 4)
    against target-only output, token for token, on two prompts;
-2. the target's verify-cost curve T(n) for n = 1..16 and one draft step
-   (engine.measure_cost_curve, medians of 5);
+2. the target's verify-cost curve T(n) for n = 1..16 and one draft step at the end of the
+   prompt (cost_curve.measure_cost_curve, medians of 5; over a long text steps cost more);
 3. `specdec bench` (bench.run_bench) at T = 0 and 0.8, model drafter, k in {4, 8, auto}:
    tokens/s both ways and the Python time per round outside llama.cpp's decode calls;
 4. Theorem 3.8's predicted speed-up from the cost curve for a range of acceptance rates

@@ -24,7 +24,9 @@ measures the engine on them, honestly labelled:
 - `random`: a random draft and target of the given shapes (synthetic_gguf.SHAPES or
   --hidden/--layers/... overrides): acceptance between random models means nothing, so it
   reports the measured cost curve T(n), the draft step, and the speed-up Theorem 3.8 predicts
-  from them for a range of acceptance rates (best k for each), not a measured speed-up.
+  from them for a range of acceptance rates (best k for each), not a measured speed-up. The
+  costs are timed at the end of a short prompt: over a long text every step costs more, the
+  verify batch and the draft step most (cost_curve.mid_generation).
 
 Files go to specdec's cache directory (registry.cache_dir(): $SPECDEC_CACHE, ...), written
 atomically, and are reused when present.
