@@ -151,7 +151,7 @@ def run_bench(
         if (step.repeat, name) not in measured:
             assert step.mode == TARGET, "plan() starts every prompt's runs of a repeat with target-only"
             measured.add((step.repeat, name))
-            context = mid_generation(ids[name], record.tokens)
+            context = mid_generation(ids[name], record.tokens)[: pair.target.n_ctx - max_batch]  # room for the batches
             draft_context = pair.draft_context(context)
             curves[name].append(measure_cost_curve(pair.target, pair.draft, context, max_batch, config.cost_repeats, draft_context))
             advance(f"cost curve, {name} (repeat {step.repeat + 1}/{config.repeats})")

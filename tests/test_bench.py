@@ -205,13 +205,24 @@ def test_cost_curves_are_timed_halfway_through_each_prompts_first_target_only_ru
     pair = FakePair()
     report = run_bench(pair, PROMPTS, SMALL, progress=lambda done, total, label: labels.append(label))
     text = {p.name: p.text for p in PROMPTS}
-    firsts = [next(r for r in report.runs if r.step.repeat == i and r.step.setting.prompt == p.name) for i in range(SMALL.repeats) for p in PROMPTS]
+    firsts = [
+        next(r for r in report.runs if r.step.repeat == i and r.step.setting.prompt == p.name) for i in range(SMALL.repeats) for p in PROMPTS
+    ]
     assert all(r.step.mode == TARGET for r in firsts)
     assert contexts == [pair.prompt_tokens(text[r.step.setting.prompt]) + list(r.tokens[: SMALL.max_tokens // 2]) for r in firsts]
     curves = [i for i, label in enumerate(labels) if label.startswith("cost curve")]
-    assert [labels[i - 1] for i in curves] == [
-        f"{r.step.setting.prompt} T={r.step.setting.temperature:g} model k={r.step.setting.k} target (repeat {r.step.repeat + 1}/2)" for r in firsts
-    ]
+    settings = [(r.step.setting, r.step.repeat + 1) for r in firsts]
+    assert [labels[i - 1] for i in curves] == [f"{s.prompt} T={s.temperature:g} model k={s.k} target (repeat {i}/2)" for s, i in settings]
+
+
+def test_a_generation_that_fills_the_context_leaves_room_for_the_cost_curve():
+    """Target-only stops when the context is full (3 prompt tokens + 5 of 20 in 8); halfway
+    through it, 5 tokens, a batch of 4 would not fit: the curve is timed 4 tokens in."""
+    pair = FakePair()
+    pair.target.n_ctx = pair.draft.n_ctx = 8
+    report = run_bench(pair, PROMPTS, SMALL)
+    assert {r.new_tokens for r in report.runs} == {5}
+    assert all(len(c.target_batch) == 4 for c in report.cost_curves.values())
 
 
 def test_exact_at_temperature_zero_on_a_faithful_pair():
