@@ -68,14 +68,14 @@ def measure_cost_curve(
     on all of them alike instead of on a few neighbouring sizes: a prediction depends on
     their ratios (T(k + 1) / T(1), draft step / T(1)) more than on any one of them.
     """
-    draft_context = context if draft_context is None else draft_context
+    caches = [(target, context)]
+    if draft is not None:
+        caches.append((draft, context if draft_context is None else draft_context))
     jobs = [(target, context, n) for n in range(1, max_batch + 1)]
-    if draft is not None:
-        jobs.append((draft, draft_context, 1))
+    jobs += [(model, tokens, 1) for model, tokens in caches[1:]]  # the draft step, if any
     samples: list[list[float]] = [[] for _ in jobs]
-    catch_up(target, context)
-    if draft is not None:
-        catch_up(draft, draft_context)
+    for model, tokens in caches:
+        catch_up(model, tokens)
     try:
         for _ in range(repeats):
             for (model, tokens, n), times in zip(jobs, samples):
@@ -85,8 +85,7 @@ def measure_cost_curve(
                 times.append(time.perf_counter() - t0)
                 model.rewind(len(tokens))
     finally:
-        target.rewind(len(context))
-        if draft is not None:
-            draft.rewind(len(draft_context))
+        for model, tokens in caches:
+            model.rewind(len(tokens))
     medians = [float(np.median(times)) for times in samples]
     return CostCurve(draft_step=medians[max_batch] if draft is not None else 0.0, target_batch=tuple(medians[:max_batch]))
