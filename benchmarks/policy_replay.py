@@ -14,6 +14,8 @@ compared with each fixed k on the same text, free of timing noise:
     python3 benchmarks/policy_replay.py compare --costs docs/synthetic.json --before 896be39   # and the code at a ref
     python3 benchmarks/policy_replay.py compare --costs docs/synthetic.json --shifts 16   # starts 0, 2, .., 30
     python3 benchmarks/policy_replay.py compare --costs docs/synthetic.json --random 64   # random texts
+    python3 benchmarks/policy_replay.py compare --curve 0.015,0.15 --curve 1,0.2 --random 64   # curves of other machines
+    python3 benchmarks/policy_replay.py compare --curve 0.015,0.15 --random 64 --oracle-costs   # auto told the costs
 
 Where the rejections fall relative to the round boundaries moves every fixed k by several
 per cent, so one text is a lucky or unlucky draw; `--shifts S` replays each text from S
@@ -32,7 +34,8 @@ rejection, two after a fully accepted round, more after plain steps) and is char
 T_draft x (1 + 0.1 (m - 1)) for m tokens (an assumption: a small batch costs little more than
 one step). Python time per round is left out. Example: T(1) = 92 ms, T(13) = 251 ms, draft
 10 ms; a k = 12 round after a rejection whose first 5 drafts agree costs 10 + 11 x 10 + 251 =
-371 ms and yields 6 tokens.
+371 ms and yields 6 tokens. The sizes come from a sweep's JSON (--costs), or from a line
+(--curve SLOPE,C: `Costs.linear`) for machines no sweep ran on.
 
 The policy sees exactly what the engine would hand it (events.Round with k, drafted,
 accepted, seconds, draft seconds, catch-up seconds), so what it learns is what it would
@@ -60,6 +63,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, os.environ.get("SPECDEC_CODE", str(ROOT)))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
 
+from specdec_cli.cost_curve import CostCurve  # noqa: E402
 from specdec_cli.events import Round  # noqa: E402
 from specdec_cli.policy import AdaptivePolicy, FixedPolicy  # noqa: E402
 
@@ -88,6 +92,17 @@ class Costs:
             lower, upper = sizes[-2], sizes[-1]
         slope = (self.target[upper] - self.target[lower]) / (upper - lower)
         return self.target[lower] + slope * (n - lower)
+
+    @classmethod
+    def linear(cls, spec: str) -> "Costs":
+        """A cost model no sweep measured, from "SLOPE,C": T(n) = T(1) (1 + SLOPE (n - 1)) and a
+        draft step of C x T(1), T(1) = 100 ms (the choices and every ratio printed are the same
+        for any T(1)). For the curves of other machines: a GPU's nearly flat one, or a CPU
+        target whose batch costs a whole step more per token. Example: "0.015,0.15" -> T(1) =
+        100 ms, T(9) = 112 ms, draft step 15 ms."""
+        slope, c = (float(v) for v in spec.split(","))
+        t1 = 0.1
+        return cls(c * t1, {1: t1, 2: t1 * (1.0 + slope)}, label=f"s={slope:g} c={c:g}")
 
     def catch_up(self, tokens: int) -> float:
         return self.draft_step * (1.0 + CATCH_UP_PER_TOKEN * (max(tokens, 1) - 1))
@@ -186,13 +201,18 @@ def load_traces(path: Path = TRACES) -> dict[str, list[bool]]:
     return {name: [c == "1" for c in text] for name, text in json.loads(path.read_text()).items()}
 
 
-def compare(traces: dict[str, list[bool]], costs: Sequence[Costs], max_tokens: int, max_k: int = 16) -> list[dict]:
-    """For each cost model and prompt: tokens/s of target-only, of every fixed k in 1..max_k, and of auto."""
+def compare(traces: dict[str, list[bool]], costs: Sequence[Costs], max_tokens: int, max_k: int = 16,
+            oracle_costs: bool = False) -> list[dict]:
+    """For each cost model and prompt: tokens/s of target-only, of every fixed k in 1..max_k, and of
+    auto; with oracle_costs, auto is handed the true costs and does not learn them (so what is
+    left of its gap is the price of learning acceptance)."""
     rows = []
     for cost in costs:
+        true_curve = CostCurve(cost.draft_step, tuple(cost.batch(n) for n in range(1, max_k + 2)))
         for name, agrees in traces.items():
             fixed = {k: replay(agrees, FixedPolicy(k), cost, max_tokens).tokens_per_second for k in range(1, max_k + 1)}
-            auto = replay(agrees, AdaptivePolicy(), cost, max_tokens)
+            policy = AdaptivePolicy(costs=true_curve, learn_costs=False) if oracle_costs else AdaptivePolicy()
+            auto = replay(agrees, policy, cost, max_tokens)
             rows.append({"costs": cost.label, "prompt": name, "tokens": min(max_tokens, len(agrees)), "target_only": 1 / cost.batch(1),
                          "fixed": fixed, "auto": auto.tokens_per_second, "auto_ks": auto.ks})
     return rows
@@ -253,7 +273,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     rec.add_argument("-n", "--max-tokens", type=int, default=256)
     rec.add_argument("--json", type=Path, default=TRACES)
     cmp = sub.add_parser("compare", help="auto against fixed k on the traces, simulated clock")
-    cmp.add_argument("--costs", type=Path, required=True, help="a synthetic_pair.py sweep --json file")
+    cmp.add_argument("--costs", type=Path, help="a synthetic_pair.py sweep --json file")
+    cmp.add_argument("--curve", action="append", default=[], metavar="SLOPE,C",
+                     help="(repeatable, also or instead) a linear cost model: T(n) = T(1) (1 + SLOPE (n - 1)), draft step C x T(1)")
     cmp.add_argument("--traces", type=Path, default=TRACES)
     cmp.add_argument("--prompts", default="chat,story")
     cmp.add_argument("-n", "--max-tokens", type=int, default=128)
@@ -262,9 +284,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     cmp.add_argument("--random", type=int, default=0, help="instead: this many random texts per prompt, misses independent at its own rate")
     cmp.add_argument("--agreement", type=float, help="with --random: this agreement rate instead of each prompt's own")
     cmp.add_argument("--draft-scale", type=float, default=1.0, help="multiply the measured draft step (a dearer draft: c x this)")
+    cmp.add_argument("--oracle-costs", action="store_true", help="auto is handed the true costs instead of learning them")
     cmp.add_argument("--before", help="also replay the policy of this git ref (git archive into a temporary folder)")
     cmp.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args(argv)
+    if args.command == "compare" and not (args.costs or args.curve):
+        parser.error("compare needs --costs or --curve")
     if args.command == "record":
         args.json.write_text(json.dumps(record(args.max_tokens), indent=1) + "\n")
         return 0
@@ -282,7 +307,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.shifts or args.random:
         texts = random_texts(traces, args.random, args.max_tokens, args.agreement) if args.random else shifted(traces, args.shifts, args.max_tokens)
         traces = {f"{name}@{start}": agrees for name, starts in texts.items() for start, agrees in starts.items()}
-    rows = compare(traces, costs_from_sweep(args.costs, args.draft_scale), args.max_tokens)
+    costs = (costs_from_sweep(args.costs, args.draft_scale) if args.costs else []) + [Costs.linear(spec) for spec in args.curve]
+    rows = compare(traces, costs, args.max_tokens, oracle_costs=args.oracle_costs)
     (print_shifts if args.shifts or args.random else print_rows)(rows, grid)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")

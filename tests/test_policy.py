@@ -324,6 +324,20 @@ def test_replay_random_texts_follow_the_prompt_rate():
     assert all(all(t) for t in policy_replay.random_texts({"p": [False]}, 3, 50, agreement=1.0)["p"].values())
 
 
+def test_replay_linear_costs_and_oracle_costs():
+    # Costs.linear's docstring example: "0.015,0.15" -> T(1) = 100 ms, T(9) = 112 ms, draft step 15 ms.
+    costs = policy_replay.Costs.linear("0.015,0.15")
+    assert (costs.batch(1), costs.batch(9), costs.draft_step) == pytest.approx((0.100, 0.112, 0.015))
+    assert costs.label == "s=0.015 c=0.15"
+    # Learning auto drafts k = 3 on the priors, then a plain step measures T(1); told the costs,
+    # it plans from round 1 on the curve, and on a text where every draft agrees never steps plainly.
+    traces = {"all": [True] * 64}
+    learning, told = (policy_replay.compare(traces, [costs], 64, oracle_costs=o)[0]["auto_ks"] for o in (False, True))
+    assert learning[:2] == [3, 0] and told[0] > 3 and 0 not in told
+    with pytest.raises(SystemExit):  # compare needs --costs or --curve
+        policy_replay.main(["compare"])
+
+
 def test_cheap_drafts_stay_long_after_a_rejection():
     """Issue 13, pinned on one recorded text: with a cheap draft (c = 0.11) auto keeps up with the
     best fixed k. Replayed on the story text with the measured costs (a simulated clock, so the
