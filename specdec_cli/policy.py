@@ -35,16 +35,21 @@ What is measured, all from the Round events of earlier rounds:
   - T_batch(n): weighted mean, per batch size n, of the round's seconds minus its draft
     seconds (the target pass plus verification and bookkeeping, i.e. what the round really
     costs); for n >= 2 a line fitted through the sizes seen, its slope pulled toward a prior
-    (see BatchCost). T_batch(1) is the yardstick every choice is compared with, so a plain
-    target step measures it: in round 2, and again when the last measurement is
-    REFRESH_ROUNDS rounds old (machine load changes it, sometimes from one minute to the
-    next), or STALE_ROUNDS rounds old while drafting promises REFRESH_MARGIN times
-    target-only's speed or more (only a machine that got that much faster since could turn
-    the choice; see `stale`).
-    Round 1 runs slow after the prefill and teaches no costs, so it drafts on the priors alone
-    (k = 3 for a draft model: a = 0.8, T_draft = 0.2, T_batch(n) = 1 + 0.05 (n - 1) in units
-    of T_batch(1), which need not be known).
-    A plain step still yields a token; it only forgoes one round's gain.
+    (see BatchCost). T_batch(1) is the yardstick every choice is compared with, and a plain
+    target step measures it; a plain step yields a token but forgoes a round's gain (a cheap
+    draft on a flat GPU-like curve makes about 7 tokens in the time of one plain step). So
+    until the first one, T_batch(1) is estimated from the drafting rounds (`estimate_step`: the
+    line through two batch sizes or more, at n = 1), and the first plain step comes as soon as two
+    sizes have been seen unless drafting then promises REFRESH_MARGIN times target-only's
+    speed or more (round 4 at the latest; a machine where drafting cannot pay finds out
+    there). Later plain steps re-measure it when the last measurement is REFRESH_ROUNDS
+    rounds old (machine load changes it, sometimes from one minute to the next), or
+    STALE_ROUNDS rounds old while drafting promises REFRESH_MARGIN times target-only or more
+    (only a machine that got that much faster since could turn the choice; see `stale`).
+    Round 1 runs slow after the prefill and teaches no costs, so rounds 1 and 2 draft on the
+    priors alone (k = 3 for a draft model in round 1: a = 0.8, T_draft = 0.2, T_batch(n) = 1 +
+    0.05 (n - 1) in units of T_batch(1), which need not be known; round 2 with round 1's
+    acceptance); round 2's batch is the first size measured.
 
 Fallback and probes. When no k >= 1 beats target-only, and the drafter has been tried on
 MIN_TRIALS positions (one early rejection must not end drafting), the round is a plain target step;
@@ -264,7 +269,7 @@ class WeightedMean:
 
 
 class BatchCost:
-    """T_batch(n): the measured mean for n = 1, and a line for n >= 2.
+    """T_batch(n): the measured mean for n = 1 (before that, `estimate_step`), and a line for n >= 2.
 
     The line is a weighted least-squares fit through the per-size means seen (n >= 2) whose
     slope is pulled toward the prior PRIOR_BATCH_SLOPE * T(1) per token by a ridge term worth
@@ -283,26 +288,55 @@ class BatchCost:
 
     def add(self, n: int, seconds: float) -> None:
         curve = self.curve(n)
-        self.means.setdefault(n, WeightedMean(self.decay)).add(clamp(seconds, curve[n - 1] if curve else None))
+        # A first plain step is not held to an estimate of T_batch(1), which may be far off.
+        expected = curve[n - 1] if curve and (n > 1 or self.measured) else None
+        self.means.setdefault(n, WeightedMean(self.decay)).add(clamp(seconds, expected))
         self._curve = []
 
+    @property
+    def measured(self) -> bool:
+        """Whether T_batch(1) was measured (by a plain step), not estimated."""
+        return 1 in self.means
+
+    def sizes(self) -> int:
+        """How many batch sizes have been measured."""
+        return len(self.means)
+
     def curve(self, max_n: int) -> list[float]:
-        """[T_batch(1), .., T_batch(max_n)]; empty until a batch of one token was measured."""
-        if 1 not in self.means:
+        """[T_batch(1), .., T_batch(max_n)]; empty until some batch was measured."""
+        if not self.means:
             return []
         if len(self._curve) < max_n:
-            t1 = self.means[1].value
-            prior_slope = PRIOR_BATCH_SLOPE * t1
             seen = [(n, m.value, m.weight) for n, m in self.means.items() if n >= 2]
             if seen:
                 x, y, w = (np.array(column, dtype=float) for column in zip(*seen))
                 xm, ym = np.average(x, weights=w), np.average(y, weights=w)
                 sxx, sxy = float(np.sum(w * (x - xm) ** 2)), float(np.sum(w * (x - xm) * (y - ym)))
+                t1 = self.means[1].value if self.measured else estimate_step(x, y, xm, ym, sxx, sxy)
+                prior_slope = PRIOR_BATCH_SLOPE * t1
                 slope = max((sxy + SLOPE_PRIOR_WEIGHT * prior_slope) / (sxx + SLOPE_PRIOR_WEIGHT), 0.0)
             else:
-                xm, ym, slope = 1.0, t1, prior_slope
+                t1 = self.means[1].value
+                xm, ym, slope = 1.0, t1, PRIOR_BATCH_SLOPE * t1
             self._curve = [t1] + [max(float(ym + slope * (n - xm)), t1) for n in range(2, max_n + 1)]
         return self._curve[:max_n]
+
+
+def estimate_step(x: np.ndarray, y: np.ndarray, xm: float, ym: float, sxx: float, sxy: float) -> float:
+    """T_batch(1) estimated from batches of sizes x >= 2 costing y (means xm, ym; weighted sums of
+    squares sxx, sxy, as `BatchCost.curve` fits them), before a plain step measured it.
+
+    From two sizes or more: the fitted line at n = 1, kept within [max y / x, min y] (a batch of
+    n tokens costs at most n steps and at least one). From one size n: y / (1 + PRIOR_BATCH_SLOPE
+    (n - 1)), the prior's guess, which may be far off either way (a GPU's curve is flat, a CPU's
+    may grow by a whole step per token); the policy takes no plain-step decision on it.
+    Example: T(8) = 110 ms and T(17) = 124 ms (a GPU's flat curve) -> 110 - 7 x 14 / 9 = 99.1 ms;
+    T(8) = 80 ms and T(17) = 170 ms (a step per token) -> 10 ms; T(8) = 110 ms alone -> 81.5 ms.
+    """
+    if sxx <= 0.0:
+        return float(ym / (1.0 + PRIOR_BATCH_SLOPE * (xm - 1.0)))
+    at_one = ym + sxy / sxx * (1.0 - xm)
+    return float(min(max(at_one, float(np.max(y / x))), float(np.min(y))))
 
 
 def kind(name: str) -> str:
@@ -388,8 +422,8 @@ class AdaptivePolicy:
             return None, 0
         max_k = min(self.max_k, budget)
         curve = self.curve()
-        if not curve:  # no T_batch(1) yet
-            return self.first_choice(sources, max_k) if self.rounds == 0 else (None, 0)
+        if not curve:  # nothing measured yet: rounds 1 and 2 draft on the priors
+            return self.first_choice(sources, max_k) if self.rounds <= 1 else (None, 0)
         plans = {name: self.plan(name, max_k, curve) for name in sources}
         best = max(sources, key=lambda name: plans[name][1])  # first on ties: the preferred one
         if self.stale(plans[best][1] * curve[0]):
@@ -411,9 +445,10 @@ class AdaptivePolicy:
         return (chosen, plans[chosen][0]) if chosen is not None else (None, 0)
 
     def first_choice(self, sources: Sequence[str], max_k: int) -> tuple[str | None, int]:
-        """Round 1, before any timing: the priors alone, in units of T_batch(1) (they are all
-        relative to it, so its value does not matter). That round runs slow and measures no
-        cost, whatever it does, so it may as well draft."""
+        """Rounds 1 and 2, before any timing: the priors alone (with the acceptance seen so far),
+        in units of T_batch(1) (they are all relative to it, so its value does not matter).
+        Round 1 runs slow and measures no cost, whatever it does, so it may as well draft; round
+        2 drafts to measure a first batch size, from which T_batch(1) is estimated."""
         unit = [1.0 + PRIOR_BATCH_SLOPE * n for n in range(max_k + 1)]
         plans = {
             name: best_draft_length(self.record(name).acceptance.rates(), PRIOR_DRAFT_COST.get(kind(name), 0.2), unit, max_k)
@@ -431,9 +466,16 @@ class AdaptivePolicy:
         only every STALE_ROUNDS rounds when drafting pays more than that. Example: advantage
         2.5 (a cheap draft model that is mostly right): T_batch(1) would have to have fallen by
         60% for target-only to win, so the plain step, which would cost 1.5 tokens' worth of
-        time, waits for STALE_ROUNDS."""
+        time, waits for STALE_ROUNDS.
+        Before the first plain step `advantage` rests on T_batch(1) estimated from the sizes
+        seen (`estimate_step`), which takes two sizes: with one, drafting goes on until round 3,
+        and a fourth round that has still seen one size measures T_batch(1)."""
         if not self.learn_costs:
             return False
+        if not self.batch.measured:
+            if self.batch.sizes() < 2:
+                return self.rounds >= 3
+            return advantage < REFRESH_MARGIN or self.rounds >= STALE_ROUNDS
         age = self.rounds - self.yardstick_round
         return age >= (REFRESH_ROUNDS if advantage < REFRESH_MARGIN else STALE_ROUNDS)
 

@@ -219,7 +219,7 @@ def drafting_round(k: int, t1_ms: float, draft_ms: float, slope_ms: float) -> Ro
     return round_event(k, k, k, draft_s=k * draft_ms * MS, catch_up_s=draft_ms * MS, seconds=(k * draft_ms + t1_ms + slope_ms * k) * MS)
 
 
-def test_auto_drafts_on_priors_in_round_1_then_measures_its_yardstick():
+def test_auto_drafts_on_priors_in_rounds_1_and_2_then_estimates_its_yardstick():
     policy = AdaptivePolicy()
     # Round 1: no timing at all, the priors in units of T(1): a = 0.8, T_draft = 0.2, T(n) = 1 + 0.05 (n - 1):
     # k=2: 2.44 / 1.5 = 1.627, k=3: 2.952 / 1.75 = 1.687, k=4: 3.362 / 2 = 1.681 -> k = 3.
@@ -229,10 +229,72 @@ def test_auto_drafts_on_priors_in_round_1_then_measures_its_yardstick():
     rec = policy.record("model")
     assert policy.curve() == [] and rec.draft_step.value is None  # round 1 teaches no costs ...
     assert rec.acceptance.trials.sum() == 3  # ... but what was accepted counts
-    assert policy.choose(["model"], budget=100) == (None, 0)  # round 2: a plain step measures T(1)
-    policy.observe(round_event(0, 0, 0, source="", seconds=12 * MS))
-    assert policy.curve()[0] == pytest.approx(12 * MS)
-    assert policy.choose(["model"], budget=100)[1] > 3  # drafting, longer after 3 of 3 accepted
+    # Round 2: the priors again, with 3 of 3 accepted (a about 0.92): a longer draft, no plain step.
+    name, k = policy.choose(["model"], budget=100)
+    assert name == "model" and k > 3
+    policy.observe(drafting_round(k, 12, 2, 1.5))
+    # One size seen: T(1) is the prior's guess T(k + 1) / (1 + 0.05 k); round 3 drafts on it.
+    assert policy.curve()[0] == pytest.approx((12 + 1.5 * k) / (1 + 0.05 * k) * MS)
+    assert policy.choose(["model"], budget=100)[1] > 0
+
+
+def test_a_cheap_flat_curve_drafts_on_without_a_plain_step():
+    """A GPU-like pair: T(n) = 10 + 0.15 (n - 1) ms, draft step 0.5 ms, everything accepted.
+    From two sizes T(1) is the line at n = 1, exactly 10 ms here; drafting promises far more
+    than REFRESH_MARGIN x target-only, so no plain step before STALE_ROUNDS (before this change:
+    one in round 2, about 6 tokens' worth of time for one token)."""
+    policy = AdaptivePolicy()
+    ks = []
+    for _ in range(STALE_ROUNDS + 1):
+        name, k = policy.choose(["model"], budget=1000)
+        ks.append(k)
+        policy.observe(drafting_round(k, 10, 0.5, 0.15) if k else round_event(0, 0, 0, source="", seconds=10 * MS))
+    assert [i for i, k in enumerate(ks) if k == 0] == [STALE_ROUNDS]  # loop step i is round i + 1
+    assert ks[3:STALE_ROUNDS] == [16] * (STALE_ROUNDS - 3)
+    assert len(set(ks[1:3])) == 2  # rounds 2 and 3: two sizes, so the estimate below is a line's
+    assert policy.curve()[0] == pytest.approx(10 * MS)  # measured in round STALE_ROUNDS + 1
+
+
+def test_a_steep_curve_measures_its_yardstick_by_round_4_and_falls_back():
+    """A CPU target whose batch costs a whole step per token: T(n) = 10 n ms, draft step 2 ms,
+    everything accepted. Drafting cannot pay (k drafts: (k + 1) tokens for 12 k + 10 ms, against
+    10 ms a token). Round 2 drafts on the priors, round 3 on the prior's guess of T(1) from one
+    size; then two sizes give T(1) = 10 ms, the advantage is under REFRESH_MARGIN, and round 4
+    is a plain step, after which target-only steps win."""
+    policy = AdaptivePolicy()
+    ks = []
+    for _ in range(12):
+        name, k = policy.choose(["model"], budget=1000)
+        ks.append(k)
+        policy.observe(drafting_round(k, 10, 2, 10) if k else round_event(0, 0, 0, source="", seconds=10 * MS))
+    assert min(ks[:3]) > 0 and ks[3] == 0
+    assert ks[4:] == [0] * 8
+    assert policy.curve()[0] == pytest.approx(10 * MS)
+
+
+def test_one_size_only_measures_the_yardstick_in_round_4():
+    policy = AdaptivePolicy()
+    for _ in range(3):  # rounds 1-3, all of k = 7 (round 1 is not timed)
+        policy.observe(drafting_round(7, 12, 2, 1.5))
+    assert policy.batch.sizes() == 1 and not policy.batch.measured
+    assert policy.choose(["model"], budget=100) == (None, 0)
+
+
+def test_batch_cost_estimates_its_step_before_measuring_it():
+    # step()'s docstring examples, through BatchCost: a GPU's flat curve, a step per token, one size.
+    for seen, expected in (({8: 110, 17: 124}, 110 - 7 * 14 / 9), ({8: 80, 17: 170}, 10), ({8: 110}, 110 / 1.35)):
+        batch = BatchCost()
+        for n, ms in seen.items():
+            batch.add(n, ms * MS)
+        assert not batch.measured and batch.curve(17)[0] == pytest.approx(expected * MS)
+    # A convex curve puts the line low at n = 1 (40 ms, within [110 / 8, 110]); the first plain
+    # step is not held to that estimate (a 2x clamp would have cut 100 ms to 80).
+    batch = BatchCost()
+    batch.add(8, 110 * MS)
+    batch.add(17, 200 * MS)
+    assert batch.curve(17)[0] == pytest.approx(40 * MS)
+    batch.add(1, 100 * MS)
+    assert batch.measured and batch.curve(17)[0] == pytest.approx(100 * MS)
 
 
 def test_a_thin_margin_refreshes_the_yardstick_every_refresh_rounds():
@@ -329,31 +391,44 @@ def test_replay_linear_costs_and_oracle_costs():
     costs = policy_replay.Costs.linear("0.015,0.15")
     assert (costs.batch(1), costs.batch(9), costs.draft_step) == pytest.approx((0.100, 0.112, 0.015))
     assert costs.label == "s=0.015 c=0.15"
-    # Learning auto drafts k = 3 on the priors, then a plain step measures T(1); told the costs,
-    # it plans from round 1 on the curve, and on a text where every draft agrees never steps plainly.
+    # Learning auto drafts k = 3 on the priors in round 1; told the costs, it plans from round 1
+    # on the curve, and on a text where every draft agrees never steps plainly.
     traces = {"all": [True] * 64}
     learning, told = (policy_replay.compare(traces, [costs], 64, oracle_costs=o)[0]["auto_ks"] for o in (False, True))
-    assert learning[:2] == [3, 0] and told[0] > 3 and 0 not in told
+    assert learning[0] == 3 and told[0] > 3 and 0 not in told
     with pytest.raises(SystemExit):  # compare needs --costs or --curve
         policy_replay.main(["compare"])
 
 
 def test_cheap_drafts_stay_long_after_a_rejection():
-    """Issue 13, pinned on one recorded text: with a cheap draft (c = 0.11) auto keeps up with the
-    best fixed k. Replayed on the story text with the measured costs (a simulated clock, so the
-    figures are exact): fixed k = 8, 12, 16 give 2.31x, 2.52x, 2.46x target-only, auto 2.55x
-    (1.01 of k = 12; k after the first rejection 9, 12, 15, 16). The policy of 896be39 met the
-    first rejection (token 22) at draft position 7 and then kept k at 6-7 (2.22x, 0.88): a
-    position that failed once held k below it. Round 1 drafting moved that rejection to
-    position 10 (45bf40b: k then stayed at 9-10, 2.41x, 0.957); since acceptance is shrunk by
-    pseudo-failures (see test_k_is_not_held_below_a_position_that_failed_once) k climbs again."""
+    """Issue 13, pinned on one recorded text: with a cheap draft (c = 0.11) k stays long after a
+    rejection. Replayed on the story text with the measured costs (a simulated clock, so the
+    figures are exact). The policy of 896be39 met the first rejection (token 22) at draft
+    position 7 and then kept k at 6-7 (2.22x target-only, 0.88 of k = 12's 2.52x): a position
+    that failed once held k below it. Since acceptance is shrunk by pseudo-failures (see
+    test_k_is_not_held_below_a_position_that_failed_once) k stays at 9-13 (2.29x: with the
+    yardstick estimated, rounds start elsewhere than with a plain step in round 2 (2.55x) and
+    meet the text's 7 misses in 6 of 16 rounds, not 5 of 14; one text's figure is a matter of
+    where its misses fall, so `auto`'s speed is held on average below)."""
     agrees = [c == "1" for c in STORY]
-    fixed = {k: policy_replay.replay(agrees, FixedPolicy(k), DEEP100, 128).tokens_per_second for k in (8, 12, 16)}
     auto = policy_replay.replay(agrees, AdaptivePolicy(), DEEP100, 128)
     assert auto.tokens == 128
-    assert auto.tokens_per_second >= 0.95 * max(fixed.values())
     first_rejection = next(i for i, k in enumerate(auto.ks) if k >= 16)  # the first long round meets the miss at 22
     assert statistics.median(auto.ks[first_rejection + 1 : -2]) >= 8
+
+
+def test_auto_keeps_up_with_the_best_fixed_k_on_average():
+    """Issue 13's "auto within 5% of the best fixed k", on average over 64 random texts of 128
+    tokens at the story text's agreement (each position a miss independently, seed 0: the same
+    texts every run), with the N = 100 costs, on the simulated clock. auto's mean tokens/s over
+    the mean of the fixed k (0..16) that is best on average: 0.971 (0.952 with a plain step in
+    round 2, the policy before the yardstick was estimated). The mean over 64 texts has a
+    standard error of about 0.006 (text-to-text spread about 0.05)."""
+    texts = policy_replay.random_texts({"story": [c == "1" for c in STORY]}, 64, 128)["story"]
+    rows = policy_replay.compare({str(i): t for i, t in texts.items()}, [DEEP100], 128)
+    fixed = {k: statistics.mean(r["fixed"][k] for r in rows) for k in rows[0]["fixed"]}
+    best = max(max(fixed.values()), rows[0]["target_only"])
+    assert statistics.mean(r["auto"] for r in rows) >= 0.96 * best
 
 
 def test_k_is_not_held_below_a_position_that_failed_once():
