@@ -418,17 +418,17 @@ def test_cheap_drafts_stay_long_after_a_rejection():
 
 
 def test_auto_keeps_up_with_the_best_fixed_k_on_average():
-    """Issue 13's "auto within 5% of the best fixed k", on average over 64 random texts of 128
-    tokens at the story text's agreement (each position a miss independently, seed 0: the same
-    texts every run), with the N = 100 costs, on the simulated clock. auto's mean tokens/s over
-    the mean of the fixed k (0..16) that is best on average: 0.971 (0.952 with a plain step in
-    round 2, the policy before the yardstick was estimated). The mean over 64 texts has a
-    standard error of about 0.006 (text-to-text spread about 0.05)."""
-    texts = policy_replay.random_texts({"story": [c == "1" for c in STORY]}, 64, 128)["story"]
+    """Issue 13's goal, "auto within 5% of the best fixed k", on average over 256 random texts of
+    128 tokens at the story text's agreement (each position a miss independently, seed 0: the
+    same texts every run), with the N = 100 costs, on the simulated clock: auto's mean tokens/s
+    over the mean of the fixed k (0..16) that is best on average (k = 12). It is 0.970 here,
+    0.961 with the policy before the yardstick was estimated. Texts differ a lot (standard
+    deviation of the ratio 0.10), so the mean of 256 has a standard error of about 0.006."""
+    texts = policy_replay.random_texts({"story": [c == "1" for c in STORY]}, 256, 128)["story"]
     rows = policy_replay.compare({str(i): t for i, t in texts.items()}, [DEEP100], 128)
     fixed = {k: statistics.mean(r["fixed"][k] for r in rows) for k in rows[0]["fixed"]}
     best = max(max(fixed.values()), rows[0]["target_only"])
-    assert statistics.mean(r["auto"] for r in rows) >= 0.96 * best
+    assert statistics.mean(r["auto"] for r in rows) >= 0.95 * best
 
 
 def test_k_is_not_held_below_a_position_that_failed_once():
