@@ -219,6 +219,17 @@ def drafting_round(k: int, t1_ms: float, draft_ms: float, slope_ms: float) -> Ro
     return round_event(k, k, k, draft_s=k * draft_ms * MS, catch_up_s=draft_ms * MS, seconds=(k * draft_ms + t1_ms + slope_ms * k) * MS)
 
 
+def run_rounds(policy: AdaptivePolicy, rounds: int, t1_ms: float, draft_ms: float, slope_ms: float) -> list[int]:
+    """Let `policy` choose `rounds` rounds on the curve T(n) = t1 + slope (n - 1) ms, every draft
+    accepted (`drafting_round`; a plain step costs t1); the k it chose each round."""
+    ks = []
+    for _ in range(rounds):
+        name, k = policy.choose(["model"], budget=1000)
+        ks.append(k)
+        policy.observe(drafting_round(k, t1_ms, draft_ms, slope_ms) if k else round_event(0, 0, 0, source="", seconds=t1_ms * MS))
+    return ks
+
+
 def test_auto_drafts_on_priors_in_rounds_1_and_2_then_estimates_its_yardstick():
     policy = AdaptivePolicy()
     # Round 1: no timing at all, the priors in units of T(1): a = 0.8, T_draft = 0.2, T(n) = 1 + 0.05 (n - 1):
@@ -242,13 +253,9 @@ def test_a_cheap_flat_curve_drafts_on_without_a_plain_step():
     """A GPU-like pair: T(n) = 10 + 0.15 (n - 1) ms, draft step 0.5 ms, everything accepted.
     From two sizes T(1) is the line at n = 1, exactly 10 ms here; drafting promises far more
     than REFRESH_MARGIN x target-only, so no plain step before STALE_ROUNDS (before this change:
-    one in round 2, about 6 tokens' worth of time for one token)."""
+    one in round 2, whose 10 ms make one token where k = 16 makes 17 in 20.4 ms)."""
     policy = AdaptivePolicy()
-    ks = []
-    for _ in range(STALE_ROUNDS + 1):
-        name, k = policy.choose(["model"], budget=1000)
-        ks.append(k)
-        policy.observe(drafting_round(k, 10, 0.5, 0.15) if k else round_event(0, 0, 0, source="", seconds=10 * MS))
+    ks = run_rounds(policy, STALE_ROUNDS + 1, 10, 0.5, 0.15)
     assert [i for i, k in enumerate(ks) if k == 0] == [STALE_ROUNDS]  # loop step i is round i + 1
     assert ks[3:STALE_ROUNDS] == [16] * (STALE_ROUNDS - 3)
     assert len(set(ks[1:3])) == 2  # rounds 2 and 3: two sizes, so the estimate below is a line's
@@ -262,11 +269,7 @@ def test_a_steep_curve_measures_its_yardstick_by_round_4_and_falls_back():
     size; then two sizes give T(1) = 10 ms, the advantage is under REFRESH_MARGIN, and round 4
     is a plain step, after which target-only steps win."""
     policy = AdaptivePolicy()
-    ks = []
-    for _ in range(12):
-        name, k = policy.choose(["model"], budget=1000)
-        ks.append(k)
-        policy.observe(drafting_round(k, 10, 2, 10) if k else round_event(0, 0, 0, source="", seconds=10 * MS))
+    ks = run_rounds(policy, 12, 10, 2, 10)
     assert min(ks[:3]) > 0 and ks[3] == 0
     assert ks[4:] == [0] * 8
     assert policy.curve()[0] == pytest.approx(10 * MS)
@@ -303,11 +306,7 @@ def test_a_thin_margin_refreshes_the_yardstick_every_refresh_rounds():
     policy = AdaptivePolicy()
     policy.observe(round_event(0, 0, 0, source="", seconds=15 * MS))  # round 1 (here a plain step): not counted
     policy.observe(round_event(0, 0, 0, source="", seconds=12 * MS))  # round 2: T(1)
-    ks = []
-    for _ in range(2 * REFRESH_ROUNDS + 2):
-        name, k = policy.choose(["model"], budget=1000)
-        ks.append(k)
-        policy.observe(drafting_round(k, 12, 5, 1.5) if k else round_event(0, 0, 0, source="", seconds=12 * MS))
+    ks = run_rounds(policy, 2 * REFRESH_ROUNDS + 2, 12, 5, 1.5)
     plain = [i for i, k in enumerate(ks) if k == 0]
     # T(1) was measured in round 2; loop step i is round i + 3: plain when REFRESH_ROUNDS rounds have passed since.
     assert plain == [REFRESH_ROUNDS, 2 * REFRESH_ROUNDS + 1]
@@ -321,11 +320,7 @@ def test_a_wide_margin_refreshes_the_yardstick_only_every_stale_rounds():
     policy = AdaptivePolicy()
     policy.observe(round_event(0, 0, 0, source="", seconds=120 * MS))
     policy.observe(round_event(0, 0, 0, source="", seconds=100 * MS))
-    ks = []
-    for _ in range(STALE_ROUNDS + 1):
-        name, k = policy.choose(["model"], budget=1000)
-        ks.append(k)
-        policy.observe(drafting_round(k, 100, 5, 5) if k else round_event(0, 0, 0, source="", seconds=100 * MS))
+    ks = run_rounds(policy, STALE_ROUNDS + 1, 100, 5, 5)
     assert [i for i, k in enumerate(ks) if k == 0] == [STALE_ROUNDS]  # loop step i is round i + 3
     assert min(ks[REFRESH_ROUNDS:STALE_ROUNDS]) == 16
 
