@@ -2,8 +2,8 @@
 
 Three checks on one loaded pair, with the engines `run` uses (the caller builds them and the
 draft-length policy, exactly as `run` does). One policy serves every draw, so `auto` learns
-across the draws as it does across the rounds of one long run: its first rounds and its
-periodic re-measurements are plain target steps, and the rest draft the k it settled on.
+across the draws as it does across the rounds of one long run: its first rounds draft on its
+priors, its measurements of T(1) are plain target steps, and the rest draft the k it settled on.
 That keeps the output exact: k is chosen from earlier draws only (see policy.py).
 
   1. first token   N speculative generations (draw i seeded seed + i) give N first tokens;

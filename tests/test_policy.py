@@ -284,7 +284,7 @@ def test_one_size_only_measures_the_yardstick_in_round_4():
 
 
 def test_batch_cost_estimates_its_step_before_measuring_it():
-    # step()'s docstring examples, through BatchCost: a GPU's flat curve, a step per token, one size.
+    # estimate_step's docstring examples, through BatchCost: a GPU's flat curve, a step per token, one size.
     for seen, expected in (({8: 110, 17: 124}, 110 - 7 * 14 / 9), ({8: 80, 17: 170}, 10), ({8: 110}, 110 / 1.35)):
         batch = BatchCost()
         for n, ms in seen.items():
