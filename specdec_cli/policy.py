@@ -426,7 +426,10 @@ class AdaptivePolicy:
             return self.first_choice(sources, max_k) if self.rounds <= 1 else (None, 0)
         plans = {name: self.plan(name, max_k, curve) for name in sources}
         best = max(sources, key=lambda name: plans[name][1])  # first on ties: the preferred one
-        if self.stale(plans[best][1] * curve[0]):
+        # What drafting promises for the rounds to come, which a stale T_batch(1) could misjudge:
+        # not this round's, when the end of the token budget caps its k.
+        uncapped = plans if max_k == self.max_k else {name: self.plan(name, self.max_k, curve) for name in sources}
+        if self.stale(max(rate for _, rate in uncapped.values()) * curve[0]):
             return None, 0  # a plain target step re-measures T_batch(1)
         chosen = best if plans[best][1] > 1.0 / curve[0] else None
         if chosen is None:  # not before a drafter had a fair trial: one early rejection is noise

@@ -275,6 +275,17 @@ def test_a_steep_curve_measures_its_yardstick_by_round_4_and_falls_back():
     assert policy.curve()[0] == pytest.approx(10 * MS)
 
 
+def test_the_end_of_the_budget_does_not_call_for_a_plain_step():
+    """Two sizes seen on a cheap flat curve (T(n) = 10 + 0.15 (n - 1) ms, draft 0.5 ms), T(1) not
+    measured. With one token of budget left (k <= 1) drafting promises about 1.97 / 10.65 x 10 = 1.85x
+    target-only, under REFRESH_MARGIN, but the rounds to come (k = 16) promise far more, and
+    those are what a stale T_batch(1) could misjudge: no plain step (before: one, 10 ms for a token)."""
+    policy = AdaptivePolicy()
+    run_rounds(policy, 3, 10, 0.5, 0.15)
+    assert policy.batch.sizes() == 2 and not policy.batch.measured
+    assert policy.choose(["model"], budget=1) == ("model", 1)
+
+
 def test_one_size_only_measures_the_yardstick_in_round_4():
     policy = AdaptivePolicy()
     for _ in range(3):  # rounds 1-3, all of k = 7 (round 1 is not timed)
