@@ -16,6 +16,7 @@ compared with each fixed k on the same text, free of timing noise:
     python3 benchmarks/policy_replay.py compare --costs docs/synthetic.json --random 64   # random texts
     python3 benchmarks/policy_replay.py compare --curve 0.015,0.15 --curve 1,0.2 --random 64   # curves of other machines
     python3 benchmarks/policy_replay.py compare --curve 0.015,0.15 --random 64 --oracle-costs   # auto told the costs
+    python3 benchmarks/policy_replay.py compare --costs OUT/gpu_check.json --random 64   # a GPU's measured curve
 
 Where the rejections fall relative to the round boundaries moves every fixed k by several
 per cent, so one text is a lucky or unlucky draw; `--shifts S` replays each text from S
@@ -34,8 +35,8 @@ rejection, two after a fully accepted round, more after plain steps) and is char
 T_draft x (1 + 0.1 (m - 1)) for m tokens (an assumption: a small batch costs little more than
 one step). Python time per round is left out. Example: T(1) = 92 ms, T(13) = 251 ms, draft
 10 ms; a k = 12 round after a rejection whose first 5 drafts agree costs 10 + 11 x 10 + 251 =
-371 ms and yields 6 tokens. The sizes come from a sweep's JSON (--costs), or from a line
-(--curve SLOPE,C: `Costs.linear`) for machines no sweep ran on.
+371 ms and yields 6 tokens. The sizes come from a sweep's JSON or a GPU check's (--costs),
+or from a line (--curve SLOPE,C: `Costs.linear`) for machines neither ran on.
 
 The policy sees exactly what the engine would hand it (events.Round with k, drafted,
 accepted, seconds, draft seconds, catch-up seconds), so what it learns is what it would
@@ -154,11 +155,19 @@ def replay(agrees: Sequence[bool], policy, costs: Costs, max_tokens: int) -> Rep
     return out
 
 
-def costs_from_sweep(path: Path, draft_scale: float = 1.0) -> list[Costs]:
-    """The measured costs of each row of a `synthetic_pair.py sweep --json` file, the draft step
-    multiplied by draft_scale (a dearer draft model on the same target)."""
+def costs_from_json(path: Path, draft_scale: float = 1.0) -> list[Costs]:
+    """The measured costs in a `synthetic_pair.py sweep --json` file (one per row), or in a
+    `gpu_check.sh` run's gpu_check.json (T(n) for n = 1..16 and the draft step: the curve of
+    the machine it ran on), the draft step multiplied by draft_scale (a dearer draft model on
+    the same target)."""
+    data = json.loads(path.read_text())
+    if "rows" not in data:
+        cost = data["cost"]
+        draft = cost["draft_step_ms"] / 1000 * draft_scale
+        target = {n: ms / 1000 for n, ms in enumerate(cost["target_batch_ms"], start=1)}
+        return [Costs(draft, target, label=f"gpu_check c={draft / target[1]:.2f}")]
     out = []
-    for row in json.loads(path.read_text())["rows"]:
+    for row in data["rows"]:
         target = {1: row["target_step_ms"] / 1000}
         target.update({int(k) + 1: ms / 1000 for k, ms in row["verify_ms"].items()})
         draft = row["draft_step_ms"] / 1000 * draft_scale
@@ -273,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rec.add_argument("-n", "--max-tokens", type=int, default=256)
     rec.add_argument("--json", type=Path, default=TRACES)
     cmp = sub.add_parser("compare", help="auto against fixed k on the traces, simulated clock")
-    cmp.add_argument("--costs", type=Path, help="a synthetic_pair.py sweep --json file")
+    cmp.add_argument("--costs", type=Path, help="a synthetic_pair.py sweep --json file, or a gpu_check.sh run's gpu_check.json")
     cmp.add_argument("--curve", action="append", default=[], metavar="SLOPE,C",
                      help="(repeatable, also or instead) a linear cost model: T(n) = T(1) (1 + SLOPE (n - 1)), draft step C x T(1)")
     cmp.add_argument("--traces", type=Path, default=TRACES)
@@ -307,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.shifts or args.random:
         texts = random_texts(traces, args.random, args.max_tokens, args.agreement) if args.random else shifted(traces, args.shifts, args.max_tokens)
         traces = {f"{name}@{start}": agrees for name, starts in texts.items() for start, agrees in starts.items()}
-    costs = (costs_from_sweep(args.costs, args.draft_scale) if args.costs else []) + [Costs.linear(spec) for spec in args.curve]
+    costs = (costs_from_json(args.costs, args.draft_scale) if args.costs else []) + [Costs.linear(spec) for spec in args.curve]
     rows = compare(traces, costs, args.max_tokens, oracle_costs=args.oracle_costs)
     (print_shifts if args.shifts or args.random else print_rows)(rows, grid)
     if args.json:

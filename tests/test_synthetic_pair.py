@@ -26,6 +26,7 @@ gguf = pytest.importorskip("gguf")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sg = importlib.import_module("synthetic_gguf")
+policy_replay = importlib.import_module("policy_replay")
 
 TINY = sg.SHAPES["tiny-target"]
 
@@ -206,3 +207,8 @@ def test_gpu_check_cpu_only_path_runs_end_to_end(tmp_path):
     sampling = (out / "backend_sampling.txt").read_text()
     assert "| 49,152 | T=0.8 defaults |" in sampling and "logits for the last row only (a draft step)" in sampling
     assert "| 49,152 | T=1 no filter |" in (out / "overhead.txt").read_text()
+    # The GPU check's curve replays auto (benchmarks/policy_replay.py --costs gpu_check.json).
+    (costs,) = policy_replay.costs_from_json(out / "gpu_check.json")
+    assert costs.batch(16) == pytest.approx(result["cost"]["target_batch_ms"][15] / 1000)
+    assert costs.draft_step == pytest.approx(result["cost"]["draft_step_ms"] / 1000)
+    assert policy_replay.compare({"all": [True] * 32}, [costs], 32)[0]["auto"] > 0
