@@ -284,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cmp = sub.add_parser("compare", help="auto against fixed k on the traces, simulated clock")
     cmp.add_argument("--costs", type=Path, help="a synthetic_pair.py sweep --json file, or a gpu_check.sh run's gpu_check.json")
     cmp.add_argument("--curve", action="append", default=[], metavar="SLOPE,C",
-                     help="(repeatable, also or instead) a linear cost model: T(n) = T(1) (1 + SLOPE (n - 1)), draft step C x T(1)")
+                     help="(repeatable, also or instead) a linear cost model: T(n) = T(1) (1 + SLOPE (n - 1)), draft C x T(1)")
     cmp.add_argument("--traces", type=Path, default=TRACES)
     cmp.add_argument("--prompts", default="chat,story")
     cmp.add_argument("-n", "--max-tokens", type=int, default=128)
