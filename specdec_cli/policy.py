@@ -475,12 +475,12 @@ class AdaptivePolicy:
         and a fourth round that has still seen one size measures T_batch(1)."""
         if not self.learn_costs:
             return False
-        if not self.batch.measured:
-            if self.batch.sizes() < 2:
-                return self.rounds >= 3
-            return advantage < REFRESH_MARGIN or self.rounds >= STALE_ROUNDS
+        if not self.batch.measured and self.batch.sizes() < 2:
+            return self.rounds >= 3  # one size: no advantage to judge by yet
+        # Never measured, T_batch(1) is as old as the run, and a thin margin calls for it at once.
+        refresh = REFRESH_ROUNDS if self.batch.measured else 0
         age = self.rounds - self.yardstick_round
-        return age >= (REFRESH_ROUNDS if advantage < REFRESH_MARGIN else STALE_ROUNDS)
+        return age >= (refresh if advantage < REFRESH_MARGIN else STALE_ROUNDS)
 
     def affordable(self, rec: DrafterRecord) -> bool:
         """Whether a probe's catch-up (rounds sat out x seconds per round, as measured; a lookup
