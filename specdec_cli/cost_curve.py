@@ -3,8 +3,8 @@
 Every speed-up prediction (stats.predict, policy.AdaptivePolicy's seed, the bench) needs the
 target's cost per batch size, because verifying k drafts costs one batch of k + 1 tokens,
 not one step. `measure_cost_curve` times batches of 1..max_batch tokens at the end of a
-context (medians of a few repeats) and a draft step, and leaves both caches as it found
-them. Example: CostCurve(draft_step=0.005, target_batch=(0.012, 0.0135, 0.015)) means a
+context (medians of a few repeats) and a draft step (the mean of a few in a row, as a round
+drafts them), and leaves both caches as it found them. Example: CostCurve(draft_step=0.005, target_batch=(0.012, 0.0135, 0.015)) means a
 draft step of 5 ms, and target batches of 1, 2, 3 tokens of 12, 13.5, 15 ms.
 
 A step costs more as the context grows, so where the curve is timed matters: halfway
@@ -22,6 +22,8 @@ from typing import Sequence
 import numpy as np
 
 from .drafters import CausalModel, catch_up
+
+DRAFT_RUN = 4  # draft steps timed in a row for the draft step's cost
 
 
 @dataclass(frozen=True)
@@ -67,22 +69,28 @@ def measure_cost_curve(
     every size in turn and then the draft step, so that a slow spell of a busy machine falls
     on all of them alike instead of on a few neighbouring sizes: a prediction depends on
     their ratios (T(k + 1) / T(1), draft step / T(1)) more than on any one of them.
+
+    The draft step is the mean of DRAFT_RUN steps in a row (at most max_batch - 1), as a round
+    drafts them: a lone step right after the target's batches may cost far more than a
+    round's steps do (Gemma 3 270M drafting for its F32 self on a 2-core CPU: about twice, in
+    most repeats, which halved the predicted speed-up; docs/benchmarks.md).
     """
     caches = [(target, context)]
     if draft is not None:
         caches.append((draft, context if draft_context is None else draft_context))
-    jobs = [(target, context, n) for n in range(1, max_batch + 1)]
-    jobs += [(model, tokens, 1) for model, tokens in caches[1:]]  # the draft step, if any
+    jobs = [(target, context, n, 1) for n in range(1, max_batch + 1)]
+    jobs += [(model, tokens, 1, max(min(DRAFT_RUN, max_batch - 1), 1)) for model, tokens in caches[1:]]  # the draft steps, if any
     samples: list[list[float]] = [[] for _ in jobs]
     for model, tokens in caches:
         catch_up(model, tokens)
     try:
         for _ in range(repeats):
-            for (model, tokens, n), times in zip(jobs, samples):
+            for (model, tokens, n, calls), times in zip(jobs, samples):
                 filler = list(tokens[-1:]) * n
                 t0 = time.perf_counter()
-                model.decode(filler, n)
-                times.append(time.perf_counter() - t0)
+                for _ in range(calls):
+                    model.decode(filler, n)
+                times.append((time.perf_counter() - t0) / calls)
                 model.rewind(len(tokens))
     finally:
         for model, tokens in caches:

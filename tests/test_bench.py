@@ -32,7 +32,7 @@ from specdec_cli.cli_options import (
     parse_temperatures,
 )
 from specdec_cli.drafters import LookupDrafter, LookupOptions, ModelAndLookup, ModelDrafter
-from specdec_cli.cost_curve import CostCurve, measure_cost_curve, mid_generation
+from specdec_cli.cost_curve import DRAFT_RUN, CostCurve, measure_cost_curve, mid_generation
 from specdec_cli.engine import Engine
 from specdec_cli.errors import BadInput, SpecdecError
 from specdec_cli.native import NativeResult, find_binary, native_command, parse_output, run_native
@@ -159,8 +159,9 @@ def test_mid_generation_docstring_example():
 
 
 def test_cost_curve_times_every_size_in_turn_and_leaves_both_caches_as_it_found_them():
-    """Each repeat times batches of 1..max_batch tokens, then the draft step, so that a slow spell
-    falls on every size alike; the caches end at their contexts, also when a decode fails."""
+    """Each repeat times batches of 1..max_batch tokens, then draft steps in a row (as a round
+    drafts them; min(DRAFT_RUN, max_batch - 1) of them), so that a slow spell falls on every size
+    alike; the caches end at their contexts, also when a decode fails."""
     log = []
 
     class Logged(MarkovModel):
@@ -175,8 +176,12 @@ def test_cost_curve_times_every_size_in_turn_and_leaves_both_caches_as_it_found_
     target.decode([5], 1)
     curve = measure_cost_curve(target, draft, [1, 2, 3], 3, repeats=2)
     timed = log[log.index(("draft", 3)) + 1 :]  # after both catch-ups (the draft's: all 3 tokens)
-    assert timed == [("target", 1), ("target", 2), ("target", 3), ("draft", 1)] * 2
+    assert timed == [("target", 1), ("target", 2), ("target", 3), ("draft", 1), ("draft", 1)] * 2
     assert len(curve.target_batch) == 3 and curve.draft_step > 0
+    assert target.tokens == [1, 2, 3] and draft.tokens == [1, 2, 3]
+    log.clear()
+    measure_cost_curve(target, draft, [1, 2, 3], 9, repeats=1)
+    assert log[-9 - DRAFT_RUN :] == [("target", n) for n in range(1, 10)] + [("draft", 1)] * DRAFT_RUN  # after the catch-ups
     assert target.tokens == [1, 2, 3] and draft.tokens == [1, 2, 3]
 
     def fail_at_two(tokens, n_logits=1, decode=target.decode):
