@@ -8,12 +8,12 @@ run is folded into a `stats.RunStats`; the bench reports per setting:
 
 - tokens/s both ways (median, min, max) and the speed-up, taken per A/B pair, then the median;
 - acceptance overall and by draft position, alpha, and the mean accepted length (pooled);
-- the target's measured cost curve (one batch of n = 1..k+1 tokens) and a draft step (a few
-  in a row, as a round drafts them; cost_curve.measure_cost_curve, medians), once per prompt and repeat, right after the
-  prompt's first target-only run and halfway through that run's text (cost_curve.mid_generation:
-  a step costs more as the context grows), and from it the speed-up that Leviathan et al.
-  2022, Theorem 3.8, predicts with the run's own alpha (stats.predicted_speedup), to be read
-  next to the measured one;
+- the target's measured cost curve (one batch of n = 1..k+1 tokens) and a draft step (the
+  mean of a few in a row, as a round drafts them; cost_curve.measure_cost_curve, medians),
+  once per prompt and repeat, right after the prompt's first target-only run and halfway
+  through that run's text (cost_curve.mid_generation: a step costs more as the context
+  grows), and from it the speed-up that Leviathan et al. 2022, Theorem 3.8, predicts with the
+  run's own alpha (stats.predicted_speedup), to be read next to the measured one;
 - at temperature 0, the position of any token where B's output differs from A's (exactness).
 
 k is a number or "auto" (policy.AdaptivePolicy chooses each round's length); B drafts with

@@ -4,8 +4,9 @@ Every speed-up prediction (stats.predict, policy.AdaptivePolicy's seed, the benc
 target's cost per batch size, because verifying k drafts costs one batch of k + 1 tokens,
 not one step. `measure_cost_curve` times batches of 1..max_batch tokens at the end of a
 context (medians of a few repeats) and a draft step (the mean of a few in a row, as a round
-drafts them), and leaves both caches as it found them. Example: CostCurve(draft_step=0.005, target_batch=(0.012, 0.0135, 0.015)) means a
-draft step of 5 ms, and target batches of 1, 2, 3 tokens of 12, 13.5, 15 ms.
+drafts them), and leaves both caches as it found them. Example:
+CostCurve(draft_step=0.005, target_batch=(0.012, 0.0135, 0.015)) means a draft step of 5 ms,
+and target batches of 1, 2, 3 tokens of 12, 13.5, 15 ms.
 
 A step costs more as the context grows, so where the curve is timed matters: halfway
 through the generation it describes (`mid_generation`), not at the end of its prompt.
