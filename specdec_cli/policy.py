@@ -25,7 +25,7 @@ What is measured, all from the Round events of earlier rounds:
     per round of that drafter), shrunk toward the rate pooled over all positions (itself
     shrunk toward a prior) by a pseudo-count of failures, so a position not tried yet
     inherits it, and one rejection at a deep position does not hold k below it while drafts
-    are mostly accepted (see Acceptance);
+    are mostly accepted (see estimates.Acceptance);
   - T_draft: weighted mean of draft seconds per draft step, per drafter, and apart from it
     the draft model's catch-up per round. Before the first measurement it is the prior
     PRIOR_DRAFT_COST x T_batch(1), which then counts as a quarter of a measured round only: a
@@ -35,17 +35,18 @@ What is measured, all from the Round events of earlier rounds:
   - T_batch(n): weighted mean, per batch size n, of the round's seconds minus its draft
     seconds (the target pass plus verification and bookkeeping, i.e. what the round really
     costs); for n >= 2 a line fitted through the sizes seen, its slope pulled toward a prior
-    (see BatchCost). T_batch(1) is the yardstick every choice is compared with, and a plain
-    target step measures it; a plain step yields a token but forgoes a round's gain (a cheap
-    draft on a flat GPU-like curve makes about 7 tokens in the time of one plain step). So
-    until the first one, T_batch(1) is estimated from the drafting rounds (`estimate_step`: the
-    line through two batch sizes or more, at n = 1), and the first plain step comes as soon as two
-    sizes have been seen unless drafting then promises REFRESH_MARGIN times target-only's
-    speed or more (round 4 at the latest; a machine where drafting cannot pay finds out
-    there). Later plain steps re-measure it when the last measurement is REFRESH_ROUNDS
-    rounds old (machine load changes it, sometimes from one minute to the next), or
-    STALE_ROUNDS rounds old while drafting promises REFRESH_MARGIN times target-only or more
-    (only a machine that got that much faster since could turn the choice; see `stale`).
+    (see estimates.BatchCost). T_batch(1) is the yardstick every choice is compared with, and
+    a plain target step measures it; a plain step yields a token but forgoes a round's gain (a
+    cheap draft on a flat GPU-like curve makes about 7 tokens in the time of one plain step).
+    So until the first one, T_batch(1) is estimated from the drafting rounds
+    (`estimates.estimate_step`: the line through two batch sizes or more, at n = 1), and the
+    first plain step comes as soon as two sizes have been seen unless drafting then promises
+    REFRESH_MARGIN times target-only's speed or more (round 4 at the latest; a machine where
+    drafting cannot pay finds out there). Later plain steps re-measure it when the last
+    measurement is REFRESH_ROUNDS rounds old (machine load changes it, sometimes from one
+    minute to the next), or STALE_ROUNDS rounds old while drafting promises REFRESH_MARGIN
+    times target-only or more (only a machine that got that much faster since could turn the
+    choice; see `stale`).
     Round 1 runs slow after the prefill and teaches no costs, so rounds 1 and 2 draft on the
     priors alone (k = 3 for a draft model in round 1: a = 0.8, T_draft = 0.2, T_batch(n) = 1 +
     0.05 (n - 1) in units of T_batch(1), which need not be known; round 2 with round 1's
@@ -77,8 +78,8 @@ drafts computes them.) Timings vary from run to run, so with `auto` at temperatu
 seed can give different text on two runs (k decides which random numbers are drawn); the
 distribution is the same. Greedy output is always identical.
 
-Left out: the drafters themselves (drafters.py) and the loop that consults the policy
-(engine.py).
+Left out: the estimators themselves (estimates.py), the drafters (drafters.py) and the loop
+that consults the policy (engine.py).
 """
 
 from __future__ import annotations
@@ -86,9 +87,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
-import numpy as np
-
 from .errors import BadInput
+from .estimates import DECAY, PRIOR_BATCH_SLOPE, Acceptance, BatchCost, WeightedMean, clamp
 from .events import AUTO, DraftPolicy, DraftTokens, Round
 
 if TYPE_CHECKING:
@@ -107,14 +107,8 @@ AUTO_MAX_K = 16  # longest draft `auto` considers
 # wrong, a match of six or more is a passage being repeated (on the built-in pair: lookup:1
 # accepted 26 of 123 drafts, lookup:6+ 102 of 122, in the benchmark's story and edit runs).
 PRIOR_ACCEPTANCE = {"model": 0.8, "lookup:1": 0.3, "lookup:2": 0.5, "lookup:3-5": 0.7, "lookup:6+": 0.9}
-PRIOR_WEIGHT = 2.0  # pseudo-trials behind the prior acceptance of the pooled rate
-POSITION_PRIOR_FAILURES = 2.0  # pseudo-failures behind the pooled rate in each position's a_i (see Acceptance)
 PRIOR_DRAFT_COST = {"model": 0.2, "lookup": 0.01}  # T_draft / T_batch(1) before measuring
 PRIOR_DRAFT_WEIGHT = 0.25  # the prior draft cost counts as a quarter of a measured round
-PRIOR_BATCH_SLOPE = 0.05  # (T_batch(n + 1) - T_batch(n)) / T_batch(1) before measuring
-SLOPE_PRIOR_WEIGHT = 8.0  # the prior slope counts as much as two rounds two tokens either side of the mean
-DECAY = 0.9  # forgetting factor per observation: about the last 10 rounds count
-OUTLIER_FACTOR = 2.0  # a timing counts at most this factor away from its running estimate
 MIN_TRIALS = 6.0  # drafted positions (exponentially weighted) before a drafter may be given up
 FIRST_BACKOFF = 8  # a probe after fallback also pays the draft model's catch-up of the plain steps
 PROBE_BUDGET = 0.05  # those catch-ups may take at most this share of the run's time
@@ -185,158 +179,6 @@ def best_draft_length(
         if k >= min_k and rate > best_rate:
             best_k, best_rate = k, rate
     return best_k, best_rate
-
-
-# -- the measurements -----------------------------------------------------------------
-
-
-class Acceptance:
-    """a_1..a_m from exponentially weighted hits and trials per position, shrunk toward the pooled rate.
-
-    pooled = (all hits + w * prior) / (all trials + w). Each position's failure rate
-    1 - a_i is then shrunk toward 1 - pooled by f pseudo-failures (POSITION_PRIOR_FAILURES),
-    i.e. f / (1 - pooled) pseudo-trials:
-
-        1 - a_i = (failures_i + f) / (trials_i + f / (1 - pooled)).
-
-    (The posterior mean of a failure rate with a Gamma prior of shape f and mean 1 - pooled.)
-    The evidence about a rate near 1 lies in its failures, so the pseudo-count is measured in
-    failures: where drafts are mostly accepted (pooled 0.97: 67 pseudo-trials) one rejection
-    at a deep position, tried once, moves its a_i by about 0.01, not by 0.3, and k is not held
-    below it; where they often fail (pooled 0.5: 4 pseudo-trials) a position soon speaks for
-    itself. A draft that really tires along the way (a_i falling with i: a p-min stop, a
-    lookup match running out) shows up once its failures pile up. Positions not tried yet
-    inherit the pooled rate.
-    Example, w = 2, prior 0.7, f = 2: after one round of 4 drafts with the 4th rejected,
-    pooled = (3 + 1.4) / (4 + 2) = 0.733, f / (1 - pooled) = 7.5 pseudo-trials,
-    a_1 = 1 - 2 / 8.5 = 0.765 and a_4 = 1 - 3 / 8.5 = 0.647. (Before issue 13's dip was
-    fixed, a_i = (hits_i + w * pooled) / (trials_i + w) gave a_4 = 1.467 / 3 = 0.489: with
-    pooled 0.97, one rejection at position 7 made a_7 about 0.65, k settled at 6, and
-    rounds that short never tried position 7 again.)
-    """
-
-    def __init__(
-        self,
-        positions: int,
-        prior: float,
-        prior_weight: float = PRIOR_WEIGHT,
-        decay: float = DECAY,
-        position_failures: float = POSITION_PRIOR_FAILURES,
-    ) -> None:
-        self.hits = np.zeros(positions)
-        self.trials = np.zeros(positions)
-        self.prior, self.prior_weight, self.decay = prior, prior_weight, decay
-        self.position_failures = position_failures
-
-    def add(self, k: int, accepted: int) -> None:
-        """One round allowed k drafts: positions 1..accepted gave a token, position accepted + 1
-        (if <= k) did not, whether its draft was rejected or never proposed (p-min, lookup
-        running out): either way the round ended there."""
-        if k <= 0:
-            return
-        self.hits *= self.decay
-        self.trials *= self.decay
-        self.trials[: min(k, accepted + 1)] += 1.0
-        self.hits[:accepted] += 1.0
-
-    def rates(self) -> list[float]:
-        w, f = self.prior_weight, self.position_failures
-        pooled = (self.hits.sum() + w * self.prior) / (self.trials.sum() + w)
-        failure = max(1.0 - pooled, 1e-9)  # the prior is below 1, so pooled is too; a guard only
-        return (1.0 - (self.trials - self.hits + f) / (self.trials + f / failure)).tolist()
-
-
-def clamp(value: float, expected: float | None) -> float:
-    """A timing capped at OUTLIER_FACTOR times its running estimate: a stall (another process on
-    the CPU, a page fault) must not steer the next rounds, while a lasting slow-down still comes
-    through within a few rounds. Faster timings pass as they are. Example: clamp(0.240, 0.020) -> 0.040."""
-    return value if expected is None else min(value, expected * OUTLIER_FACTOR)
-
-
-class WeightedMean:
-    """Exponentially weighted mean: each new sample weighs 1, older ones fade by `decay` per sample."""
-
-    def __init__(self, decay: float = DECAY) -> None:
-        self.decay, self.weight, self.total = decay, 0.0, 0.0
-
-    def add(self, value: float, weight: float = 1.0) -> None:
-        self.weight = self.weight * self.decay + weight
-        self.total = self.total * self.decay + weight * value
-
-    @property
-    def value(self) -> float | None:
-        return self.total / self.weight if self.weight else None
-
-
-class BatchCost:
-    """T_batch(n): the measured mean for n = 1 (before that, `estimate_step`), and a line for n >= 2.
-
-    The line is a weighted least-squares fit through the per-size means seen (n >= 2) whose
-    slope is pulled toward the prior PRIOR_BATCH_SLOPE * T(1) per token by a ridge term worth
-    SLOPE_PRIOR_WEIGHT (in units of weight x tokens^2), so that two noisy rounds at adjacent
-    sizes cannot tilt it far, while rounds spread over several sizes soon outweigh the prior.
-    Slope >= 0, and no T(n) below T(1). A line fits the CPU verify cost well (a few per cent of
-    a step per token); on a GPU it comes out flatter. Example: T(1) = 12 ms, and no other
-    size seen: T(n) = 12 * (1 + 0.05 (n - 1)) ms; with T(5) = 18 ms seen often, T(n) runs
-    through 18 at n = 5 with a slope between the prior 0.6 and what the data say.
-    """
-
-    def __init__(self, decay: float = DECAY) -> None:
-        self.decay = decay
-        self.means: dict[int, WeightedMean] = {}
-        self._curve: list[float] = []  # cache of curve(), cleared by add()
-
-    def add(self, n: int, seconds: float) -> None:
-        curve = self.curve(n)
-        # A first plain step is not held to an estimate of T_batch(1), which may be far off.
-        expected = curve[n - 1] if curve and (n > 1 or self.measured) else None
-        self.means.setdefault(n, WeightedMean(self.decay)).add(clamp(seconds, expected))
-        self._curve = []
-
-    @property
-    def measured(self) -> bool:
-        """Whether T_batch(1) was measured (by a plain step), not estimated."""
-        return 1 in self.means
-
-    def sizes(self) -> int:
-        """How many batch sizes have been measured."""
-        return len(self.means)
-
-    def curve(self, max_n: int) -> list[float]:
-        """[T_batch(1), .., T_batch(max_n)]; empty until some batch was measured."""
-        if not self.means:
-            return []
-        if len(self._curve) < max_n:
-            seen = [(n, m.value, m.weight) for n, m in self.means.items() if n >= 2]
-            if seen:
-                x, y, w = (np.array(column, dtype=float) for column in zip(*seen))
-                xm, ym = np.average(x, weights=w), np.average(y, weights=w)
-                sxx, sxy = float(np.sum(w * (x - xm) ** 2)), float(np.sum(w * (x - xm) * (y - ym)))
-                t1 = self.means[1].value if self.measured else estimate_step(x, y, xm, ym, sxx, sxy)
-                prior_slope = PRIOR_BATCH_SLOPE * t1
-                slope = max((sxy + SLOPE_PRIOR_WEIGHT * prior_slope) / (sxx + SLOPE_PRIOR_WEIGHT), 0.0)
-            else:
-                t1 = self.means[1].value
-                xm, ym, slope = 1.0, t1, PRIOR_BATCH_SLOPE * t1
-            self._curve = [t1] + [max(float(ym + slope * (n - xm)), t1) for n in range(2, max_n + 1)]
-        return self._curve[:max_n]
-
-
-def estimate_step(x: np.ndarray, y: np.ndarray, xm: float, ym: float, sxx: float, sxy: float) -> float:
-    """T_batch(1) estimated from batches of sizes x >= 2 costing y (means xm, ym; weighted sums of
-    squares sxx, sxy, as `BatchCost.curve` fits them), before a plain step measured it.
-
-    From two sizes or more: the fitted line at n = 1, kept within [max y / x, min y] (a batch of
-    n tokens costs at most n steps and at least one). From one size n: y / (1 + PRIOR_BATCH_SLOPE
-    (n - 1)), the prior's guess, which may be far off either way (a GPU's curve is flat, a CPU's
-    may grow by a whole step per token); the policy takes no plain-step decision on it.
-    Example: T(8) = 110 ms and T(17) = 124 ms (a GPU's flat curve) -> 110 - 7 x 14 / 9 = 99.1 ms;
-    T(8) = 80 ms and T(17) = 170 ms (a step per token) -> 10 ms; T(8) = 110 ms alone -> 81.5 ms.
-    """
-    if sxx <= 0.0:
-        return float(ym / (1.0 + PRIOR_BATCH_SLOPE * (xm - 1.0)))
-    at_one = ym + sxy / sxx * (1.0 - xm)
-    return float(min(max(at_one, float(np.max(y / x))), float(np.min(y))))
 
 
 def kind(name: str) -> str:
@@ -471,8 +313,8 @@ class AdaptivePolicy:
         60% for target-only to win, so the plain step, which would cost 1.5 tokens' worth of
         time, waits for STALE_ROUNDS.
         Before the first plain step `advantage` rests on T_batch(1) estimated from the sizes
-        seen (`estimate_step`), which takes two sizes: with one, drafting goes on until round 3,
-        and a fourth round that has still seen one size measures T_batch(1)."""
+        seen (`estimates.estimate_step`), which takes two sizes: with one, drafting goes on
+        until round 3, and a fourth round that has still seen one size measures T_batch(1)."""
         if not self.learn_costs:
             return False
         if not self.batch.measured and self.batch.sizes() < 2:

@@ -210,7 +210,7 @@ def test_lookup_is_exact_at_temperature(params, drafter_kind):
     rounds = [e for e in events if isinstance(e, Round)]
     # Both drafters must really have drafted (with model+lookup the policy prefers the model on
     # this chain and lookup drafts in its probes only: 153 lookup rounds at T = 1 since the
-    # per-position acceptance is shrunk by pseudo-failures, policy.Acceptance).
+    # per-position acceptance is shrunk by pseudo-failures, estimates.Acceptance).
     by_source = {s: sum(r.source.split(":")[0] == s for r in rounds) for s in ("lookup", "model")}
     enough = 1000 if drafter_kind == "lookup" else 100
     assert by_source["lookup"] > enough and sum(r.accepted for r in rounds if r.source.startswith("lookup")) > enough / 2

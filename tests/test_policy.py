@@ -17,6 +17,7 @@ from specdec_cli.cost_curve import CostCurve
 from specdec_cli.engine import Engine, GenerationConfig
 from specdec_cli.events import Round, Token
 from specdec_cli.errors import BadInput
+from specdec_cli.estimates import Acceptance, BatchCost, WeightedMean, clamp
 from specdec_cli.policy import (
     DEFAULT_P_MIN,
     FIRST_BACKOFF,
@@ -25,12 +26,9 @@ from specdec_cli.policy import (
     REFRESH_MARGIN,
     REFRESH_ROUNDS,
     STALE_ROUNDS,
-    Acceptance,
     AdaptivePolicy,
-    BatchCost,
     FixedPolicy,
     best_draft_length,
-    clamp,
     draft_policy,
     draft_step_seconds,
     expected_tokens,
@@ -168,6 +166,13 @@ def test_batch_cost_measurements_outweigh_the_prior():
     slope = cost.curve(17)[16] - cost.curve(17)[15]
     assert 1.8 * MS < slope <= 2.0 * MS
     assert cost.curve(17)[4] == pytest.approx(18 * MS, rel=0.03)
+
+
+def test_estimates_docstring_example_weighted_mean():
+    mean = WeightedMean()
+    mean.add(10.0)
+    mean.add(20.0)
+    assert mean.value == pytest.approx((0.9 * 10 + 20) / 1.9) and round(mean.value, 2) == 15.26
 
 
 def test_a_stall_counts_at_most_twice_the_estimate():

@@ -1,0 +1,176 @@
+"""Running estimates that `auto` (policy.AdaptivePolicy) chooses k from, learnt from earlier rounds.
+
+- `Acceptance`: a_1..a_m, the chance that draft position i gives a token when 1..i-1 did, from
+  exponentially weighted hits and trials per position, shrunk toward the pooled rate;
+- `WeightedMean`: an exponentially weighted mean (draft step, catch-up, backlog per round);
+- `BatchCost`: T_batch(n), what a round whose target pass scores n tokens costs: the measured
+  mean at n = 1 (before a plain step measured it, `estimate_step`), a line through the sizes
+  seen for n >= 2;
+- `clamp`: a timing held within OUTLIER_FACTOR of its running estimate.
+
+Example: WeightedMean() after add(10.0) and add(20.0) has value (0.9 x 10 + 20) / 1.9 = 15.26:
+the older sample fades by DECAY per sample.
+
+Left out: what is chosen from these estimates, and when a plain step re-measures T_batch(1)
+(policy.py); where the timings come from (events.Round, filled in by engine.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+PRIOR_WEIGHT = 2.0  # pseudo-trials behind the prior acceptance of the pooled rate
+POSITION_PRIOR_FAILURES = 2.0  # pseudo-failures behind the pooled rate in each position's a_i (see Acceptance)
+PRIOR_BATCH_SLOPE = 0.05  # (T_batch(n + 1) - T_batch(n)) / T_batch(1) before measuring
+SLOPE_PRIOR_WEIGHT = 8.0  # the prior slope counts as much as two rounds two tokens either side of the mean
+DECAY = 0.9  # forgetting factor per observation: about the last 10 rounds count
+OUTLIER_FACTOR = 2.0  # a timing counts at most this factor away from its running estimate
+
+
+class Acceptance:
+    """a_1..a_m from exponentially weighted hits and trials per position, shrunk toward the pooled rate.
+
+    pooled = (all hits + w * prior) / (all trials + w). Each position's failure rate
+    1 - a_i is then shrunk toward 1 - pooled by f pseudo-failures (POSITION_PRIOR_FAILURES),
+    i.e. f / (1 - pooled) pseudo-trials:
+
+        1 - a_i = (failures_i + f) / (trials_i + f / (1 - pooled)).
+
+    (The posterior mean of a failure rate with a Gamma prior of shape f and mean 1 - pooled.)
+    The evidence about a rate near 1 lies in its failures, so the pseudo-count is measured in
+    failures: where drafts are mostly accepted (pooled 0.97: 67 pseudo-trials) one rejection
+    at a deep position, tried once, moves its a_i by about 0.01, not by 0.3, and k is not held
+    below it; where they often fail (pooled 0.5: 4 pseudo-trials) a position soon speaks for
+    itself. A draft that really tires along the way (a_i falling with i: a p-min stop, a
+    lookup match running out) shows up once its failures pile up. Positions not tried yet
+    inherit the pooled rate.
+    Example, w = 2, prior 0.7, f = 2: after one round of 4 drafts with the 4th rejected,
+    pooled = (3 + 1.4) / (4 + 2) = 0.733, f / (1 - pooled) = 7.5 pseudo-trials,
+    a_1 = 1 - 2 / 8.5 = 0.765 and a_4 = 1 - 3 / 8.5 = 0.647. (Before issue 13's dip was
+    fixed, a_i = (hits_i + w * pooled) / (trials_i + w) gave a_4 = 1.467 / 3 = 0.489: with
+    pooled 0.97, one rejection at position 7 made a_7 about 0.65, k settled at 6, and
+    rounds that short never tried position 7 again.)
+    """
+
+    def __init__(
+        self,
+        positions: int,
+        prior: float,
+        prior_weight: float = PRIOR_WEIGHT,
+        decay: float = DECAY,
+        position_failures: float = POSITION_PRIOR_FAILURES,
+    ) -> None:
+        self.hits = np.zeros(positions)
+        self.trials = np.zeros(positions)
+        self.prior, self.prior_weight, self.decay = prior, prior_weight, decay
+        self.position_failures = position_failures
+
+    def add(self, k: int, accepted: int) -> None:
+        """One round allowed k drafts: positions 1..accepted gave a token, position accepted + 1
+        (if <= k) did not, whether its draft was rejected or never proposed (p-min, lookup
+        running out): either way the round ended there."""
+        if k <= 0:
+            return
+        self.hits *= self.decay
+        self.trials *= self.decay
+        self.trials[: min(k, accepted + 1)] += 1.0
+        self.hits[:accepted] += 1.0
+
+    def rates(self) -> list[float]:
+        w, f = self.prior_weight, self.position_failures
+        pooled = (self.hits.sum() + w * self.prior) / (self.trials.sum() + w)
+        failure = max(1.0 - pooled, 1e-9)  # the prior is below 1, so pooled is too; a guard only
+        return (1.0 - (self.trials - self.hits + f) / (self.trials + f / failure)).tolist()
+
+
+def clamp(value: float, expected: float | None) -> float:
+    """A timing capped at OUTLIER_FACTOR times its running estimate: a stall (another process on
+    the CPU, a page fault) must not steer the next rounds, while a lasting slow-down still comes
+    through within a few rounds. Faster timings pass as they are. Example: clamp(0.240, 0.020) -> 0.040."""
+    return value if expected is None else min(value, expected * OUTLIER_FACTOR)
+
+
+class WeightedMean:
+    """Exponentially weighted mean: each new sample weighs 1, older ones fade by `decay` per sample."""
+
+    def __init__(self, decay: float = DECAY) -> None:
+        self.decay, self.weight, self.total = decay, 0.0, 0.0
+
+    def add(self, value: float, weight: float = 1.0) -> None:
+        self.weight = self.weight * self.decay + weight
+        self.total = self.total * self.decay + weight * value
+
+    @property
+    def value(self) -> float | None:
+        return self.total / self.weight if self.weight else None
+
+
+class BatchCost:
+    """T_batch(n): the measured mean for n = 1 (before that, `estimate_step`), and a line for n >= 2.
+
+    The line is a weighted least-squares fit through the per-size means seen (n >= 2) whose
+    slope is pulled toward the prior PRIOR_BATCH_SLOPE * T(1) per token by a ridge term worth
+    SLOPE_PRIOR_WEIGHT (in units of weight x tokens^2), so that two noisy rounds at adjacent
+    sizes cannot tilt it far, while rounds spread over several sizes soon outweigh the prior.
+    Slope >= 0, and no T(n) below T(1). A line fits the CPU verify cost well (a few per cent of
+    a step per token); on a GPU it comes out flatter. Example: T(1) = 12 ms, and no other
+    size seen: T(n) = 12 * (1 + 0.05 (n - 1)) ms; with T(5) = 18 ms seen often, T(n) runs
+    through 18 at n = 5 with a slope between the prior 0.6 and what the data say.
+    """
+
+    def __init__(self, decay: float = DECAY) -> None:
+        self.decay = decay
+        self.means: dict[int, WeightedMean] = {}
+        self._curve: list[float] = []  # cache of curve(), cleared by add()
+
+    def add(self, n: int, seconds: float) -> None:
+        curve = self.curve(n)
+        # A first plain step is not held to an estimate of T_batch(1), which may be far off.
+        expected = curve[n - 1] if curve and (n > 1 or self.measured) else None
+        self.means.setdefault(n, WeightedMean(self.decay)).add(clamp(seconds, expected))
+        self._curve = []
+
+    @property
+    def measured(self) -> bool:
+        """Whether T_batch(1) was measured (by a plain step), not estimated."""
+        return 1 in self.means
+
+    def sizes(self) -> int:
+        """How many batch sizes have been measured."""
+        return len(self.means)
+
+    def curve(self, max_n: int) -> list[float]:
+        """[T_batch(1), .., T_batch(max_n)]; empty until some batch was measured."""
+        if not self.means:
+            return []
+        if len(self._curve) < max_n:
+            seen = [(n, m.value, m.weight) for n, m in self.means.items() if n >= 2]
+            if seen:
+                x, y, w = (np.array(column, dtype=float) for column in zip(*seen))
+                xm, ym = np.average(x, weights=w), np.average(y, weights=w)
+                sxx, sxy = float(np.sum(w * (x - xm) ** 2)), float(np.sum(w * (x - xm) * (y - ym)))
+                t1 = self.means[1].value if self.measured else estimate_step(x, y, xm, ym, sxx, sxy)
+                prior_slope = PRIOR_BATCH_SLOPE * t1
+                slope = max((sxy + SLOPE_PRIOR_WEIGHT * prior_slope) / (sxx + SLOPE_PRIOR_WEIGHT), 0.0)
+            else:
+                t1 = self.means[1].value
+                xm, ym, slope = 1.0, t1, PRIOR_BATCH_SLOPE * t1
+            self._curve = [t1] + [max(float(ym + slope * (n - xm)), t1) for n in range(2, max_n + 1)]
+        return self._curve[:max_n]
+
+
+def estimate_step(x: np.ndarray, y: np.ndarray, xm: float, ym: float, sxx: float, sxy: float) -> float:
+    """T_batch(1) estimated from batches of sizes x >= 2 costing y (means xm, ym; weighted sums of
+    squares sxx, sxy, as `BatchCost.curve` fits them), before a plain step measured it.
+
+    From two sizes or more: the fitted line at n = 1, kept within [max y / x, min y] (a batch of
+    n tokens costs at most n steps and at least one). From one size n: y / (1 + PRIOR_BATCH_SLOPE
+    (n - 1)), the prior's guess, which may be far off either way (a GPU's curve is flat, a CPU's
+    may grow by a whole step per token); the policy takes no plain-step decision on it.
+    Example: T(8) = 110 ms and T(17) = 124 ms (a GPU's flat curve) -> 110 - 7 x 14 / 9 = 99.1 ms;
+    T(8) = 80 ms and T(17) = 170 ms (a step per token) -> 10 ms; T(8) = 110 ms alone -> 81.5 ms.
+    """
+    if sxx <= 0.0:
+        return float(ym / (1.0 + PRIOR_BATCH_SLOPE * (xm - 1.0)))
+    at_one = ym + sxy / sxx * (1.0 - xm)
+    return float(min(max(at_one, float(np.max(y / x))), float(np.min(y))))
