@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from .session import LoadedPair
 
 MAX_SAMPLES = 10_000_000
+MIN_ALPHA = 1e-5  # a rejecting test simulates 20 / (alpha / 2) exact samplers (gof.simulated_test): 4 million here
 MAX_GREEDY_TOKENS = 100_000
 
 
@@ -98,8 +99,8 @@ def audit(
     check_sampling_options(temperature, top_k, top_p, min_p, 1)
     if not 1 <= samples <= MAX_SAMPLES:
         raise BadInput(f"--samples must be between 1 and {MAX_SAMPLES}, got {samples}")
-    if not 0 < alpha < 1:
-        raise BadInput(f"--alpha must be between 0 and 1 (exclusive), e.g. 0.001; got {alpha}")
+    if not MIN_ALPHA <= alpha < 1:
+        raise BadInput(f"--alpha must be at least {MIN_ALPHA:g} and below 1, e.g. 0.001; got {alpha}")
     if not 0 <= greedy_tokens <= MAX_GREEDY_TOKENS:
         raise BadInput(f"--greedy-tokens must be between 0 and {MAX_GREEDY_TOKENS}, got {greedy_tokens}")
     check_p_min(p_min)

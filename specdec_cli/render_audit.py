@@ -95,12 +95,17 @@ def settings(params: SamplingParams) -> str:
     return f"temperature {params.temperature:g}, top-k {params.top_k}, top-p {params.top_p:g}, min-p {params.min_p:g}"
 
 
+def simulated(simulations: int) -> str:
+    """Example: 39999 -> ' (39,999 simulated exact samplers)'; 0 (nothing simulated) -> ''."""
+    return f" ({simulations:,} simulated exact samplers)" if simulations else ""
+
+
 def sampled_line(t: SampledTest, level: float) -> list[str]:
     c, tv = t.chi2, t.tv
     verdict = "REJECTS" if t.rejects else "passes"
     impossible = f"; {c.impossible} draws the target gives probability 0" if c.impossible else ""
     return [
-        f"chi-square {c.statistic:.1f}, df {c.dof}, p {c.p_value:.3g}: {verdict} at {level:g}{impossible}",
+        f"chi-square {c.statistic:.1f}, df {c.dof}, p {t.exact.p_value:.3g}{simulated(t.exact.simulations)}: {verdict} at {level:g}{impossible}",
         f"{c.cells} cells, after pooling {c.pooled} of {c.outcomes} that expect < {MIN_EXPECTED:g} draws each",
         f"total variation {tv.estimate:.3f}, {TV_LEVEL:.0%} interval [{tv.low:.3f}, {tv.high:.3f}]; "
         f"an exact engine shows up to {tv.noise:.3f} at this size ({TV_LEVEL:.0%} of the time)",

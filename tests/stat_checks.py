@@ -3,8 +3,11 @@
 A chi-square test is only trusted when every bin expects at least 5 counts, so bins that
 expect fewer are pooled into one bin (which is itself merged into the smallest regular bin
 if it still expects fewer than 5): specdec_cli.gof's pooling and statistic, which
-`specdec audit` uses too. A count in a bin of probability zero is never pooled
-away: it fails at once, since no sampling noise can put it there.
+`specdec audit` uses too. The p-value is gof.simulated_test's, as in the audit: the
+statistic against exact samplers simulated from the law (fixed seed), so that `p > level`
+fails an exact sampler with probability at most `level` (the chi-square law's tail is too
+thin at these counts; gof.py). A count in a bin of probability zero is never pooled away:
+it fails at once, since no sampling noise can put it there.
 
     counts = np.bincount(samples, minlength=len(p))
     assert chi_square_pvalue(counts, p) > ALPHA
@@ -39,10 +42,11 @@ PLAIN = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)  # the ra
 PROCESSED = SamplingParams(temperature=0.7, top_k=3, top_p=0.95, min_p=0.05)  # every filter biting
 
 
-def chi_square_pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
-    """p-value of observed `counts` against the exact distribution `probs` (same length)."""
-    statistic, dof = chi_square_statistic(counts, probs)
-    return float(stats.chi2.sf(statistic, dof))
+def chi_square_pvalue(counts: np.ndarray, probs: np.ndarray, level: float = ALPHA) -> float:
+    """p-value of observed `counts` against the exact distribution `probs` (same length),
+    simulated for a test at `level`: above `level` exactly when that test passes."""
+    chi_square_statistic(counts, probs)  # its checks: no impossible draw, at least two cells
+    return gof.simulated_test(counts, probs, level, np.random.default_rng(0)).p_value
 
 
 def chi_square_statistic(counts: np.ndarray, probs: np.ndarray) -> tuple[float, int]:
@@ -78,16 +82,18 @@ def first_two_law(
     return law
 
 
-def first_two_pvalue(samples: Iterable[Sequence[int]], law: dict[tuple[int, ...], float]) -> float:
+def first_two_pvalue(samples: Iterable[Sequence[int]], law: dict[tuple[int, ...], float], level: float = ALPHA) -> float:
     """chi_square_pvalue of generations (their first one or two tokens) against first_two_law."""
     counts = Counter((s[0],) if (s[0],) in law else tuple(s[:2]) for s in samples)
     assert all(key in law for key in counts), f"sequences of target probability 0: {[k for k in counts if k not in law][:3]}"
     keys = list(law)
-    return chi_square_pvalue(np.array([counts[key] for key in keys]), np.array([law[key] for key in keys]))
+    return chi_square_pvalue(np.array([counts[key] for key in keys]), np.array([law[key] for key in keys]), level)
 
 
 def power_against(probs: np.ndarray, wrong: np.ndarray, n: int, alpha: float = ALPHA) -> float:
-    """Probability that chi_square_pvalue rejects at `alpha` when the draws really follow `wrong`."""
+    """Probability that the chi-square law's test rejects at `alpha` when the draws really follow
+    `wrong` (chi_square_pvalue's simulated test has about this power: it rejects when fewer than
+    20 of 20 / alpha exact samplers reach the statistic)."""
     groups = gof.pool_cells(probs, n)
     p = np.array([np.asarray(probs)[g].sum() for g in groups])
     w = np.array([np.asarray(wrong)[g].sum() for g in groups])

@@ -82,4 +82,4 @@ def test_first_two_tokens_follow_the_target_at_temperature_1(pair, drafter, prom
     assert drafted > N_SAMPLES / 10, drafted
     if drafter == "lookup":
         assert 0.1 * drafted < accepted < 0.9 * drafted, (drafted, accepted)
-    assert first_two_pvalue(samples, law) > ALPHA
+    assert first_two_pvalue(samples, law, ALPHA) > ALPHA
