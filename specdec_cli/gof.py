@@ -53,6 +53,7 @@ TV_LEVEL = 0.95  # confidence of the total-variation interval
 SIMULATED_EXCEEDANCES = 20  # m: the simulated test rejects when fewer than m exact samplers reach the observed statistic
 _FIRST_BATCH = 256  # simulated samplers in the first batch; each next batch is 4 times larger, at most _MAX_BATCH
 _MAX_BATCH = 1 << 16
+_MAX_BATCH_COUNTS = 1 << 22  # simulated counts held at once (32 MiB of int64), for laws of many cells
 
 _EPS = 1e-15  # relative precision of the incomplete-gamma evaluations
 _TINY = 1e-300
@@ -73,6 +74,11 @@ def pool_cells(probs: np.ndarray, n: int) -> list[np.ndarray]:
             j = int(np.argmin(expected[big]))
             groups[j] = np.concatenate([groups[j], small])
     return groups
+
+
+def pooled(values: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
+    """Per-cell values summed over pool_cells' groups. Example: [1, 2, 3], groups [[0], [1, 2]] -> [1, 5]."""
+    return np.array([values[g].sum() for g in groups])
 
 
 def chi2_sf(x: float, df: int) -> float:
@@ -190,13 +196,13 @@ def simulated_test(counts: np.ndarray, probs: np.ndarray, level: float, rng: np.
     statistic, dof = _pearson(counts, probs, groups)
     if dof < 1:
         return SimulatedTest(1.0, 0, False)
-    law = np.array([probs[g].sum() for g in groups])
+    law = pooled(probs, groups)
     expected = n * law
     reach = statistic * (1.0 - 1e-9) - 1e-12  # a simulated statistic equal to the observed one, up to rounding, reaches it
     limit, done, above = simulations_for(level), 0, 0
     batch = _FIRST_BATCH
     while done < limit and above < SIMULATED_EXCEEDANCES:
-        size = min(batch, limit - done)
+        size = min(batch, limit - done, max(1, _MAX_BATCH_COUNTS // len(law)))
         simulated = rng.multinomial(n, law, size=size)
         above += int(((((simulated - expected) ** 2) / expected).sum(axis=1) >= reach).sum())
         done += size
@@ -207,8 +213,8 @@ def simulated_test(counts: np.ndarray, probs: np.ndarray, level: float, rng: np.
 def _pearson(counts: np.ndarray, probs: np.ndarray, groups: list[np.ndarray]) -> tuple[float, int]:
     if not groups:
         return 0.0, 0
-    obs = np.array([counts[g].sum() for g in groups])
-    exp = np.array([probs[g].sum() for g in groups])
+    obs = pooled(counts, groups)
+    exp = pooled(probs, groups)
     exp *= obs.sum() / exp.sum()  # the possible draws against the law's whole mass
     return float(((obs - exp) ** 2 / exp).sum()), len(groups) - 1
 
@@ -231,8 +237,8 @@ def total_variation(counts: np.ndarray, probs: np.ndarray, rng: np.random.Genera
     probs = probs / probs.sum()
     n = int(counts.sum())
     groups = pool_cells(probs, n)
-    obs = np.array([counts[g].sum() for g in groups]) / n
-    law = np.array([probs[g].sum() for g in groups])
+    obs = pooled(counts, groups) / n
+    law = pooled(probs, groups)
     law /= law.sum()
     estimate = 0.5 * float(np.abs(obs - law).sum()) + 0.5 * float(counts[probs <= 0].sum()) / n
     half = 0.5 * tv_margin(len(groups), n)

@@ -95,8 +95,8 @@ def power_against(probs: np.ndarray, wrong: np.ndarray, n: int, alpha: float = A
     `wrong` (chi_square_pvalue's simulated test has about this power: it rejects when fewer than
     20 of 20 / alpha exact samplers reach the statistic)."""
     groups = gof.pool_cells(probs, n)
-    p = np.array([np.asarray(probs)[g].sum() for g in groups])
-    w = np.array([np.asarray(wrong)[g].sum() for g in groups])
+    p = gof.pooled(np.asarray(probs), groups)
+    w = gof.pooled(np.asarray(wrong), groups)
     df = len(groups) - 1
     noncentrality = n * float(np.sum((w - p) ** 2 / p))
     critical = stats.chi2.isf(alpha, df)

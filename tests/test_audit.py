@@ -37,7 +37,7 @@ from specdec_cli.cli import app
 from specdec_cli.cli_options import MAX_DRAFT_TOKENS
 from specdec_cli.drafters import ModelDrafter
 from specdec_cli.engine import Engine
-from specdec_cli.gof import chi2_sf, chi_square, pool_cells, simulated_test, simulations_for, total_variation, tv_margin
+from specdec_cli.gof import chi2_sf, chi_square, pool_cells, pooled, simulated_test, simulations_for, total_variation, tv_margin
 from specdec_cli.policy import draft_policy
 from specdec_cli.render_audit import duration, settings, simulated
 from specdec_cli.sampling import Distribution, SamplingParams, distribution, probabilities, sample
@@ -79,6 +79,7 @@ def test_chi_square_statistic_and_p_value_match_scipy_over_the_pooled_cells():
 
 def test_docstring_examples():
     assert [g.tolist() for g in pool_cells(np.array([0.5, 0.3, 0.19, 0.01]), 100)] == [[0], [1], [2, 3]]
+    assert pooled(np.array([1, 2, 3]), [np.array([0]), np.array([1, 2])]).tolist() == [1, 5]
     c = chi_square(np.array([48, 52]), np.array([0.5, 0.5]))
     assert (round(c.statistic, 2), c.dof, round(c.p_value, 3)) == (0.16, 1, 0.689)
     assert round(chi2_sf(3.841, 1), 4) == 0.05
