@@ -6,7 +6,7 @@ part starts: "specdec: audit: 2000 draws and a greedy check of 128 tokens; about
 (from the first 10 draws)". The report, e.g.
 
     specdec audit: consistent (nothing rejects at alpha 0.001)
-      first token   chi-square 4.1, df 11, p 0.966: passes at 0.0005
+      first token   chi-square 4.1, df 11, p 0.965 (256 simulated exact samplers): passes at 0.0005
                     12 cells, after pooling 0 of 12 that expect < 5 draws each ...
 
 Left out: computing anything (audit.py, gof.py); choosing what to run (cli_audit.py).
@@ -26,6 +26,8 @@ VERDICTS = {
     "rejected": "REJECTED at alpha {alpha:g}: the output does not follow the target's law",
     "inconclusive": "inconclusive: round 1 drafted nothing in any draw, so the draws were the target's own",
 }
+
+FEW_DRAFTED = "most draws were the target's own, which tests little of speculation; a fixed -k (e.g. -k 4) with the model drafter drafts in every draw"
 
 
 def duration(seconds: float) -> str:
@@ -124,6 +126,8 @@ def report_text(result: AuditResult, describe: str) -> str:
             f"{d.accepted / d.drafted:.0%} accepted)" if d.drafted_draws else "round 1 drafted in none of them"
         )
         lines.append(f"  draws         {d.draws} speculative generations, first two tokens each; {drafted}")
+        if 0 < d.drafted_draws < d.draws / 2:
+            lines.append(f"  {'':<13} {FEW_DRAFTED}")
         lines.append(f"  false alarms  at most {c.alpha:g} for an exact engine (Bonferroni: each chi-square test at {c.level:g})")
         lines.append("  exact law     the target's processed distribution after the prompt, and after each first token "
                      f"expecting >= {MIN_EXPECTED:g} draws ({result.target_passes} target passes)")  # fmt: skip

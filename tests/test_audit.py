@@ -16,6 +16,7 @@ does not fix them: 1e-4 is the chance of a false failure in each run.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -39,7 +40,7 @@ from specdec_cli.drafters import ModelDrafter
 from specdec_cli.engine import Engine
 from specdec_cli.gof import chi2_sf, chi_square, pool_cells, pooled, simulated_test, simulations_for, total_variation, tv_margin
 from specdec_cli.policy import draft_policy
-from specdec_cli.render_audit import duration, settings, simulated
+from specdec_cli.render_audit import FEW_DRAFTED, duration, report_text, settings, simulated
 from specdec_cli.sampling import Distribution, SamplingParams, distribution, probabilities, sample
 from specdec_cli.speculative import Verdict
 from stat_checks import PLAIN, PROCESSED, power_against
@@ -334,6 +335,16 @@ def test_cli_report_on_stdout_progress_on_stderr_exit_0(toy_cli):
     err = result.stderr
     assert "1000 draws and a greedy check of 128 tokens; about" in err and "(from the first 10 draws)" in err
     assert "100/1000 draws" in err and "1000/1000 draws" in err  # plain lines: stderr is not a terminal
+
+
+def test_the_report_says_when_most_draws_were_the_targets_own():
+    target, draft = toy_pair(1)
+    result = audit_toy(target, draft, samples=200)
+    assert FEW_DRAFTED not in report_text(result, "toy")  # k 4: every draw drafted
+    few = dataclasses.replace(result, drafting=audit_module.Drafting(draws=200, drafted_draws=99, drafted=99, accepted=80))
+    assert FEW_DRAFTED in report_text(few, "toy")
+    half = dataclasses.replace(few, drafting=audit_module.Drafting(draws=200, drafted_draws=100, drafted=100, accepted=80))
+    assert FEW_DRAFTED not in report_text(half, "toy")
 
 
 def test_cli_json_and_a_planted_bug_exit_1(toy_cli, monkeypatch):
