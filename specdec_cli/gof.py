@@ -147,13 +147,9 @@ def chi_square(counts: np.ndarray, probs: np.ndarray) -> ChiSquare:
     One cell (df 0) cannot be tested: its p-value is 1 unless a draw is impossible.
     Example: counts [48, 52], probs [0.5, 0.5] -> statistic 0.16, df 1, p-value 0.689.
     """
-    counts = np.asarray(counts, dtype=np.float64)
-    probs = np.asarray(probs, dtype=np.float64)
-    assert counts.shape == probs.shape and abs(probs.sum() - 1.0) < 1e-6, "the law must be a distribution over the counted outcomes"
-    probs = probs / probs.sum()  # float rows sum to 1 only up to rounding
+    assert np.shape(counts) == np.shape(probs) and abs(float(np.sum(probs)) - 1.0) < 1e-6, "the law must be a distribution over the counted outcomes"
+    counts, probs, n, groups = _prepared(counts, probs)
     impossible = int(counts[probs <= 0].sum())
-    n = int(counts.sum())
-    groups = pool_cells(probs, n)
     statistic, dof = _pearson(counts, probs, groups)
     if impossible:
         p_value = 0.0
@@ -165,10 +161,8 @@ def chi_square(counts: np.ndarray, probs: np.ndarray) -> ChiSquare:
 
 def chi_square_statistic(counts: np.ndarray, probs: np.ndarray) -> tuple[float, int]:
     """Pearson's statistic over the pooled cells and its degrees of freedom (draws of probability 0 ignored)."""
-    counts = np.asarray(counts, dtype=np.float64)
-    probs = np.asarray(probs, dtype=np.float64)
-    probs = probs / probs.sum()
-    return _pearson(counts, probs, pool_cells(probs, int(counts.sum())))
+    counts, probs, _, groups = _prepared(counts, probs)
+    return _pearson(counts, probs, groups)
 
 
 @dataclass(frozen=True)
@@ -186,13 +180,9 @@ def simulations_for(level: float) -> int:
 def simulated_test(counts: np.ndarray, probs: np.ndarray, level: float, rng: np.random.Generator) -> SimulatedTest:
     """Pearson's statistic of `counts` against `probs`, tested at `level` against exact samplers
     simulated from `probs` (module docstring). A draw of probability zero rejects outright (p 0)."""
-    counts = np.asarray(counts, dtype=np.float64)
-    probs = np.asarray(probs, dtype=np.float64)
-    probs = probs / probs.sum()
+    counts, probs, n, groups = _prepared(counts, probs)
     if counts[probs <= 0].sum() > 0:
         return SimulatedTest(0.0, 0, True)
-    n = int(counts.sum())
-    groups = pool_cells(probs, n)
     statistic, dof = _pearson(counts, probs, groups)
     if dof < 1:
         return SimulatedTest(1.0, 0, False)
@@ -208,6 +198,16 @@ def simulated_test(counts: np.ndarray, probs: np.ndarray, level: float, rng: np.
         done += size
         batch = min(4 * batch, _MAX_BATCH)
     return SimulatedTest((1 + above) / (1 + done), done, above < SIMULATED_EXCEEDANCES)
+
+
+def _prepared(counts: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, list[np.ndarray]]:
+    """counts and probs in float64, probs normalised (float rows sum to 1 only up to rounding), the
+    number of draws, and pool_cells' groups at that number: what every test here starts from."""
+    counts = np.asarray(counts, dtype=np.float64)
+    probs = np.asarray(probs, dtype=np.float64)
+    probs = probs / probs.sum()
+    n = int(counts.sum())
+    return counts, probs, n, pool_cells(probs, n)
 
 
 def _pearson(counts: np.ndarray, probs: np.ndarray, groups: list[np.ndarray]) -> tuple[float, int]:
@@ -232,11 +232,7 @@ def total_variation(counts: np.ndarray, probs: np.ndarray, rng: np.random.Genera
 
     Example: counts [60, 40], probs [0.5, 0.5] -> estimate 0.1, interval [0, 0.272] (0.1 +- 0.172).
     """
-    counts = np.asarray(counts, dtype=np.float64)
-    probs = np.asarray(probs, dtype=np.float64)
-    probs = probs / probs.sum()
-    n = int(counts.sum())
-    groups = pool_cells(probs, n)
+    counts, probs, n, groups = _prepared(counts, probs)
     obs = pooled(counts, groups) / n
     law = pooled(probs, groups)
     law /= law.sum()
