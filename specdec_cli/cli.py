@@ -39,7 +39,7 @@ from .cli_audit import audit
 from .cli_bench import bench
 from .cli_doctor import doctor
 from .cli_models import models_app
-from .cli_options import EXIT_INTERRUPTED, ColorMode, _err, check_draft_tokens
+from .cli_options import EXIT_INTERRUPTED, ColorMode, _err, check_draft_tokens, check_seed
 from .cli_run import run
 from .errors import BadInput, SpecdecError
 
@@ -187,12 +187,15 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,
+    rich_markup_mode=None,  # click's plain help: full option names, one column of text
+    context_settings={"max_content_width": 100},
 )
-app.add_typer(models_app, name="models")
-app.command()(run)
-app.command()(bench)
-app.command()(doctor)
-app.command()(audit)
+app.add_typer(models_app, name="models", short_help="Named pairs: list, download, check that two models fit.")
+# The one-line summaries `specdec --help` lists (click would cut the docstrings' first sentence).
+app.command(short_help="Generate speculatively: text on stdout, stats on stderr.")(run)
+app.command(short_help="A/B speculative against target-only decoding; recommend k.")(bench)
+app.command(short_help="Report the llama.cpp build and paths; probe each model.")(doctor)
+app.command(short_help="Test that the target's output distribution is unchanged.")(audit)
 
 
 @app.callback()
@@ -200,7 +203,7 @@ def _root() -> None:
     """Exact speculative decoding for llama.cpp models: a small draft proposes, the big target verifies."""
 
 
-@app.command()
+@app.command(short_help="Play the acceptance model round by round; no models.")
 def simulate(
     accept_rate: Annotated[float, typer.Option("--accept-rate", "-a", help="Chance that each draft token is accepted (alpha), 0..1.")] = 0.7,
     draft_tokens: Annotated[int, typer.Option("--draft-tokens", "-k", help="Draft tokens per round (k).")] = 4,
@@ -216,6 +219,7 @@ def simulate(
     if not (math.isfinite(accept_rate) and 0 <= accept_rate <= 1):
         raise BadInput(f"--accept-rate must be between 0 and 1, got {accept_rate}")
     check_draft_tokens(draft_tokens)
+    check_seed(seed)
     if not 1 <= rounds <= 1_000_000:
         raise BadInput(f"--rounds must be between 1 and 1000000, got {rounds}")
     if not (math.isfinite(delay) and delay >= 0):

@@ -77,7 +77,7 @@ def _status(entry, remote: bool) -> dict:
     return sides
 
 
-@models_app.command("list")
+@models_app.command("list", short_help="List the known pairs and what is on disk.")
 def list_pairs(
     json_out: Annotated[bool, typer.Option("--json", help="Print a JSON list on stdout instead of a table.")] = False,
     remote: Annotated[bool, typer.Option("--remote", help="Ask the Hub for the sizes of models not yet downloaded.")] = False,
@@ -129,9 +129,9 @@ def table_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
-@models_app.command("pull")
+@models_app.command("pull", short_help="Download both models of a pair (resumable).")
 def pull(
-    name: Annotated[str, typer.Argument(help="A pair name from `specdec models list`, or one model as hf:OWNER/REPO/PATTERN.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="A pair name from `specdec models list`, or one model as hf:OWNER/REPO/PATTERN.")],
 ) -> None:
     """Download both models of a pair into huggingface-hub's cache (resumable; honours HF_TOKEN, HF_ENDPOINT, HF_HUB_OFFLINE)."""
     from . import download, registry
@@ -155,11 +155,11 @@ def pull(
         typer.echo(f"{side}\t{path}")
 
 
-@models_app.command("check")
+@models_app.command("check", short_help="Whether a draft can speak for a target; exit 0 usable, 3 not.")
 def check(
-    draft: Annotated[Optional[str], typer.Option(help="Draft GGUF: a path or hf:OWNER/REPO/PATTERN.")] = None,
-    target: Annotated[Optional[str], typer.Option(help="Target GGUF: a path or hf:OWNER/REPO/PATTERN.")] = None,
-    pair: Annotated[Optional[str], typer.Option(help="A pair name from `specdec models list` (--draft/--target replace one side).")] = None,
+    draft: Annotated[Optional[str], typer.Option(metavar="FILE", help="Draft GGUF: a path or hf:OWNER/REPO/PATTERN.")] = None,
+    target: Annotated[Optional[str], typer.Option(metavar="FILE", help="Target GGUF: a path or hf:OWNER/REPO/PATTERN.")] = None,
+    pair: Annotated[Optional[str], typer.Option(metavar="NAME", help="A pair name from `specdec models list` (--draft/--target replace one side).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")] = False,
     coverage: Annotated[
         bool,

@@ -49,9 +49,9 @@ def option_list(values) -> str:
 
 
 # Option types shared by `run` and `bench` (Typer reads the flag and help from the alias).
-DraftOption = Annotated[Optional[str], typer.Option("--draft", help="Draft GGUF (small, fast): a path or hf:OWNER/REPO/PATTERN.")]
-TargetOption = Annotated[Optional[str], typer.Option("--target", help="Target GGUF (the model whose output you want): a path or hf:OWNER/REPO/PATTERN.")]
-PairOption = Annotated[Optional[str], typer.Option("--pair", help="A named pair from `specdec models list`, e.g. qwen2.5-0.5b-7b.")]
+DraftOption = Annotated[Optional[str], typer.Option("--draft", metavar="FILE", help="Draft GGUF (small, fast): a path or hf:OWNER/REPO/PATTERN.")]
+TargetOption = Annotated[Optional[str], typer.Option("--target", metavar="FILE", help="Target GGUF (the model whose output you want): a path or hf:OWNER/REPO/PATTERN.")]
+PairOption = Annotated[Optional[str], typer.Option("--pair", metavar="NAME", help="A named pair from `specdec models list`, e.g. qwen2.5-0.5b-7b.")]
 TopKOption = Annotated[int, typer.Option("--top-k", help="Keep the k likeliest tokens; 0 is off.")]
 TopPOption = Annotated[float, typer.Option("--top-p", help="Nucleus mass; 1 is off.")]
 MinPOption = Annotated[float, typer.Option("--min-p", help="Drop tokens below min-p x the top probability; 0 is off.")]

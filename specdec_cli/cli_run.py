@@ -75,7 +75,7 @@ def run(
     min_p: MinPOption = 0.05,
     seed: Annotated[Optional[int], typer.Option(help="Random seed (default: a fresh one, reported in the stats).")] = None,
     stop: Annotated[
-        Optional[list[str]], typer.Option("--stop", help="End the output just before this text; repeatable; \\n and \\t understood.")
+        Optional[list[str]], typer.Option("--stop", metavar="TEXT", help="End the output just before this text; repeatable; \\n and \\t understood.")
     ] = None,
     ctx: CtxOption = None,
     draft_ctx: DraftCtxOption = None,

@@ -149,3 +149,13 @@ def test_colour_on_a_terminal_unless_no_color():
     args = ("simulate", "--rounds", "3", "--seed", "4", "--delay", "0")  # no delay: colour without animation
     assert "\x1b[32m" in run_on_a_terminal(*args, no_color=False)
     assert "\x1b[" not in run_on_a_terminal(*args, no_color=True)
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**64)])
+def test_a_seed_out_of_range_is_one_line_naming_seed_and_exit_2(seed):
+    """Issue 24: `specdec simulate --seed=-1` printed numpy's traceback; now run's check and message."""
+    result = runner.invoke(app, ["simulate", f"--seed={seed}", "--rounds", "2"])
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert line == f"specdec: error: --seed must be between 0 and {2**64 - 1}, got {seed}"
