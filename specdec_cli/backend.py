@@ -28,6 +28,13 @@ so `resolve_repack(None)` turns repacking off when the system info reports AMX_I
 
 Before a context is created its KV cache is sized from the model's metadata and checked
 against free memory (resources.py), so a huge --ctx is refused instead of swapping to death.
+
+A GGUF header can be read without loading the model, by llama.cpp's own gguf reader (the
+key/value pairs and tensor infos; no tensor data), for what must be known before a long load:
+
+    header = read_gguf_header(Path("gemma-3-270m-q4_k_m.gguf"))
+    header.chat_template                 # None: `run` without --raw is refused before loading
+    header.converted_size("F32")         # 1078917824 bytes once rewritten at F32
 """
 
 from __future__ import annotations
@@ -54,14 +61,16 @@ from .inputs import read_head
 log = logging.getLogger("specdec")
 
 VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
-FILE_TYPES = {
-    "F32": lc.LLAMA_FTYPE_ALL_F32,
-    "F16": lc.LLAMA_FTYPE_MOSTLY_F16,
-    "Q8_0": lc.LLAMA_FTYPE_MOSTLY_Q8_0,
-    "Q4_0": lc.LLAMA_FTYPE_MOSTLY_Q4_0,
-    "Q4_1": lc.LLAMA_FTYPE_MOSTLY_Q4_1,
+FILE_TYPES = {  # name -> (llama.cpp's file type, the ggml type its weights get)
+    "F32": (lc.LLAMA_FTYPE_ALL_F32, lc.GGML_TYPE_F32),
+    "F16": (lc.LLAMA_FTYPE_MOSTLY_F16, lc.GGML_TYPE_F16),
+    "Q8_0": (lc.LLAMA_FTYPE_MOSTLY_Q8_0, lc.GGML_TYPE_Q8_0),
+    "Q4_0": (lc.LLAMA_FTYPE_MOSTLY_Q4_0, lc.GGML_TYPE_Q4_0),
+    "Q4_1": (lc.LLAMA_FTYPE_MOSTLY_Q4_1, lc.GGML_TYPE_Q4_1),
 }
 GGUF_MAGIC = b"GGUF"
+GGUF_TYPE_STRING = 8  # gguf.h's enum gguf_type
+CHAT_TEMPLATE_KEY = "tokenizer.chat_template"  # what llama_model_chat_template(model, NULL) reads
 
 
 class LlamaLog:
@@ -226,6 +235,100 @@ def check_gguf_file(path: Path) -> None:
     except UnicodeEncodeError:  # a file name in another encoding, passed through argv as surrogates
         shown = os.fsencode(path).decode("utf-8", "backslashreplace")  # the bytes as they are: mod\xe8le.gguf
         raise BadInput(f"the model path {shown} is not valid UTF-8, which llama.cpp needs; rename the file or link it under a UTF-8 name") from None
+
+
+@dataclass(frozen=True)
+class GgufHeader:
+    """What a GGUF file's header says, as far as specdec needs it before loading the model."""
+
+    chat_template: str | None
+    data_offset: int  # bytes before the tensor data: the key/value pairs and the tensor infos
+    alignment: int
+    tensor_elements: tuple[int, ...]  # weights per tensor, in file order
+
+    def converted_size(self, file_type: str) -> int:
+        """Bytes of the file rewritten at `file_type` (llama.cpp's quantizer, every tensor at that type).
+
+        Exact for F32 (the built-in target: 539845696 bytes from the Q4_1 draft); for the other
+        types a little high or low where tensors the quantizer keeps as they are (norms) differ.
+        """
+        weight_type = FILE_TYPES[file_type][1]
+        type_size, block = _gguf().ggml_type_size(weight_type), _gguf().ggml_blck_size(weight_type)
+        size = -(-self.data_offset // self.alignment) * self.alignment
+        for n in self.tensor_elements:
+            data = -(-n // block) * type_size
+            size += -(-data // self.alignment) * self.alignment  # each tensor's data is padded to the alignment
+        return size
+
+
+class _GgufInitParams(ctypes.Structure):
+    _fields_ = [("no_alloc", ctypes.c_bool), ("ctx", ctypes.c_void_p)]  # gguf.h's struct gguf_init_params
+
+
+@functools.lru_cache(maxsize=1)
+def _gguf() -> ctypes.CDLL:
+    """llama.cpp's gguf reader (in libggml-base, reached through libllama), declared for ctypes.
+
+    A handle of its own, so that these declarations never touch llama-cpp-python's.
+    """
+    lib = ctypes.CDLL(lc.llama_cpp._lib._name)
+    ctx, i64, size = ctypes.c_void_p, ctypes.c_int64, ctypes.c_size_t
+    for name, restype, argtypes in (
+        ("gguf_init_from_file", ctx, [ctypes.c_char_p, _GgufInitParams]),
+        ("gguf_free", None, [ctx]),
+        ("gguf_find_key", i64, [ctx, ctypes.c_char_p]),
+        ("gguf_get_kv_type", ctypes.c_int, [ctx, i64]),
+        ("gguf_get_val_str", ctypes.c_char_p, [ctx, i64]),
+        ("gguf_get_data_offset", size, [ctx]),
+        ("gguf_get_alignment", size, [ctx]),
+        ("gguf_get_n_tensors", i64, [ctx]),
+        ("gguf_get_tensor_type", ctypes.c_int, [ctx, i64]),
+        ("gguf_get_tensor_size", size, [ctx, i64]),
+        ("ggml_type_size", size, [ctypes.c_int]),
+        ("ggml_blck_size", i64, [ctypes.c_int]),
+    ):
+        function = getattr(lib, name)
+        function.restype, function.argtypes = restype, argtypes
+    return lib
+
+
+def read_gguf_header(path: Path) -> GgufHeader | None:
+    """The header of the GGUF file at `path`, read by llama.cpp without loading any tensor.
+
+    The file is checked as a load checks it first (check_gguf_file: never opens a FIFO, raises
+    for a file that is not GGUF). None when llama.cpp's reader refuses a file that starts
+    like a GGUF (truncated, an unknown version): the load that follows says why.
+    """
+    check_gguf_file(path)
+    llama_log()  # the reader's complaints go to the captured log, not to stderr
+    lib = _gguf()
+    ctx = lib.gguf_init_from_file(str(path).encode(), _GgufInitParams(True, None))
+    if not ctx:
+        return None
+    try:
+        key = lib.gguf_find_key(ctx, CHAT_TEMPLATE_KEY.encode())
+        template = None
+        if key >= 0 and lib.gguf_get_kv_type(ctx, key) == GGUF_TYPE_STRING:  # gguf_get_val_str aborts on other types
+            template = lib.gguf_get_val_str(ctx, key).decode("utf-8", errors="replace") or None
+        elements = []
+        for i in range(lib.gguf_get_n_tensors(ctx)):
+            kind = lib.gguf_get_tensor_type(ctx, i)
+            elements.append(lib.gguf_get_tensor_size(ctx, i) // lib.ggml_type_size(kind) * lib.ggml_blck_size(kind))
+        return GgufHeader(template, lib.gguf_get_data_offset(ctx), lib.gguf_get_alignment(ctx), tuple(elements))
+    finally:
+        lib.gguf_free(ctx)
+
+
+def no_chat_template(path: Path) -> BadInput:
+    """The error for a prompt to be wrapped in the chat template of a model that has none."""
+    return BadInput(f"{path.name} has no chat template; pass --raw to send the prompt as it is")
+
+
+def require_chat_template(path: Path) -> None:
+    """BadInput before anything loads when the GGUF at `path` has no chat template (the prompt cannot be wrapped)."""
+    header = read_gguf_header(path)
+    if header is not None and not header.chat_template:
+        raise no_chat_template(path)
 
 
 class LlamaModel:
@@ -454,7 +557,7 @@ class LlamaModel:
         """
         template = self.chat_template()
         if not template:
-            raise SpecdecError(f"{self.path.name} has no chat template; pass --raw to send the prompt as it is")
+            raise no_chat_template(self.path)
         try:
             return render_jinja_template(template, messages, bos=self.token_text(self.vocab.bos), eos=self.token_text(self.vocab.eos))
         except BadInput as exc:  # a limit was hit: the template is at fault, no fallback
@@ -554,14 +657,20 @@ def convert_gguf(src: Path, dst: Path, file_type: str = "F32", n_threads: int = 
     """Rewrite a GGUF at another precision with llama.cpp's quantizer (requantizing allowed).
 
     Writes straight to `dst`; callers that need atomicity write to a temporary name first.
+    The quantizer is one long C call that nothing interrupts: convert.py runs it in a child
+    process that can be stopped. A failure is one line, llama.cpp's reason: "llama.cpp could
+    not convert a.gguf to F32: failed to quantize: basic_ios::clear: iostream error".
     """
     captured = llama_log()
     params = lc.llama_model_quantize_default_params()
     params.nthread = n_threads
-    params.ftype = FILE_TYPES[file_type]
+    params.ftype = FILE_TYPES[file_type][0]
     params.allow_requantize = True
     crashguard.mark(f"converting {src.name} to {file_type}")
+    mark = captured.count
     rc = lc.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
-    captured.raise_pending()  # a Ctrl-C during the conversion: the caller removes the partial file
+    captured.raise_pending()
     if rc != 0:
-        raise SpecdecError(f"llama.cpp could not convert {src} to {file_type} (code {rc}):\n{llama_log().tail(4)}")
+        raise SpecdecError(
+            f"llama.cpp could not convert {src} to {file_type}: {captured.reason(mark)} (SPECDEC_LLAMA_LOG=1 shows llama.cpp's full log)"
+        )

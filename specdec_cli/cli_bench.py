@@ -145,7 +145,7 @@ def bench(
     )
     draft_path, target_path = resolve_paths(draft, target, pair=pair_name)
     console = bench_console()
-    options = LoadOptions.from_cli(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers, repack, pair_name)
+    options = LoadOptions.from_cli(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers, repack, pair_name, chat=config.chat)
     with open_pair(draft_path, target_path, options) as pair:
         if binary is not None and pair.vocab_map is not None:
             _err(f"specdec: --native skipped: {binary.name} refuses a draft whose vocabulary differs from the target's")

@@ -89,16 +89,21 @@ def describe(status: int, activity: str, log_path: str) -> str | None:
     if not os.WIFSIGNALED(status):
         return None
     number = os.WTERMSIG(status)
+    doing = f" while {activity}" if activity else ""
+    if number in CRASH_SIGNALS:
+        return f"llama.cpp crashed ({signal_name(number)}){doing}; {HINT}; details in {log_path}"
+    if number == signal.SIGKILL:
+        return f"specdec was killed (signal 9, SIGKILL){doing}; if the system ran out of memory, try a smaller --ctx"
+    return None
+
+
+def signal_name(number: int) -> str:
+    """Example: 11 -> 'signal 11, SIGSEGV'; a number no signal has -> 'signal 99, unknown'."""
     try:
         name = signal.Signals(number).name
     except ValueError:
         name = "unknown"
-    doing = f" while {activity}" if activity else ""
-    if number in CRASH_SIGNALS:
-        return f"llama.cpp crashed (signal {number}, {name}){doing}; {HINT}; details in {log_path}"
-    if number == signal.SIGKILL:
-        return f"specdec was killed (signal 9, SIGKILL){doing}; if the system ran out of memory, try a smaller --ctx"
-    return None
+    return f"signal {number}, {name}"
 
 
 def guard(main: Callable[[], object]) -> NoReturn:

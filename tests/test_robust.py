@@ -172,13 +172,13 @@ def test_stale_partial_files_of_dead_writers_are_removed(tmp_path):
 
 
 def test_a_conversion_starts_by_removing_stale_partials(tmp_path, monkeypatch):
-    from specdec_cli import backend
+    from specdec_cli import convert
 
     src = tmp_path / "Model.Q4_1.gguf"
-    src.write_bytes(b"GGUF")
+    src.write_bytes(b"GGUF")  # a header llama.cpp cannot read: no size known, no space check
     stale = tmp_path / ".Model.F32.gguf.999999999.partial"
     stale.write_bytes(b"half")
-    monkeypatch.setattr(backend, "convert_gguf", lambda s, d, t: Path(d).write_bytes(b"GGUF whole"))
+    monkeypatch.setattr(convert, "convert_in_child", lambda s, d, t: Path(d).write_bytes(b"GGUF whole"))
     dst = registry.ensure_converted(src, "F32", directory=tmp_path)
     assert dst.read_bytes() == b"GGUF whole" and not stale.exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")] == []
