@@ -1,0 +1,93 @@
+"""Fixtures for `specdec serve`'s tests: the real server, started once per module.
+
+`live_server` runs `python -m specdec_cli.cli serve --port 0 --temperature 0 -n 24` (the
+built-in pair), reads its stderr until `specdec: listening on http://127.0.0.1:PORT`, polls
+GET /health until 200 (the models loaded) and stops it with SIGTERM after the module. Its
+stderr keeps being read (a full pipe would stall the server) and goes into any failure.
+Example: live_server.url -> "http://127.0.0.1:41237".
+
+Only one llama.cpp process may run at a time: tests that use it carry the `model` marker.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SERVE = [sys.executable, "-m", "specdec_cli.cli", "serve", "--port", "0", "--temperature", "0", "-n", "24"]
+LISTENING = re.compile(r"specdec: listening on (http://127\.0\.0\.1:\d+)")
+START_SECONDS = 60  # to the "listening" line: Python's imports, before any model loads
+LOAD_SECONDS = 120  # to /health 200: both models loaded (the F32 target converted on a first run)
+
+
+@dataclass
+class LiveServer:
+    url: str
+    process: subprocess.Popen
+    stderr: list[str] = field(default_factory=list)
+
+    def log(self) -> str:
+        return "".join(self.stderr[-60:])
+
+
+def _health(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=5) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return 0
+
+
+@pytest.fixture(scope="module")
+def live_server():
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    env.setdefault("SPECDEC_CACHE", str(Path.home() / ".cache" / "specdec"))
+    process = subprocess.Popen(SERVE, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace")  # fmt: skip
+    lines: list[str] = []
+    found = threading.Event()
+    address: list[str] = []
+
+    def drain() -> None:
+        for line in process.stderr:
+            lines.append(line)
+            match = LISTENING.search(line)
+            if match and not found.is_set():
+                address.append(match.group(1))
+                found.set()
+        found.set()  # stderr closed: the process is gone
+
+    threading.Thread(target=drain, daemon=True).start()
+    try:
+        if not found.wait(START_SECONDS) or not address:
+            pytest.fail(f"specdec serve printed no 'listening on' line in {START_SECONDS} s (exit {process.poll()}):\n{''.join(lines[-60:])}")
+        server = LiveServer(address[0], process, lines)
+        deadline = time.monotonic() + LOAD_SECONDS
+        status = _health(server.url)
+        while status != 200:
+            if process.poll() is not None or status == 500 or time.monotonic() > deadline:
+                pytest.fail(f"specdec serve never became healthy (last /health {status}, exit {process.poll()}):\n{server.log()}")
+            time.sleep(0.5)
+            status = _health(server.url)
+        yield server
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
