@@ -26,7 +26,7 @@ from specdec_cli.engine import GenerationConfig  # noqa: E402
 from specdec_cli.events import Round, Token  # noqa: E402
 from specdec_cli.policy import draft_policy  # noqa: E402
 from specdec_cli.prompts import BUILTIN_PROMPTS  # noqa: E402
-from specdec_cli.registry import builtin_pair  # noqa: E402
+from specdec_cli.models.registry import builtin_pair  # noqa: E402
 from specdec_cli.sampling import GREEDY  # noqa: E402
 from specdec_cli.session import LoadOptions, open_pair  # noqa: E402
 

@@ -11,7 +11,7 @@ run cut short still leaves what it measured:
    against target-only output, token for token, on two prompts;
 2. the target's verify-cost curve T(n) for n = 1..16 and one draft step at the end of the
    prompt (cost_curve.measure_cost_curve, medians of 5; over a long text steps cost more);
-3. `specdec bench` (bench.run_bench) at T = 0 and 0.8, model drafter, k in {4, 8, auto}:
+3. `specdec bench` (bench.run.run_bench) at T = 0 and 0.8, model drafter, k in {4, 8, auto}:
    tokens/s both ways and the Python time per round outside llama.cpp's decode calls;
 4. Theorem 3.8's predicted speed-up from the cost curve for a range of acceptance rates
    (random models agree on nothing, so the measured speed-up says nothing about a real pair).
@@ -46,9 +46,9 @@ import synthetic_gguf as sg  # noqa: E402
 from synthetic_pair import ALPHAS, predictions, random_model  # noqa: E402
 
 from specdec_cli.backend import gpu_offload_supported  # noqa: E402
-from specdec_cli.bench import decode_once, run_bench  # noqa: E402
-from specdec_cli.bench_model import SPECULATIVE, BenchConfig  # noqa: E402
-from specdec_cli.bench_stats import first_divergence  # noqa: E402
+from specdec_cli.bench.run import decode_once, run_bench  # noqa: E402
+from specdec_cli.bench.model import SPECULATIVE, BenchConfig  # noqa: E402
+from specdec_cli.bench.stats import first_divergence  # noqa: E402
 from specdec_cli.cost_curve import measure_cost_curve  # noqa: E402
 from specdec_cli.engine import GenerationConfig  # noqa: E402
 from specdec_cli.stats import consume  # noqa: E402

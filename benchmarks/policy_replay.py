@@ -42,7 +42,7 @@ The policy sees exactly what the engine would hand it (events.Round with k, draf
 accepted, seconds, draft seconds, catch-up seconds), so what it learns is what it would
 learn in a real run; only the clock is simulated.
 
-Left out: real timing (bench.py, synthetic_pair.py sweep), T > 0 (a trace then depends on the
+Left out: real timing (bench/run.py, synthetic_pair.py sweep), T > 0 (a trace then depends on the
 random draws), the lookup drafter.
 """
 
@@ -185,7 +185,7 @@ def record(max_tokens: int) -> dict[str, str]:
 
     from specdec_cli.engine import GenerationConfig
     from specdec_cli.prompts import BUILTIN_PROMPTS
-    from specdec_cli.registry import builtin_pair
+    from specdec_cli.models.registry import builtin_pair
     from specdec_cli.sampling import GREEDY
     from specdec_cli.session import LoadOptions, open_pair
     from specdec_cli.stats import consume

@@ -60,7 +60,7 @@ def measure_once(path: Path, repack: bool, prompt_ids: list[int], gen_tokens: in
 
 def models(folder: Path) -> list[tuple[str, Path]]:
     from specdec_cli.backend import convert_gguf
-    from specdec_cli.registry import builtin_pair
+    from specdec_cli.models.registry import builtin_pair
 
     draft, target = builtin_pair(on_convert=lambda dst: print(f"converting the built-in target into {dst} ...", file=sys.stderr))
     found = [("Q4_1 (built-in draft)", draft), ("F32 (built-in target)", target)]

@@ -2,7 +2,7 @@
 
 One prompt ("Write a short story about a robot who learns to paint.", chat template),
 temperature 0, 128 tokens, target-only (A) and speculative (B) interleaved A B A B over
-`--repeats` passes of k in 4, 8, 12, 16, on the SAME loaded models (bench.run_bench does the
+`--repeats` passes of k in 4, 8, 12, 16, on the SAME loaded models (bench.run.run_bench does the
 measuring). For each k it reports:
 
 - tokens/s both ways and the measured speed-up (median of the per-repeat A/B ratios, range);
@@ -34,9 +34,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from specdec_cli.bench import run_bench  # noqa: E402
-from specdec_cli.bench_model import SPECULATIVE, BenchConfig  # noqa: E402
-from specdec_cli.cli_options import parse_draft_tokens  # noqa: E402
+from specdec_cli.bench.run import run_bench  # noqa: E402
+from specdec_cli.bench.model import SPECULATIVE, BenchConfig  # noqa: E402
+from specdec_cli.options import parse_draft_tokens  # noqa: E402
 from specdec_cli.prompts import Prompt  # noqa: E402
 
 PROMPT = Prompt("robot", "story", "Write a short story about a robot who learns to paint.")
@@ -51,7 +51,7 @@ def peak_rss_mib() -> float:
 
 
 def measure(args: argparse.Namespace) -> dict:
-    from specdec_cli.cli_options import resolve_paths
+    from specdec_cli.cli.options import resolve_paths
     from specdec_cli.session import LoadOptions, open_pair
 
     draft, target = resolve_paths(args.draft, args.target)

@@ -16,7 +16,7 @@ measures the engine on them, honestly labelled:
   (target-only decoding of each, token for token); exit code 1 if it does not.
 - `sweep`: for each N, the built-in Q4_1 draft against the base F32 target deepened by N
   blocks (eps = 0 keeps the built-in pair's agreement; --eps lowers it): `specdec bench`'s
-  measurement (bench.run_bench, model drafter, T = 0, A/B interleaved) on the suite's prose
+  measurement (bench.run.run_bench, model drafter, T = 0, A/B interleaved) on the suite's prose
   prompts, after the identity check above for that N (eps = 0), reduced to one row per N: the target step T(1), c = draft step / T(1), alpha, the
   speed-up of the best fixed k and of `auto`, and Theorem 3.8's prediction at that k
   (stats.predict). Example (measured on the 2-core machine, docs/benchmarks.md): N = 60,
@@ -31,7 +31,7 @@ measures the engine on them, honestly labelled:
 Files go to specdec's cache directory (registry.cache_dir(): $SPECDEC_CACHE, ...), written
 atomically, and are reused when present.
 
-Left out: the GGUF writing (synthetic_gguf.py), the A/B measurement itself (bench.py), the GPU
+Left out: the GGUF writing (synthetic_gguf.py), the A/B measurement itself (bench/run.py), the GPU
 run (gpu_check.sh / gpu_check.py).
 """
 
@@ -52,16 +52,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import specdec_cli  # noqa: E402,F401  before numpy (gguf, synthetic_gguf): see specdec_cli/__init__.py
 import synthetic_gguf as sg  # noqa: E402
 
-from specdec_cli.bench import run_bench  # noqa: E402
-from specdec_cli.bench_model import BenchConfig  # noqa: E402
-from specdec_cli.bench_stats import first_divergence  # noqa: E402
-from specdec_cli.cli_options import parse_draft_tokens  # noqa: E402
+from specdec_cli.bench.run import run_bench  # noqa: E402
+from specdec_cli.bench.model import BenchConfig  # noqa: E402
+from specdec_cli.bench.stats import first_divergence  # noqa: E402
+from specdec_cli.options import parse_draft_tokens  # noqa: E402
 from specdec_cli.cost_curve import CostCurve, measure_cost_curve  # noqa: E402
 from specdec_cli.engine import GenerationConfig  # noqa: E402
 from specdec_cli.errors import ModelNotFound  # noqa: E402
 from specdec_cli.policy import AUTO  # noqa: E402
 from specdec_cli.prompts import BUILTIN_PROMPTS, Prompt  # noqa: E402
-from specdec_cli.registry import builtin_draft_path, builtin_pair, cache_dir  # noqa: E402
+from specdec_cli.models.registry import builtin_draft_path, builtin_pair, cache_dir  # noqa: E402
 from specdec_cli.sampling import GREEDY  # noqa: E402
 from specdec_cli.session import LoadOptions, open_pair  # noqa: E402
 from specdec_cli.stats import consume, predict  # noqa: E402

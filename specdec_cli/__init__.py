@@ -1,4 +1,4 @@
-"""specdec: speculative decoding for llama.cpp models (command line: cli.py; the loop: engine.py).
+"""specdec: speculative decoding for llama.cpp models (command line: cli/app.py; the loop: engine.py).
 
 Importing the package loads llama.cpp's shared libraries (backend.py) before anything of ours
 imports numpy. On the H200 machine (CUDA build of llama-cpp-python 0.3.36, the image's numpy

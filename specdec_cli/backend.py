@@ -201,7 +201,7 @@ def resolve_repack(requested: bool | None) -> bool:
 
 def resolve_gpu_layers(requested: int | None) -> int:
     """None or -1 means "all layers on the GPU if there is one"; without a GPU every request means 0
-    (the command line warns about it once, in cli_options.gpu_layers_to_load)."""
+    (the command line warns about it once, in options.gpu_layers_to_load)."""
     has_gpu = gpu_offload_supported()
     if requested is None or requested < 0:
         return 999 if has_gpu else 0

@@ -26,7 +26,7 @@ bound acceptance from above: a token the draft cannot propose is never accepted.
 Example: shared 46,145 tokens, mass 0.93, greedy 0.95 -> at most 93% of drafts accepted at
 T = 1, at most 95% at T = 0.
 
-Left out: drafting (cross_vocab.py), printing (cli_models.py). Weights are loaded only to
+Left out: drafting (cross_vocab.py), printing (cli/models.py). Weights are loaded only to
 measure the coverage of a different pair (the target's, with a 1024-token context).
 """
 

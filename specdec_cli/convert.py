@@ -19,7 +19,7 @@ the caller's process only waits, and the quantizer runs in a child it can kill:
 The child's stderr is the parent's: SPECDEC_LLAMA_LOG=1 shows llama.cpp's log as it converts.
 
 Left out: where the file goes, the free-space check and the partial file's name and
-removal (registry.py); the quantizer call itself (backend.py).
+removal (models/registry.py); the quantizer call itself (backend.py).
 """
 
 from __future__ import annotations

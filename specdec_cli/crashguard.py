@@ -29,7 +29,7 @@ so it does when the caller has replaced sys.stdout or sys.stderr (a test harness
 embedding specdec): a forked child would write into its own copy, which the caller never sees.
 The child never returns into its caller's stack: it ends with os._exit once main is done.
 
-Left out: the commands themselves (cli.py), catching anything inside the child.
+Left out: the commands themselves (cli/app.py), catching anything inside the child.
 """
 
 from __future__ import annotations

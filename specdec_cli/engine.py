@@ -24,7 +24,7 @@ The caller hands `generate` its policy (policy.py: a fixed k, or `auto`), so thi
 never imports policy.py. Stages pass named values: `speculative_round` returns a `Scored`,
 `decode_round` a `Decoded` (its `Emission`s, the rejected draft, the `Round`).
 
-Left out: printing (render.py), statistics (stats.py), how k is chosen (policy.py), who
+Left out: printing (cli/render.py), statistics (stats.py), how k is chosen (policy.py), who
 proposes (drafters.py), the event types (events.py), stop strings and UTF-8
 (text_stream.py), timing the cost curve (cost_curve.py).
 """

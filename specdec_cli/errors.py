@@ -2,7 +2,7 @@
 
 Everything a user can get wrong (a path, an option, a pair of models that do not fit
 together) raises a `SpecdecError` subclass whose message already says what to do, e.g.
-"prompt is 3100 tokens but the context holds 2048; pass --ctx 4096". Only cli.py (the
+"prompt is 3100 tokens but the context holds 2048; pass --ctx 4096". Only cli/app.py (the
 app's group class, `_Group.invoke`, for every command; `main` for parse-time errors) turns
 these into one stderr line and an exit code; nothing here prints.
 

@@ -1,7 +1,7 @@
 """The values the engine's stream carries, shared by every reader of it: one module, no behaviour.
 
 `Engine.generate` yields Prefill, then per round any Rejected draft, the Token events it
-emits and one Round, then Finished. stats.py folds them into figures, render.py draws them,
+emits and one Round, then Finished. stats.py folds them into figures, cli/render.py draws them,
 tests and library users read them. Example, one round with k = 3 where the target took two
 drafts and corrected the third: Rejected(id, text, 3), Token(.., DRAFT, 1), Token(.., DRAFT, 2),
 Token(.., CORRECTION, 3), Round(drafted=3, accepted=2, ..).
@@ -9,7 +9,7 @@ Token(.., CORRECTION, 3), Round(drafted=3, accepted=2, ..).
 Also here, as the engine and its policy share them: `DraftPolicy`, the interface of a
 draft-length policy (implemented in policy.py), and `DraftTokens`, a fixed k or AUTO.
 
-Left out: producing them (engine.py), folding them (stats.py), showing them (render.py).
+Left out: producing them (engine.py), folding them (stats.py), showing them (cli/render.py).
 This module imports nothing of ours, so every layer may import it.
 """
 

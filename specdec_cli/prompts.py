@@ -14,7 +14,7 @@ shine; "mixed" asks for prose, code and prose again about a function quoted in t
     load_prompts(Path("mine.jsonl"))   # {"name": "sql", "prompt": "Write a SQL query ..."}
     -> [Prompt(name="sql", kind="user", text="Write a SQL query ...")]
 
-Left out: chat templates and tokenization (session.py), running anything (bench.py).
+Left out: chat templates and tokenization (session.py), running anything (bench/run.py).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .download import human_size
+from .models.download import human_size
 from .errors import BadInput
 
 F16_BYTES = 2

@@ -15,7 +15,7 @@ tokens (cross_vocab.CrossVocabDrafter) and the specdec logger says so once on st
 "vocabularies differ: drafting over the 31,622 shared tokens". Lookup drafting works in
 target ids either way.
 
-Left out: option parsing (cli_options.py), printing (render.py), the loop itself
+Left out: option parsing (cli/options.py), printing (cli/render.py), the loop itself
 (engine.py), the draft-length policy (the caller builds it: policy.draft_policy).
 """
 
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from .backend import LlamaModel, require_chat_template
-from .cli_options import DRAFTERS, context_size, gpu_layers_to_load
+from .options import DRAFTERS, context_size, gpu_layers_to_load
 from .compat import MIN_SHARED_TOKENS, compare_vocabularies
 from .cross_vocab import CrossVocabDrafter
 from .drafters import LookupDrafter, LookupOptions, ModelAndLookup, ModelDrafter
@@ -55,7 +55,7 @@ class LoadOptions:
         repack: bool | None, pair_name: str | None, *, chat: bool = False,
     ) -> "LoadOptions":  # fmt: skip
         """The options run, bench and audit load with: --ctx or the named pair's context
-        (cli_options.context_size), GPU layers as cli_options.gpu_layers_to_load allows,
+        (options.context_size), GPU layers as options.gpu_layers_to_load allows,
         `chat` unless --raw."""
         gpu_layers, draft_gpu_layers = gpu_layers_to_load(gpu_layers, draft_gpu_layers)
         return cls(

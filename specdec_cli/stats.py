@@ -15,7 +15,7 @@ where T_target(n) is the time of one target batch of n tokens and T_draft one dr
 Example: alpha = 0.8, k = 4, T_draft = 5 ms, T_target(1) = 12 ms, T_target(5) = 18 ms
 -> E = 3.36, speedup = 3.36 * 12 / 38 = 1.06.
 
-Left out: printing (render.py) and measuring the cost curve (cost_curve.measure_cost_curve).
+Left out: printing (cli/render.py) and measuring the cost curve (cost_curve.measure_cost_curve).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ def pytest_collection_modifyitems(config, items):
 def builtin_paths(tmp_path_factory) -> tuple[Path, Path]:
     """(draft, target) of the built-in pair; the F32 target is converted once per cache."""
     os.environ.setdefault("SPECDEC_CACHE", str(Path.home() / ".cache" / "specdec"))
-    from specdec_cli.registry import builtin_pair
+    from specdec_cli.models.registry import builtin_pair
 
     return builtin_pair()
 

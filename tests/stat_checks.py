@@ -2,11 +2,11 @@
 
 A chi-square test is only trusted when every bin expects at least 5 counts, so bins that
 expect fewer are pooled into one bin (which is itself merged into the smallest regular bin
-if it still expects fewer than 5): specdec_cli.gof's pooling and statistic, which
+if it still expects fewer than 5): specdec_cli.audit.gof's pooling and statistic, which
 `specdec audit` uses too. The p-value is gof.simulated_test's, as in the audit: the
 statistic against exact samplers simulated from the law (fixed seed), so that `p > level`
 fails an exact sampler with probability at most `level` (the chi-square law's tail is too
-thin at these counts; gof.py). A count in a bin of probability zero is never pooled away:
+thin at these counts; audit/gof.py). A count in a bin of probability zero is never pooled away:
 it fails at once, since no sampling noise can put it there.
 
     counts = np.bincount(samples, minlength=len(p))
@@ -32,7 +32,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 from scipy import stats
 
-from specdec_cli import gof
+from specdec_cli.audit import gof
 from specdec_cli.sampling import SamplingParams
 
 ALPHA = 1e-4  # per-test false-failure rate of every chi-square test in this suite

@@ -1,0 +1,5 @@
+"""`python -m specdec_cli.cli ARGS`: the `specdec` script."""
+
+from .app import main
+
+main()

@@ -1,0 +1,267 @@
+"""`specdec run`: one generation on a loaded pair, streamed to stdout, statistics to stderr.
+
+    specdec run "Write a haiku about the sea"            # built-in pair, text on stdout
+    echo "Summarise: ..." | specdec run --json -n 64     # prompt from stdin, JSON on stdout
+    specdec run --draft tiny.gguf --target big.gguf -k 6 --baseline "prompt"
+
+`stats.consume` runs the engine's event generator to its end or to Ctrl-C; `measure_afterwards`
+decodes target-only (--baseline) and times the costs behind the predicted speed-up.
+
+Left out: option checks (cli/options.py), the layout (cli/render.py), the loop (engine.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+
+from ..options import check_load_limits, check_p_min, check_sampling_options, check_seed, parse_draft_length, parse_drafter
+from .options import _err, AUTO, ColorMode, CtxOption, DraftCtxOption, DraftGpuLayersOption, DraftOption, EXIT_INTERRUPTED, GpuLayersOption, MinPOption, PairOption, parse_stops, read_prompt, RepackOption, resolve_paths, TargetOption, ThreadsOption, TopKOption, TopPOption
+from ..errors import BadInput
+from ..inputs import argv_text
+
+if TYPE_CHECKING:  # the real imports happen inside the command, keeping --help fast
+    from ..cost_curve import CostCurve
+    from ..session import LoadedPair
+    from ..stats import Outcome, RunStats
+
+
+def run(
+    prompt: Annotated[Optional[str], typer.Argument(help="The prompt; '-' or a piped stdin reads it from stdin.")] = None,
+    draft: DraftOption = None,
+    target: TargetOption = None,
+    pair_name: PairOption = None,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens to generate at most.")] = 256,
+    draft_tokens: Annotated[str, typer.Option("--draft-tokens", "-k", help="Draft tokens per round: 'auto' (chosen each round from this run's acceptance and costs) or a fixed k, e.g. 8.")] = AUTO,
+    drafter: Annotated[str, typer.Option(help="Who drafts: model (the draft GGUF), lookup (copies from the prompt and output; no draft model), model+lookup.")] = "model",
+    p_min: Annotated[Optional[float], typer.Option(help="Stop drafting before a token the draft model gives less than this probability (llama.cpp's --draft-p-min). Default 0: off.")] = None,
+    lookup_ngram_min: Annotated[int, typer.Option(help="Lookup: shortest n-gram to match.")] = 1,
+    lookup_ngram_max: Annotated[int, typer.Option(help="Lookup: longest n-gram to match (tried first).")] = 3,
+    lookup_max_tokens: Annotated[int, typer.Option(help="Lookup: longest proposal.")] = 10,
+    temperature: Annotated[float, typer.Option(help="0 is greedy.")] = 0.8,
+    top_k: TopKOption = 40,
+    top_p: TopPOption = 0.95,
+    min_p: MinPOption = 0.05,
+    seed: Annotated[Optional[int], typer.Option(help="Random seed (default: a fresh one, reported in the stats).")] = None,
+    stop: Annotated[
+        Optional[list[str]], typer.Option("--stop", metavar="TEXT", help="End the output just before this text; repeatable; \\n and \\t understood.")
+    ] = None,
+    ctx: CtxOption = None,
+    draft_ctx: DraftCtxOption = None,
+    threads: ThreadsOption = None,
+    gpu_layers: GpuLayersOption = -1,
+    draft_gpu_layers: DraftGpuLayersOption = -1,
+    repack: RepackOption = None,
+    chat: Annotated[bool, typer.Option("--chat/--raw", help="Wrap the prompt in the target's chat template, or send it as it is.")] = True,
+    system: Annotated[Optional[str], typer.Option(help="System message (with --raw: text put before the prompt).")] = None,
+    baseline: Annotated[bool, typer.Option(help="Also decode target-only and report the measured speed-up.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of text.")] = False,
+    jsonl: Annotated[bool, typer.Option("--jsonl", help="Stream one JSON object per token on stdout, then a stats object.")] = False,
+    color: Annotated[ColorMode, typer.Option(help="Colour the stream by provenance: auto (stdout is a terminal, no NO_COLOR), always, never.")] = ColorMode.auto,
+    show_rejected: Annotated[bool, typer.Option(help="Also show each rejected draft token, dim and struck out, where it was rejected (needs colour).")] = False,
+    stats: Annotated[bool, typer.Option("--stats/--no-stats", help="Print the statistics table on stderr.")] = True,
+) -> None:
+    """Generate with speculative decoding; text streams to stdout, statistics to stderr.
+
+    Colours: green = accepted draft token, yellow = the target's correction, cyan = the
+    bonus token after a fully accepted draft, plain = a target-only step.
+    """
+    from ..drafters import LookupOptions
+
+    drafter = parse_drafter(drafter)
+    draft_tokens = parse_draft_length(draft_tokens)
+    check_sampling_options(temperature, top_k, top_p, min_p, max_tokens)
+    check_p_min(p_min)
+    lookup = LookupOptions.from_range(lookup_ngram_min, lookup_ngram_max, lookup_max_tokens)
+    if json_out and jsonl:
+        raise BadInput("--json and --jsonl exclude each other; pick one")
+    check_load_limits(ctx, draft_ctx, threads, ("--gpu-layers", gpu_layers), ("--draft-gpu-layers", draft_gpu_layers))
+    check_seed(seed)
+    stops = parse_stops(stop)
+    text = read_prompt(prompt)
+    if system is not None:
+        system = argv_text(system, "--system")
+
+    from ..engine import GenerationConfig
+    from .render import Activity, JsonlRenderer, TextRenderer, color_enabled, legend, stats_table, stderr_console
+    from ..sampling import SamplingParams
+    from ..session import LoadOptions
+    from ..policy import draft_policy
+    from ..stats import consume, measured_speedup
+
+    out_color = color_enabled(color.value, sys.stdout)
+    err_color = color_enabled(color.value, sys.stderr)
+    console = stderr_console(err_color)
+    if show_rejected and not (out_color or jsonl or json_out):
+        _err("specdec: --show-rejected needs colour (stdout is not a terminal or colour is off); pass --color always to force it")
+    seed = secrets.randbits(32) if seed is None else seed
+    config = GenerationConfig(
+        max_tokens=max_tokens,
+        sampling=SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
+        seed=seed,
+        stop=stops,
+    )
+    options = LoadOptions.from_cli(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers, repack, pair_name, chat=chat)
+
+    with contextlib.ExitStack() as stack:
+        pair = load_pair(stack, draft, target, options, Activity(console), pair_name=pair_name, need_draft=drafter != "lookup")
+        prompt_ids = pair.prompt_tokens(text, chat=chat, system=system)
+        if jsonl:
+            sink = JsonlRenderer(show_rejected=show_rejected)
+        elif json_out:
+            sink = None
+        else:
+            sink = TextRenderer(color=out_color, show_rejected=show_rejected)
+            if out_color:
+                typer.echo(legend(err_color, show_rejected), err=True, color=err_color)  # echo strips codes unless told
+        try:
+            events = pair.engine(drafter=drafter, lookup=lookup).generate(prompt_ids, config, draft_policy(draft_tokens, p_min))
+            result = consume(events, sink)
+        except BaseException:
+            if isinstance(sink, TextRenderer) and sink.started:
+                sink.close()  # end the partial line, so the error message starts on its own
+            raise
+        if isinstance(sink, TextRenderer):
+            sink.close()  # the final newline comes right after the text, before anything slow
+        contexts = allocated_contexts(pair, options.n_ctx)
+        after = Afterwards(interrupted=result.interrupted)
+        if not after.interrupted and (stats or json_out or jsonl):
+            after = measure_afterwards(pair, prompt_ids, config, draft_tokens, result, baseline, Activity(console))
+
+    summary = result.stats.to_dict()
+    summary.update(contexts)
+    if after.predicted is not None:
+        summary["predicted_speedup"] = after.predicted
+    if after.baseline is not None:
+        summary["baseline_tokens_per_second"] = after.baseline.tokens_per_second
+        summary["speedup"] = measured_speedup(result.stats, after.baseline)
+    if json_out:
+        typer.echo(json.dumps({"text": result.text, "tokens": result.tokens, "seed": seed, "stats": summary}, ensure_ascii=False))
+    elif jsonl:
+        sink.close({"seed": seed, "stats": summary})
+    if stats:
+        console.print(
+            stats_table(
+                result.stats,
+                k=draft_tokens,
+                seed=seed,
+                baseline=after.baseline,
+                predicted=after.predicted,
+                costs=after.costs,
+                note=after.note,
+                context=describe_contexts(contexts, options.n_ctx),
+            )
+        )
+    if after.interrupted:
+        _err("specdec: interrupted")
+        raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def load_pair(
+    stack: contextlib.ExitStack,
+    draft: str | None,
+    target: str | None,
+    options,
+    activity,
+    pair_name: str | None = None,
+    need_draft: bool = True,
+) -> LoadedPair:
+    """Resolve and check both files, then load them (a spinner on stderr meanwhile); closed with `stack`.
+
+    Without need_draft (--drafter lookup) only the target is loaded: --target alone, or the
+    target of --pair (its draft is resolved too) or of the built-in pair.
+    """
+    from ..backend import check_gguf_file
+    from ..session import open_pair
+
+    def download_notice(message: str) -> None:
+        activity.stop()  # plain lines and huggingface-hub's progress bars, no spinner over them
+        _err(f"specdec: {message}")
+
+    with activity:
+        if not need_draft and draft is not None:
+            _err("specdec: --drafter lookup loads no draft model; ignoring --draft")
+        draft_path, target_path = resolve_paths(
+            draft if need_draft else target,  # lookup with --target alone: resolved in both places
+            target,
+            on_convert=lambda dst: activity.show(f"converting the built-in target to F32 once, into {dst} ...", note=True),
+            pair=pair_name,
+            notify=download_notice,
+        )
+        if not need_draft:
+            draft_path = None
+        for path in (target_path, draft_path):  # fail before a long load, not after it
+            if path is not None:
+                check_gguf_file(path)
+        return stack.enter_context(
+            open_pair(draft_path, target_path, options, on_load=lambda kind, path: activity.show(f"loading the {kind} {path.name} ..."))
+        )
+
+
+def allocated_contexts(pair: LoadedPair, requested: int) -> dict:
+    """The context sizes llama.cpp really allocated (it pads a request: --ctx 64 gets 256)."""
+    out = {"ctx": pair.target.n_ctx, "ctx_requested": requested}
+    if pair.draft is not None:
+        out["draft_ctx"] = pair.draft.n_ctx
+    return out
+
+
+def describe_contexts(contexts: dict, requested: int) -> str:
+    """Example: {"ctx": 256, "draft_ctx": 256}, 64 -> "256 tokens (asked for 64; llama.cpp pads), draft 256"."""
+    text = f"{contexts['ctx']} tokens" + (f" (asked for {requested}; llama.cpp pads)" if contexts["ctx"] != requested else "")
+    if "draft_ctx" in contexts:
+        text += f", draft {contexts['draft_ctx']}"
+    return text
+
+
+@dataclass
+class Afterwards:
+    """What is measured after generation: the target-only run and the predicted speed-up."""
+
+    baseline: RunStats | None = None
+    costs: CostCurve | None = None
+    predicted: float | None = None
+    note: str | None = None  # why there is no prediction
+    interrupted: bool = False
+
+
+def measure_afterwards(pair, prompt_ids: list[int], config, k, result: Outcome, baseline: bool, activity) -> Afterwards:
+    """Decode target-only (with --baseline), then time draft and target steps on the loaded pair.
+
+    The predicted speed-up is Leviathan et al.'s formula at the measured alpha and costs,
+    timed halfway through the generated text (cost_curve.mid_generation); measure_cost_curve
+    rewinds both caches itself. Ctrl-C here keeps what was measured.
+    """
+    from ..cost_curve import measure_cost_curve, mid_generation
+    from ..stats import consume, predict
+
+    after = Afterwards()
+    context = mid_generation(prompt_ids, result.tokens)
+    try:
+        with activity:
+            if baseline:
+                activity.show("decoding target-only for the baseline ...")
+                base = consume(pair.engine(speculative=False).generate(prompt_ids, config))
+                if base.interrupted:
+                    after.interrupted = True
+                    return after
+                after.baseline = base.stats
+            if not result.stats.drafted:
+                after.note = "n/a (nothing was drafted)"
+            elif k == "auto" or pair.draft is None:
+                after.note = "n/a (k chosen each round)" if k == "auto" else "n/a (no draft model)"
+            elif len(context) + k + 1 > pair.target.n_ctx:
+                after.note = f"n/a (the context has no room left for a verify batch of {k + 1} tokens)"
+            else:
+                activity.show("measuring the cost of draft and target steps ...")
+                after.costs = measure_cost_curve(pair.target, pair.draft, context, k + 1, draft_context=pair.draft_context(context))
+                after.predicted = predict(result.stats.alpha, k, after.costs)
+    except KeyboardInterrupt:
+        after.interrupted = True
+    return after

@@ -1,0 +1,175 @@
+"""`specdec doctor`'s findings: the llama.cpp build, the paths specdec uses, and a probe of each model.
+
+Each model is loaded and decodes a few tokens in a child process (doctor/probe.py), once with
+repacking and once without, so a native crash becomes a finding instead of the end:
+
+    report = examine([("draft", Path("tiny.gguf"))], timeout=120)
+    report["models"][0]["probes"]
+    -> [{"repack": True, "outcome": "crashed", "signal": 11, "detail": "signal 11 (SIGSEGV)", ...},
+        {"repack": False, "outcome": "ok", "detail": "4 tokens in 0.4 s", ...}]
+
+`report["ok"]` is True when every model decodes with the repack setting specdec uses by
+default (what `run` and `bench` will do); a crash with the other setting is reported but
+does not fail the doctor, since the default already avoids it (that is the AMX case).
+
+Left out: printing (cli/doctor.py), loading in this process (only the build facts, which
+cannot crash, come from the llama.cpp loaded here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import signal
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+
+ProbeCommand = Callable[[Path, bool, int], Sequence[str]]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """How one child process that loaded a model and decoded a few tokens ended."""
+
+    repack: bool
+    default: bool  # the setting specdec uses unless told otherwise
+    outcome: str  # "ok", "crashed", "failed" or "timed out"
+    detail: str
+    signal: int | None = None
+    exit_code: int | None = None
+    desc: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "ok"
+
+
+def probe_command(path: Path, repack: bool, tokens: int) -> list[str]:
+    return [sys.executable, "-m", "specdec_cli.doctor.probe", str(path), "--repack" if repack else "--no-repack", "--tokens", str(tokens)]
+
+
+def run_probe(command: Sequence[str], repack: bool, default: bool, timeout: float) -> Probe:
+    """Run one probe child and classify its end: a JSON line and exit 0, a signal, an error, a timeout."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")]))}
+    try:
+        done = subprocess.run(list(command), capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return Probe(repack, default, "timed out", f"no answer within {timeout:g} s")
+    if done.returncode < 0:
+        number = -done.returncode
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = "unknown"
+        return Probe(repack, default, "crashed", f"signal {number} ({name})", signal=number)
+    result = _last_json(done.stdout)
+    if done.returncode == 0 and result.get("ok"):
+        return Probe(repack, default, "ok", f"{result['tokens']} tokens in {result['seconds']:.1f} s", exit_code=0, desc=result.get("desc"))
+    reason = result.get("error") or _last_line(done.stderr) or "no output"
+    return Probe(repack, default, "failed", f"exit {done.returncode}: {reason}", exit_code=done.returncode)
+
+
+def _last_json(text: str) -> dict:
+    for line in reversed(text.splitlines()):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return {}
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+_SECTION = re.compile(r"(?:^|\|)\s*([A-Za-z][\w ]*?)\s+:\s")
+_FLAG = re.compile(r"\b([A-Z][A-Z0-9_]*)\s*=\s*1\b")
+
+
+def parse_system_info(info: str) -> dict:
+    """Backends and CPU features from llama.cpp's system info.
+
+    Example: "CPU : SSE3 = 1 | AVX2 = 1 | AMX_INT8 = 0 | REPACK = 1 | CUDA : ARCHS = 890 |"
+    -> {"backends": ["CPU", "CUDA"], "cpu_features": ["SSE3", "AVX2", "REPACK"]}
+    """
+    backends = _SECTION.findall(info)
+    cpu = info.split("CPU :", 1)[1] if "CPU :" in info else ""
+    for other in backends:
+        if other != "CPU" and f"{other} :" in cpu:
+            cpu = cpu.split(f"{other} :", 1)[0]
+    return {"backends": backends, "cpu_features": _FLAG.findall(cpu)}
+
+
+def build_facts() -> dict:
+    """What the llama.cpp loaded here was built with. Imports llama_cpp (through backend.py)."""
+    from .. import backend
+
+    info = backend.system_info()
+    parsed = parse_system_info(info)
+    return {
+        "llama_cpp_python": backend.llama_cpp_version(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "system_info": info.strip(),
+        "backends": parsed["backends"],
+        "gpu_offload": backend.gpu_offload_supported(),
+        "cpu_features": parsed["cpu_features"],
+        "amx": backend.has_amx(info),
+        "repack_default": backend.repack_default(info),
+        "repack_choosable": backend.can_choose_repack(),
+    }
+
+
+def paths() -> dict:
+    from ..models.download import hub_cache_dir
+    from ..models.registry import cache_dir, user_catalogue_path
+
+    user_error = None
+    try:
+        user = user_catalogue_path()
+    except Exception as exc:  # a broken SPECDEC_MODELS is a finding here, not a reason to stop
+        user, user_error = None, str(exc)
+    config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "specdec" / "models.toml"
+    return {
+        "cache": str(cache_dir()),
+        "models_toml_shipped": str(PACKAGE_ROOT / "specdec_cli" / "models" / "models.toml"),
+        "models_toml_user": str(user) if user else None,
+        "models_toml_user_default": str(config),
+        "models_toml_user_error": user_error,
+        "specdec_models_env": os.environ.get("SPECDEC_MODELS"),
+        "hf_cache": str(hub_cache_dir()),
+    }
+
+
+def examine(
+    models: Sequence[tuple[str, Path]],
+    *,
+    timeout: float = 120,
+    tokens: int = 4,
+    facts: dict | None = None,
+    command: ProbeCommand | None = None,  # default: probe_command (tests give a child that crashes)
+    progress: Callable[[str], None] = lambda message: None,
+) -> dict:
+    """The whole report: build facts, paths, and both probes of every model; "ok" as the module says."""
+    facts = facts if facts is not None else build_facts()
+    command = command or probe_command
+    default = facts["repack_default"]
+    found = []
+    for role, path in models:
+        probes = []
+        for repack in (True, False):
+            progress(f"decoding {path.name} {'with' if repack else 'without'} repacking in a child process ...")
+            probes.append(run_probe(command(path, repack, tokens), repack, repack == default, timeout))
+        found.append({"role": role, "path": str(path), "probes": [asdict(p) for p in probes]})
+    ok = all(p["outcome"] == "ok" for m in found for p in m["probes"] if p["default"])
+    return {"ok": ok, "llama_cpp": facts, "paths": paths(), "models": found}

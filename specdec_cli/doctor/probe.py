@@ -1,0 +1,61 @@
+"""The child process `specdec doctor` starts: load one GGUF, decode a few tokens, print one JSON line.
+
+    python -m specdec_cli.doctor.probe model.gguf --no-repack --tokens 4
+    {"ok": true, "desc": "llama 134M Q4_1", "repack": false, "tokens": 4, "text": " I'm", "seconds": 0.41}
+
+It runs alone in its own process so that a native crash (llama.cpp #20824 segfaults on
+some AMX machines) kills only the probe: the doctor reads the signal from the exit status.
+A failure specdec can explain prints {"ok": false, "error": "..."} and exits 1.
+
+Left out: judging the result (doctor/findings.py), and sampling: the probe decodes greedily.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+
+def probe(path: str, repack: bool, tokens: int) -> dict:
+    import numpy as np
+
+    from ..backend import LlamaModel
+
+    start = time.perf_counter()
+    with LlamaModel(path, n_ctx=256, repack=repack, role="model") as model:
+        ids = model.tokenize("The sea is", add_special=True)
+        logits = model.decode(ids)
+        out = []
+        for _ in range(tokens):
+            out.append(int(np.argmax(logits[-1])))
+            logits = model.decode(out[-1:])
+        return {
+            "ok": True,
+            "desc": model.describe(),
+            "repack": model.repack,
+            "tokens": len(out),
+            "text": model.detokenize(out),
+            "seconds": round(time.perf_counter() - start, 3),
+        }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m specdec_cli.doctor.probe")
+    parser.add_argument("path")
+    parser.add_argument("--repack", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--tokens", type=int, default=4)
+    args = parser.parse_args(argv)
+    from ..errors import SpecdecError
+
+    try:
+        result = probe(args.path, args.repack, args.tokens)
+    except SpecdecError as exc:
+        result = {"ok": False, "error": str(exc)}
+    print(json.dumps(result), flush=True)
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,621 @@
+"""The draft-length policy: its maths on hand-worked cost curves, what it learns from rounds,
+fallback and probes, and (statistically, on toy Markov models) that `auto` and the p-min
+early stop leave the output distribution exact."""
+
+from __future__ import annotations
+
+import importlib
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specdec_cli.drafters import ModelDrafter, Proposal, top_probability
+from specdec_cli.cost_curve import CostCurve
+from specdec_cli.engine import Engine, GenerationConfig
+from specdec_cli.events import Round, Token
+from specdec_cli.errors import BadInput
+from specdec_cli.estimates import Acceptance, BatchCost, WeightedMean, clamp
+from specdec_cli.policy import (
+    DEFAULT_P_MIN,
+    FIRST_BACKOFF,
+    PROBE_BUDGET,
+    PRIOR_DRAFT_WEIGHT,
+    REFRESH_MARGIN,
+    REFRESH_ROUNDS,
+    STALE_ROUNDS,
+    AdaptivePolicy,
+    FixedPolicy,
+    best_draft_length,
+    draft_policy,
+    draft_step_seconds,
+    expected_tokens,
+)
+from specdec_cli.sampling import GREEDY, SamplingParams, probabilities, sample
+
+from fakes import MarkovModel, random_markov
+from stat_checks import PLAIN, PROCESSED
+from transitions import transition_test
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+policy_replay = importlib.import_module("policy_replay")
+
+MS = 1e-3
+
+
+def linear(t1: float, slope: float, n_max: int = 17) -> list[float]:
+    """T_batch(n) = t1 + slope * (n - 1), in seconds, for n = 1..n_max."""
+    return [(t1 + slope * (n - 1)) * MS for n in range(1, n_max + 1)]
+
+
+# -- the maths: E(k) and the best k on hand-worked curves ------------------------------
+
+
+def test_expected_tokens_by_hand():
+    assert expected_tokens([0.8, 0.5], 2) == pytest.approx(1 + 0.8 + 0.4)
+    assert expected_tokens([0.8, 0.5], 0) == 1.0
+    assert expected_tokens([1.0] * 4, 4) == 5.0
+
+
+def test_best_k_docstring_example():
+    # a = 0.8, T_draft = 5 ms, T_batch(n) = 12 + 1.5 (n - 1) ms:
+    # k=0: 1/12 = .0833, k=1: 1.8/18.5 = .0973, k=2: 2.44/25 = .0976, k=3: 2.952/31.5 = .0937.
+    k, rate = best_draft_length([0.8] * 8, 5 * MS, linear(12, 1.5), 8)
+    assert k == 2
+    assert rate == pytest.approx(2.44 / (25 * MS))
+
+
+def test_best_k_stops_before_a_step_in_the_verify_curve():
+    # GPU-like: a batch costs 10 ms up to 8 tokens, then 20 ms. a = 0.9, T_draft = 1 ms.
+    # k=6: E = (1 - .9^7)/.1 = 5.217, C = 16 -> .326;  k=7: 5.695 / 17 = .335;
+    # k=8: 6.126 / (8 + 20) = .219. So k = 7: the largest draft that still fits the cheap batch.
+    curve = [10 * MS if n <= 8 else 20 * MS for n in range(1, 18)]
+    k, rate = best_draft_length([0.9] * 16, 1 * MS, curve, 16)
+    assert k == 7
+    assert rate == pytest.approx((1 - 0.9**8) / 0.1 / (17 * MS))
+
+
+def test_best_k_with_acceptance_falling_along_the_draft():
+    # a = [.95, .9, .5, .5, ...], T_draft = 1 ms, T_batch(n) = 10 + 0.5 (n - 1) ms:
+    # k=1: 1.95/11.5 = .1696; k=2: 2.805/13 = .2158; k=3: 3.2325/14.5 = .2229; k=4: 3.44625/16 = .2154.
+    k, rate = best_draft_length([0.95, 0.9] + [0.5] * 14, 1 * MS, linear(10, 0.5), 16)
+    assert k == 3
+    assert rate == pytest.approx(3.2325 / (14.5 * MS))
+
+
+def test_best_k_is_zero_when_drafting_cannot_pay():
+    # The built-in pair's costs on this CPU (draft 6 ms, target 13.8 ms + 1.1 ms/token) with a = 0.3:
+    # k=1: 1.3 / (6 + 14.9) = .0622 < 1 / 13.8 = .0725; longer drafts only add cost.
+    k, rate = best_draft_length([0.3] * 8, 6 * MS, linear(13.8, 1.1), 8)
+    assert (k, rate) == (0, pytest.approx(1 / (13.8 * MS)))
+    # ... but asked for a probe (min_k = 1), the best k >= 1 is k = 1.
+    assert best_draft_length([0.3] * 8, 6 * MS, linear(13.8, 1.1), 8, min_k=1)[0] == 1
+
+
+def test_best_k_grows_to_the_cap_when_everything_is_accepted_and_ties_go_short():
+    # a = 1: rate(k) = (k + 1) / (5k + 12 + 1.5k) rises with k, so the cap wins.
+    assert best_draft_length([1.0] * 16, 5 * MS, linear(12, 1.5), 16)[0] == 16
+    assert best_draft_length([1.0] * 16, 5 * MS, linear(12, 1.5), 5)[0] == 5  # the token budget caps it
+    # A batch of n costs n steps and drafting is free: every k gives 1 token per step; the tie goes to k = 0.
+    assert best_draft_length([1.0] * 4, 0.0, [n * MS for n in range(1, 6)], 4)[0] == 0
+
+
+# -- what the policy measures -----------------------------------------------------------
+
+
+def test_acceptance_docstring_example_and_pooling():
+    a = Acceptance(positions=4, prior=0.7, prior_weight=2.0, decay=0.9, position_failures=2.0)
+    assert a.rates() == pytest.approx([0.7] * 4)  # nothing measured: the prior everywhere
+    a.add(k=4, accepted=3)
+    pooled = (3 + 1.4) / (4 + 2)  # 0.733: 2 pseudo-failures are 2 / (1 - pooled) = 7.5 pseudo-trials
+    assert a.rates() == pytest.approx([1 - 2 / 8.5] * 3 + [1 - 3 / 8.5])  # 0.765, 0.647
+    assert 2 / (1 - pooled) == pytest.approx(7.5)
+    a.add(k=0, accepted=0)  # a plain step teaches nothing
+    assert a.rates()[0] == pytest.approx(1 - 2 / 8.5)
+    a.add(k=2, accepted=2)  # positions 3 and 4 not allowed this round: only faded
+    assert a.hits.tolist() == pytest.approx([1.9, 1.9, 0.9, 0.0])
+    assert a.trials.tolist() == pytest.approx([1.9, 1.9, 0.9, 0.9])
+    # A draft that stopped (p-min) before position 2 of 4 gave nothing there: a failure at 2.
+    a.add(k=4, accepted=1)
+    assert a.hits.tolist() == pytest.approx([2.71, 1.71, 0.81, 0.0])
+    assert a.trials.tolist() == pytest.approx([2.71, 2.71, 0.81, 0.81])
+
+
+def test_one_rejection_moves_a_position_by_its_share_of_the_failures():
+    """Issue 13's dip: shrinkage counted in failures. Mostly accepted drafts (pooled 0.96): a
+    position tried once and rejected stays within 0.03 of the others (0.64 with 2 pseudo-trials). Often rejected drafts (pooled about 0.5):
+    the same evidence still moves a position a lot, and a position that keeps failing (a draft
+    that tires at position 3) is seen as such."""
+    high = Acceptance(positions=8, prior=0.8)
+    for _ in range(6):
+        high.add(k=6, accepted=6)
+    high.add(k=8, accepted=6)  # position 7 tried once: rejected
+    pooled = (high.hits.sum() + 2 * 0.8) / (high.trials.sum() + 2)
+    a = high.rates()
+    assert pooled == pytest.approx(0.959, abs=1e-3) and a[7] == pytest.approx(pooled)  # position 8: never tried
+    assert a[:6] == pytest.approx([a[0]] * 6) and a[0] > pooled
+    assert a[6] > 0.93 and 0.0 < a[0] - a[6] < 0.03  # 2 pseudo-trials gave 2 x 0.959 / 3 = 0.64
+    low = Acceptance(positions=8, prior=0.5)
+    for _ in range(8):
+        low.add(k=4, accepted=2)  # positions 1, 2 always accepted, 3 always rejected
+    a = low.rates()
+    assert a[2] < 0.35 and a[0] > 0.8  # pooled 2/3: a tiring draft shows
+
+
+def test_batch_cost_line_through_the_measurements():
+    cost = BatchCost()
+    assert cost.curve(17) == []  # no yardstick yet
+    # T(1) = 20 ms; the prior line is then 20 * (1 + 0.05 (n - 1)) = 20 + 1 (n - 1) ms.
+    cost.add(1, 20 * MS)
+    assert cost.curve(5) == pytest.approx(linear(20, 1.0, 5))
+    # Measurements on that same line leave it there, and sizes never seen follow it.
+    for _ in range(5):
+        cost.add(5, 24 * MS)
+        cost.add(9, 28 * MS)
+    assert cost.curve(17) == pytest.approx(linear(20, 1.0, 17))
+
+
+def test_batch_cost_measurements_outweigh_the_prior():
+    cost = BatchCost()
+    cost.add(1, 10 * MS)
+    for _ in range(40):  # a steeper truth: 2 ms per token from 3 to 9 tokens
+        for n in (3, 5, 9):
+            cost.add(n, (10 + 2 * (n - 1)) * MS)
+    slope = cost.curve(17)[16] - cost.curve(17)[15]
+    assert 1.8 * MS < slope <= 2.0 * MS
+    assert cost.curve(17)[4] == pytest.approx(18 * MS, rel=0.03)
+
+
+def test_estimates_docstring_example_weighted_mean():
+    mean = WeightedMean()
+    mean.add(10.0)
+    mean.add(20.0)
+    assert mean.value == pytest.approx((0.9 * 10 + 20) / 1.9) and round(mean.value, 2) == 15.26
+
+
+def test_a_stall_counts_at_most_twice_the_estimate():
+    assert clamp(0.240, 0.020) == pytest.approx(0.040)
+    assert clamp(0.015, 0.020) == 0.015  # faster passes as it is
+    assert clamp(0.5, None) == 0.5
+    cost = BatchCost()
+    cost.add(1, 10 * MS)
+    cost.add(1, 1000 * MS)  # one stall: counted as 20 ms
+    assert cost.curve(1)[0] == pytest.approx((10 * 0.9 + 20) / 1.9 * MS)
+
+
+def round_event(k: int, drafted: int, accepted: int, source: str = "model", draft_s: float = 0.0, catch_up_s: float = 0.0, seconds: float = 0.0) -> Round:
+    return Round(drafted, accepted, draft_s, draft_s, 0.0, seconds, source=source, draft_catch_up_seconds=catch_up_s, k=k)
+
+
+def test_catch_up_beyond_one_step_counts_once_per_round():
+    policy = frozen(draft_ms=5, t1_ms=12, slope_ms=1.5)
+    policy.learn_costs = True  # learn the draft side; the target curve stays as given
+    for _ in range(30):  # k = 4 rounds: a 10 ms catch-up (two tokens) and three 5 ms steps
+        policy.observe(round_event(4, 4, 4, draft_s=25 * MS, catch_up_s=10 * MS))
+    rec = policy.record("model")
+    assert rec.draft_step.value == pytest.approx(5 * MS) and rec.catch_up.value == pytest.approx(10 * MS)
+    k, rate = policy.plan("model", 16, policy.curve())
+    a = rec.acceptance.rates()
+    assert rate == pytest.approx(expected_tokens(a, k) / ((5 + 5 * k + 12 + 1.5 * k) * MS))
+
+
+def test_draft_step_excludes_the_catch_up():
+    # 4 drafts, all proposed: catch-up (3 ms) then 3 single-token decodes (18 ms) -> 6 ms a step.
+    assert draft_step_seconds(round_event(4, 4, 2, draft_s=21 * MS, catch_up_s=3 * MS)) == pytest.approx(6 * MS)
+    # Stopped early (p-min) after 2 of 4: both proposed tokens were decoded.
+    assert draft_step_seconds(round_event(4, 2, 2, draft_s=15 * MS, catch_up_s=3 * MS)) == pytest.approx(6 * MS)
+    # k = 1: only the catch-up ran (perhaps a long backlog): nothing to learn.
+    assert draft_step_seconds(round_event(1, 1, 1, draft_s=40 * MS, catch_up_s=40 * MS)) is None
+    # Lookup: no model, the whole propose call per token.
+    assert draft_step_seconds(round_event(5, 5, 0, source="lookup", draft_s=0.5 * MS)) == pytest.approx(0.1 * MS)
+
+
+def frozen(draft_ms: float, t1_ms: float, slope_ms: float, p_min: float = 0.0, max_k: int = 16) -> AdaptivePolicy:
+    """An auto policy with a hand-given cost curve that it does not update."""
+    costs = CostCurve(draft_step=draft_ms * MS, target_batch=tuple(linear(t1_ms, slope_ms, max_k + 1)))
+    return AdaptivePolicy(p_min=p_min, max_k=max_k, costs=costs, learn_costs=False)
+
+
+def drafting_round(k: int, t1_ms: float, draft_ms: float, slope_ms: float) -> Round:
+    """A fully accepted round of k drafts: k draft steps (the first a catch-up) and a batch of
+    k + 1 tokens costing t1 + slope * k."""
+    return round_event(k, k, k, draft_s=k * draft_ms * MS, catch_up_s=draft_ms * MS, seconds=(k * draft_ms + t1_ms + slope_ms * k) * MS)
+
+
+def run_rounds(policy: AdaptivePolicy, rounds: int, t1_ms: float, draft_ms: float, slope_ms: float) -> list[int]:
+    """Let `policy` choose `rounds` rounds on the curve T(n) = t1 + slope (n - 1) ms, every draft
+    accepted (`drafting_round`; a plain step costs t1); the k it chose each round."""
+    ks = []
+    for _ in range(rounds):
+        name, k = policy.choose(["model"], budget=1000)
+        ks.append(k)
+        policy.observe(drafting_round(k, t1_ms, draft_ms, slope_ms) if k else round_event(0, 0, 0, source="", seconds=t1_ms * MS))
+    return ks
+
+
+def test_auto_drafts_on_priors_in_rounds_1_and_2_then_estimates_its_yardstick():
+    policy = AdaptivePolicy()
+    # Round 1: no timing at all, the priors in units of T(1): a = 0.8, T_draft = 0.2, T(n) = 1 + 0.05 (n - 1):
+    # k=2: 2.44 / 1.5 = 1.627, k=3: 2.952 / 1.75 = 1.687, k=4: 3.362 / 2 = 1.681 -> k = 3.
+    assert policy.choose(["model"], budget=100) == ("model", 3)
+    assert policy.choose([], budget=100) == (None, 0) and policy.choose(["model"], budget=0) == (None, 0)
+    policy.observe(round_event(3, 3, 3, draft_s=60 * MS, catch_up_s=20 * MS, seconds=200 * MS))  # slow, after the prefill
+    rec = policy.record("model")
+    assert policy.curve() == [] and rec.draft_step.value is None  # round 1 teaches no costs ...
+    assert rec.acceptance.trials.sum() == 3  # ... but what was accepted counts
+    # Round 2: the priors again, with 3 of 3 accepted (a about 0.92): a longer draft, no plain step.
+    name, k = policy.choose(["model"], budget=100)
+    assert name == "model" and k > 3
+    policy.observe(drafting_round(k, 12, 2, 1.5))
+    # One size seen: T(1) is the prior's guess T(k + 1) / (1 + 0.05 k); round 3 drafts on it.
+    assert policy.curve()[0] == pytest.approx((12 + 1.5 * k) / (1 + 0.05 * k) * MS)
+    assert policy.choose(["model"], budget=100)[1] > 0
+
+
+def test_a_cheap_flat_curve_drafts_on_without_a_plain_step():
+    """A GPU-like pair: T(n) = 10 + 0.15 (n - 1) ms, draft step 0.5 ms, everything accepted.
+    From two sizes T(1) is the line at n = 1, exactly 10 ms here; drafting promises far more
+    than REFRESH_MARGIN x target-only, so no plain step before STALE_ROUNDS (before this change:
+    one in round 2, whose 10 ms make one token where k = 16 makes 17 in 20.4 ms)."""
+    policy = AdaptivePolicy()
+    ks = run_rounds(policy, STALE_ROUNDS + 1, 10, 0.5, 0.15)
+    assert [i for i, k in enumerate(ks) if k == 0] == [STALE_ROUNDS]  # loop step i is round i + 1
+    assert ks[3:STALE_ROUNDS] == [16] * (STALE_ROUNDS - 3)
+    assert len(set(ks[1:3])) == 2  # rounds 2 and 3: two sizes, so the estimate below is a line's
+    assert policy.curve()[0] == pytest.approx(10 * MS)  # measured in round STALE_ROUNDS + 1
+
+
+def test_a_steep_curve_measures_its_yardstick_by_round_4_and_falls_back():
+    """A CPU target whose batch costs a whole step per token: T(n) = 10 n ms, draft step 2 ms,
+    everything accepted. Drafting cannot pay (k drafts: (k + 1) tokens for 12 k + 10 ms, against
+    10 ms a token). Round 2 drafts on the priors, round 3 on the prior's guess of T(1) from one
+    size; then two sizes give T(1) = 10 ms, the advantage is under REFRESH_MARGIN, and round 4
+    is a plain step, after which target-only steps win."""
+    policy = AdaptivePolicy()
+    ks = run_rounds(policy, 12, 10, 2, 10)
+    assert min(ks[:3]) > 0 and ks[3] == 0
+    assert ks[4:] == [0] * 8
+    assert policy.curve()[0] == pytest.approx(10 * MS)
+
+
+def test_the_end_of_the_budget_does_not_call_for_a_plain_step():
+    """Two sizes seen on a cheap flat curve (T(n) = 10 + 0.15 (n - 1) ms, draft 0.5 ms), T(1) not
+    measured. With one token of budget left (k <= 1) drafting promises about 1.97 / 10.65 x 10 = 1.85x
+    target-only, under REFRESH_MARGIN, but the rounds to come (k = 16) promise far more, and
+    those are what a stale T_batch(1) could misjudge: no plain step (before: one, 10 ms for a token)."""
+    policy = AdaptivePolicy()
+    run_rounds(policy, 3, 10, 0.5, 0.15)
+    assert policy.batch.sizes() == 2 and not policy.batch.measured
+    assert policy.choose(["model"], budget=1) == ("model", 1)
+
+
+def test_one_size_only_measures_the_yardstick_in_round_4():
+    policy = AdaptivePolicy()
+    for _ in range(3):  # rounds 1-3, all of k = 7 (round 1 is not timed)
+        policy.observe(drafting_round(7, 12, 2, 1.5))
+    assert policy.batch.sizes() == 1 and not policy.batch.measured
+    assert policy.choose(["model"], budget=100) == (None, 0)
+
+
+def test_batch_cost_estimates_its_step_before_measuring_it():
+    # estimate_step's docstring examples, through BatchCost: a GPU's flat curve, a step per token, one size.
+    for seen, expected in (({8: 110, 17: 124}, 110 - 7 * 14 / 9), ({8: 80, 17: 170}, 10), ({8: 110}, 110 / 1.35)):
+        batch = BatchCost()
+        for n, ms in seen.items():
+            batch.add(n, ms * MS)
+        assert not batch.measured and batch.curve(17)[0] == pytest.approx(expected * MS)
+    # A convex curve puts the line low at n = 1 (40 ms, within [110 / 8, 110]); the first plain
+    # step is not held to that estimate (a 2x clamp would have cut 100 ms to 80).
+    batch = BatchCost()
+    batch.add(8, 110 * MS)
+    batch.add(17, 200 * MS)
+    assert batch.curve(17)[0] == pytest.approx(40 * MS)
+    batch.add(1, 100 * MS)
+    assert batch.measured and batch.curve(17)[0] == pytest.approx(100 * MS)
+
+
+def test_a_thin_margin_refreshes_the_yardstick_every_refresh_rounds():
+    # T(1) = 12 ms, draft 5 ms a step, T(n) = 12 + 1.5 (n - 1) ms, all accepted: at k = 16 drafting
+    # promises 17 / (80 + 36) x 12 = 1.76 x target-only, under REFRESH_MARGIN (2).
+    policy = AdaptivePolicy()
+    policy.observe(round_event(0, 0, 0, source="", seconds=15 * MS))  # round 1 (here a plain step): not counted
+    policy.observe(round_event(0, 0, 0, source="", seconds=12 * MS))  # round 2: T(1)
+    ks = run_rounds(policy, 2 * REFRESH_ROUNDS + 2, 12, 5, 1.5)
+    plain = [i for i, k in enumerate(ks) if k == 0]
+    # T(1) was measured in round 2; loop step i is round i + 3: plain when REFRESH_ROUNDS rounds have passed since.
+    assert plain == [REFRESH_ROUNDS, 2 * REFRESH_ROUNDS + 1]
+    assert REFRESH_MARGIN == 2.0 and 1.5 < 17 / (80 + 36) * 12 < REFRESH_MARGIN
+
+
+def test_a_wide_margin_refreshes_the_yardstick_only_every_stale_rounds():
+    # T(1) = 100 ms, draft 5 ms a step, T(n) = 100 + 5 (n - 1) ms, all accepted: drafting promises
+    # 17 / (80 + 180) x 100 = 6.5 x target-only at k = 16. A plain step (6.5 tokens' worth of time
+    # for one) waits until T(1) is STALE_ROUNDS rounds old; before this change it came every 16.
+    policy = AdaptivePolicy()
+    policy.observe(round_event(0, 0, 0, source="", seconds=120 * MS))
+    policy.observe(round_event(0, 0, 0, source="", seconds=100 * MS))
+    ks = run_rounds(policy, STALE_ROUNDS + 1, 100, 5, 5)
+    assert [i for i, k in enumerate(ks) if k == 0] == [STALE_ROUNDS]  # loop step i is round i + 3
+    assert min(ks[REFRESH_ROUNDS:STALE_ROUNDS]) == 16
+
+
+def test_the_draft_cost_prior_gives_way_to_the_first_measurement():
+    # T(1) = 100 ms: the prior draft step is 0.2 x 100 = 20 ms, worth PRIOR_DRAFT_WEIGHT (1/4) of a
+    # round. One round measures 10 ms a step: (0.25 x 0.9 x 20 + 10) / (0.25 x 0.9 + 1) = 11.84 ms
+    # (a prior worth a whole round, as before, kept it at (0.9 x 20 + 10) / 1.9 = 14.7 ms).
+    policy = AdaptivePolicy()
+    policy.observe(round_event(0, 0, 0, source="", seconds=100 * MS))
+    policy.observe(round_event(0, 0, 0, source="", seconds=100 * MS))
+    assert policy.choose(["model"], budget=1000)[1] > 0
+    assert policy.record("model").draft_step.value == pytest.approx(20 * MS)
+    policy.observe(round_event(4, 4, 4, draft_s=40 * MS, catch_up_s=10 * MS, seconds=200 * MS))  # 3 steps of 10 ms after the catch-up
+    assert PRIOR_DRAFT_WEIGHT == 0.25
+    assert policy.record("model").draft_step.value == pytest.approx((0.225 * 20 + 10) / 1.225 * MS)
+
+
+def test_auto_lengthens_the_draft_while_everything_is_accepted():
+    policy = frozen(draft_ms=5, t1_ms=12, slope_ms=1.5)
+    ks = []
+    for _ in range(40):
+        name, k = policy.choose(["model"], budget=1000)
+        ks.append(k)
+        policy.observe(round_event(k, k, k))
+    # At the prior a = 0.8 this is the docstring example: k = 2.
+    assert ks[0] == 2 and ks == sorted(ks) and ks[-1] == 16
+
+
+# The built-in pair's agreement on the "story" prompt (T = 0, chat template, first 128 tokens;
+# benchmarks/policy_replay.py record): "1" where the Q4_1 draft's greedy token is the F32 target's.
+STORY = "11111111111111111111110111111111011111111111111111111111111110111111111111111111111111110111111111111011111101111111111110111111"
+# The costs measured with the target deepened by N = 100 blocks (docs/benchmarks.md, sweep of
+# 2026-11-30): draft step 10.2 ms, T(1) 92.4 ms, T(9), T(13), T(17) 205.7, 250.7, 296.4 ms; c = 0.11.
+DEEP100 = policy_replay.Costs(0.01022, {1: 0.0924, 9: 0.2057, 13: 0.2507, 17: 0.2964})
+
+
+def test_replay_charges_what_the_docstring_says():
+    # k = 12 after a rejection, first 5 drafts agree: catch-up of one token 10 ms (here: the first
+    # round, the draft has seen nothing of the output), 11 more steps, T(13) = 251 ms; 6 tokens.
+    costs = policy_replay.Costs(0.010, {1: 0.092, 13: 0.251})
+    out = policy_replay.replay([True] * 5 + [False] + [True] * 20, FixedPolicy(12), costs, max_tokens=26)
+    first = out.rounds[0]
+    assert (first.k, first.accepted) == (12, 5) and first.seconds == pytest.approx(0.010 + 11 * 0.010 + 0.251)
+    assert out.rounds[1].draft_catch_up_seconds == pytest.approx(0.010)  # the correction: one token
+    assert out.rounds[2].draft_catch_up_seconds == pytest.approx(0.011)  # after 12 of 12: the last draft and the bonus
+    assert out.tokens == 26
+    assert costs.batch(5) == pytest.approx(0.092 + (0.251 - 0.092) / 12 * 4)
+
+
+def test_replay_random_texts_follow_the_prompt_rate():
+    # 1 miss in 4 -> each of 4,000 positions agrees with probability 0.75: the share lies within
+    # 4 standard deviations (4 x sqrt(.75 x .25 / 4000) = 0.027) unless the draws are wrong.
+    texts = policy_replay.random_texts({"p": [True, True, True, False]}, count=2, max_tokens=2000)
+    share = sum(sum(t) for t in texts["p"].values()) / 4000
+    assert abs(share - 0.75) < 0.027 and texts["p"][0] != texts["p"][1]
+    assert texts == policy_replay.random_texts({"p": [True, True, True, False]}, count=2, max_tokens=2000)  # seeded
+    assert all(all(t) for t in policy_replay.random_texts({"p": [False]}, 3, 50, agreement=1.0)["p"].values())
+
+
+def test_replay_linear_costs_and_oracle_costs():
+    # Costs.linear's docstring example: "0.015,0.15" -> T(1) = 100 ms, T(9) = 112 ms, draft step 15 ms.
+    costs = policy_replay.Costs.linear("0.015,0.15")
+    assert (costs.batch(1), costs.batch(9), costs.draft_step) == pytest.approx((0.100, 0.112, 0.015))
+    assert costs.label == "s=0.015 c=0.15"
+    # Learning auto drafts k = 3 on the priors in round 1; told the costs, it plans from round 1
+    # on the curve, and on a text where every draft agrees never steps plainly.
+    traces = {"all": [True] * 64}
+    learning, told = (policy_replay.compare(traces, [costs], 64, oracle_costs=o)[0]["auto_ks"] for o in (False, True))
+    assert learning[0] == 3 and told[0] > 3 and 0 not in told
+    with pytest.raises(SystemExit):  # compare needs --costs or --curve
+        policy_replay.main(["compare"])
+
+
+def test_cheap_drafts_stay_long_after_a_rejection():
+    """Issue 13, pinned on one recorded text: with a cheap draft (c = 0.11) k stays long after a
+    rejection. Replayed on the story text with the measured costs (a simulated clock, so the
+    figures are exact). The policy of 896be39 met the first rejection (token 22) at draft
+    position 7 and then kept k at 6-7 (2.22x target-only, 0.88 of k = 12's 2.52x): a position
+    that failed once held k below it. Since acceptance is shrunk by pseudo-failures (see
+    test_k_is_not_held_below_a_position_that_failed_once) k stays at 9-13 (2.29x: with the
+    yardstick estimated, rounds start elsewhere than with a plain step in round 2 (2.55x) and
+    meet the text's 7 misses in 6 of 16 rounds, not 5 of 14; one text's figure is a matter of
+    where its misses fall, so `auto`'s speed is held on average below)."""
+    agrees = [c == "1" for c in STORY]
+    auto = policy_replay.replay(agrees, AdaptivePolicy(), DEEP100, 128)
+    assert auto.tokens == 128
+    first_rejection = next(i for i, k in enumerate(auto.ks) if k >= 16)  # the first long round meets the miss at 22
+    assert statistics.median(auto.ks[first_rejection + 1 : -2]) >= 8
+
+
+def test_auto_keeps_up_with_the_best_fixed_k_on_average():
+    """Issue 13's goal, "auto within 5% of the best fixed k", on average over 256 random texts of
+    128 tokens at the story text's agreement (each position a miss independently, seed 0: the
+    same texts every run), with the N = 100 costs, on the simulated clock: auto's mean tokens/s
+    over the mean of the fixed k (0..16) that is best on average (k = 12). It is 0.972 here,
+    0.961 with the policy before the yardstick was estimated. Texts differ a lot (standard
+    deviation of the ratio 0.10), so the mean of 256 has a standard error of about 0.006."""
+    texts = policy_replay.random_texts({"story": [c == "1" for c in STORY]}, 256, 128)["story"]
+    rows = policy_replay.compare({str(i): t for i, t in texts.items()}, [DEEP100], 128)
+    fixed = {k: statistics.mean(r["fixed"][k] for r in rows) for k in rows[0]["fixed"]}
+    best = max(max(fixed.values()), rows[0]["target_only"])
+    assert statistics.mean(r["auto"] for r in rows) >= 0.95 * best
+
+
+def test_k_is_not_held_below_a_position_that_failed_once():
+    """The dip, pinned: cheap drafts (the costs of issue 13's N = 100 target, c = 0.11), rounds of
+    3 and 7 accepted in full, then a round of 16 rejected at position j, then every round
+    accepted in full. k must grow each round until the cap. With a_i shrunk by 2 pseudo-trials
+    (the policy before this fix) a_j was about 0.65 and k stayed at j - 1 for 3 to 6 rounds
+    (j = 7: 6, 6, 6, 10; j = 13: twelve six times): rounds that short never try position j,
+    so only the per-round decay could lift it."""
+    costs = CostCurve(draft_step=DEEP100.draft_step, target_batch=tuple(DEEP100.batch(n) for n in range(1, 18)))
+    for j in (4, 7, 10, 13):
+        policy = AdaptivePolicy(costs=costs, learn_costs=False)
+        for k, accepted in ((3, 3), (7, 7), (16, j - 1)):
+            policy.observe(round_event(k, k, accepted))
+        ks = []
+        for _ in range(8):
+            name, k = policy.choose(["model"], budget=1000)
+            ks.append(k)
+            policy.observe(round_event(k, k, k))
+        grown = ks[: ks.index(16) + 1]
+        assert all(b > a for a, b in zip(grown, grown[1:])) and ks[-1] == 16, (j, ks)
+
+
+def test_auto_falls_back_and_probes_with_growing_back_off():
+    policy = frozen(draft_ms=5, t1_ms=12, slope_ms=1.5)
+    decisions = []
+    for _ in range(100):
+        name, k = policy.choose(["model"], budget=1000)
+        decisions.append(k)
+        policy.observe(round_event(k, k, 0) if k else round_event(0, 0, 0, source=""))
+    drafted_at = [i for i, k in enumerate(decisions) if k]
+    # Rejections right away drive a_1 down until drafting cannot pay; once MIN_TRIALS positions
+    # were tried, fallback: a probe after FIRST_BACKOFF plain steps, then after twice as many...
+    gaps = np.diff(drafted_at)
+    fallback = [g - 1 for g in gaps if g > 1]
+    assert fallback[:3] == [FIRST_BACKOFF, 2 * FIRST_BACKOFF, 4 * FIRST_BACKOFF]
+    assert all(decisions[i] >= 1 for i in drafted_at)
+
+
+def test_auto_recovers_after_a_good_probe():
+    policy = frozen(draft_ms=5, t1_ms=12, slope_ms=1.5)
+    for _ in range(10):  # bad text: every draft rejected
+        name, k = policy.choose(["model"], budget=1000)
+        policy.observe(round_event(k, k, 0) if k else round_event(0, 0, 0, source=""))
+    assert policy.choose(["model"], budget=1000)[1] == 0
+    ks = []
+    for _ in range(300):  # the text turns easy: every draft accepted
+        name, k = policy.choose(["model"], budget=1000)
+        ks.append(k)
+        policy.observe(round_event(k, k, k) if k else round_event(0, 0, 0, source=""))
+    # Probes (k = 1, accepted) lift the estimate until drafting pays again; then k climbs. With
+    # the back-off at 8, 16, 32, 64 rounds that takes about 200 rounds here: slow, but sure.
+    assert ks[-1] == 16 and policy.record("model").backoff == FIRST_BACKOFF
+    assert sum(ks[:150]) < 30 and min(ks[-50:]) == 16
+
+
+def test_probes_keep_their_catch_up_within_the_budget():
+    # Drafting never pays here (every draft rejected), and a probe's draft model must first
+    # catch up 0.4 ms per round it sat out (4% of a plain step): the probes' catch-ups stay
+    # within PROBE_BUDGET (5%).
+    policy = AdaptivePolicy()
+    last_model_round, probes, biggest = 0, 0, 0.0
+    for i in range(1, 3001):
+        name, k = policy.choose(["model"], budget=1000)
+        if k:
+            catch_up = 0.4 * MS * (i - last_model_round)
+            last_model_round, probes, biggest = i, probes + 1, max(biggest, catch_up)
+            policy.observe(round_event(k, k, 0, draft_s=catch_up + 5 * MS * (k - 1), catch_up_s=catch_up, seconds=catch_up + 5 * MS * k + 15 * MS))
+        else:
+            policy.observe(round_event(0, 0, 0, source="", seconds=10 * MS))
+    # The first round drafts on the priors, the first probe after the fallback is free, and
+    # later probes wait until the budget allows them.
+    assert probes >= 3
+    assert policy.backlog_seconds <= PROBE_BUDGET * policy.elapsed + 2 * biggest
+
+
+def test_auto_prefers_the_drafter_that_promises_more():
+    policy = frozen(draft_ms=5, t1_ms=12, slope_ms=1.5)
+    for _ in range(10):  # lookup: free to draft but always wrong; the model: always right
+        policy.observe(round_event(4, 4, 0, source="lookup"))
+        policy.observe(round_event(4, 4, 4, source="model"))
+    choices = [policy.choose(["lookup", "model"], budget=1000)[0] for _ in range(FIRST_BACKOFF + 1)]
+    assert choices == ["model"] * FIRST_BACKOFF + ["lookup"]  # the passed-over lookup is probed
+    for _ in range(10):  # now lookup copies quoted text perfectly and costs nothing
+        policy.observe(round_event(8, 8, 8, source="lookup"))
+    assert policy.choose(["lookup", "model"], budget=1000)[0] == "lookup"
+
+
+def test_fixed_policy_and_parsing():
+    assert FixedPolicy(8).choose(["lookup", "model"], budget=100) == ("lookup", 8)
+    assert FixedPolicy(8).choose(["model"], budget=3) == ("model", 3)
+    assert FixedPolicy(8).choose([], budget=100) == (None, 0)
+    assert FixedPolicy(8).choose(["model"], budget=0) == (None, 0)
+    assert draft_policy("auto").p_min == DEFAULT_P_MIN == 0.0
+    assert draft_policy("auto", p_min=0.3).p_min == 0.3
+    assert draft_policy(4).p_min == 0.0 and draft_policy(4, p_min=0.3).p_min == 0.3
+    with pytest.raises(BadInput):
+        draft_policy("fast")
+
+
+# -- the p-min early stop ---------------------------------------------------------------
+
+
+def test_p_min_stops_before_an_unsure_token():
+    # Row 0 is sure of token 1 (p = .97); row 1 is torn between tokens 2 and 3.
+    table = np.log(np.array([[0.01, 0.97, 0.01, 0.01], [0.01, 0.01, 0.49, 0.49], [0.97, 0.01, 0.01, 0.01], [0.97, 0.01, 0.01, 0.01]]))
+    rng = np.random.default_rng(0)
+    drafter = ModelDrafter(MarkovModel(table))
+    assert top_probability(table[1].astype(np.float32)) == pytest.approx(0.49, abs=1e-6)
+    assert drafter.propose([0], 4, GREEDY, rng, p_min=0.5).tokens == [1]
+    assert len(drafter.propose([0], 4, GREEDY, rng, p_min=0.0).tokens) == 4
+    proposal = drafter.propose([0], 4, PLAIN, rng, p_min=0.5)
+    assert len(proposal.tokens) == len(proposal.q_rows) == 1  # stopped at row 1: max q = .49 < .5
+    assert drafter.propose([1], 4, PLAIN, rng, p_min=0.5).tokens == []  # unsure at once: nothing
+
+
+# -- exactness on toy models ------------------------------------------------------------
+
+N_TOKENS = 30_000
+ALPHA = 1e-3  # false-failure rate of each statistical test (the seeds are fixed)
+
+
+def toy_pair(seed: int, n_vocab: int = 5, noise: float = 0.8) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    target = random_markov(n_vocab, rng, scale=1.5)
+    return target, target + (rng.standard_normal(target.shape) * noise).astype(np.float32)
+
+
+def run_engine(target: np.ndarray, drafter, policy, params: SamplingParams, seed: int, n: int = N_TOKENS) -> list:
+    engine = Engine(MarkovModel(target, n_ctx=n + 10), drafter)
+    return list(engine.generate([0], GenerationConfig(max_tokens=n, sampling=params, seed=seed), policy=policy))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("params, p_min", [(PLAIN, 0.4), (PROCESSED, 0.6)], ids=["t1", "processed"])
+def test_auto_with_p_min_is_exact(params, p_min):
+    """N = 30,000 tokens, chi-square over (previous token, round position) strata; false failure 1e-3."""
+    target, draft = toy_pair(seed=11)
+    policy = frozen(draft_ms=2, t1_ms=10, slope_ms=0.5, p_min=p_min)
+    events = run_engine(target, ModelDrafter(MarkovModel(draft, n_ctx=N_TOKENS + 10)), policy, params, seed=5)
+    rounds = [e for e in events if isinstance(e, Round)]
+    # The test only means something if the policy really varied k and p-min really cut drafts.
+    assert len({r.k for r in rounds}) >= 3
+    assert sum(0 < r.drafted < r.k for r in rounds) > 100 and sum(r.drafted == 0 for r in rounds) > 100
+    result = transition_test(events, [0], target, params)
+    assert result.tokens == N_TOKENS and result.strata >= 10
+    assert result.p_value > ALPHA, result
+
+
+class PostHocPMin(ModelDrafter):
+    """Wrong on purpose: draws x ~ q and only then drops it (ending the draft) if q(x) < 0.3."""
+
+    def propose(self, context, k, params, rng, p_min=0.0):
+        out = Proposal(q_rows=[])
+        last = context[-1]
+        for _ in range(k):
+            q = probabilities(self.model.table[last], params)
+            x = sample(q, rng)
+            if q[x] < 0.3:
+                break
+            out.tokens.append(x)
+            out.q_rows.append(q)
+            last = x
+        return out
+
+
+def test_the_exactness_test_catches_a_stop_that_peeks_at_the_drawn_token():
+    """Power check: the same statistic, same N, rejects a drafter whose early stop looks at x."""
+    target, draft = toy_pair(seed=11)
+    events = run_engine(target, PostHocPMin(MarkovModel(draft)), FixedPolicy(4), PLAIN, seed=5)
+    assert transition_test(events, [0], target, PLAIN).p_value < 1e-9
+
+
+def test_auto_is_greedy_exact():
+    target, draft = toy_pair(seed=3, n_vocab=12, noise=1.5)
+    expected = [e.id for e in run_engine(target, None, FixedPolicy(0), GREEDY, seed=0, n=500) if isinstance(e, Token)]
+    events = run_engine(target, ModelDrafter(MarkovModel(draft)), AdaptivePolicy(), GREEDY, seed=0, n=500)
+    assert [e.id for e in events if isinstance(e, Token)] == expected
+    assert sum(r.drafted for r in events if isinstance(r, Round)) > 0
