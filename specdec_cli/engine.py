@@ -40,8 +40,8 @@ import numpy as np
 
 from .drafters import CausalModel, Drafter, Proposal, Proposer, catch_up, common_prefix
 from .errors import ContextOverflow
-from .events import DraftPolicy, Event, Finished, Prefill, Rejected, Round, Source, Token
-from .sampling import SamplingParams
+from .events import DraftPolicy, Event, Finished, Logprobs, Prefill, Rejected, Round, Source, Token
+from .sampling import SamplingParams, log_probabilities
 from .speculative import sample_row, verify
 from .text_stream import TextStream
 
@@ -54,6 +54,7 @@ class GenerationConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int = 0
     stop: tuple[str, ...] = ()
+    logprobs: int | None = None  # None: none; n: each token's log p and its n likeliest alternatives (Token.logprobs)
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class Scored:
     token: int  # the target's token after them: a correction, or the bonus when all were kept
     draft_seconds: float
     verify_seconds: float
+    logprobs: tuple[Logprobs, ...] = ()  # of the drafts kept and the target's token, when asked for
 
 
 class Emission(NamedTuple):
@@ -73,6 +75,7 @@ class Emission(NamedTuple):
     id: int
     source: Source
     position: int
+    logprobs: Logprobs | None = None
 
 
 @dataclass(frozen=True)
@@ -122,11 +125,27 @@ class Engine:
             self.drafter.prefill(head)
         return Prefill(prompt_tokens=len(prompt), seconds=time.perf_counter() - start)
 
-    def target_step(self, context: list[int], params: SamplingParams, rng: np.random.Generator) -> int:
-        """One plain decoding step of the target: the baseline's whole loop body."""
+    def target_step(
+        self, context: list[int], params: SamplingParams, rng: np.random.Generator, logprobs: int | None = None
+    ) -> tuple[int, tuple[Logprobs, ...]]:
+        """One plain decoding step of the target: the baseline's whole loop body (and the token's logprobs if asked)."""
         logits = catch_up(self.target, context)
         row = logits[0, : self.vocab_limit]
-        return sample_row(row, params, rng)
+        token = sample_row(row, params, rng)
+        return token, self.token_logprobs(logits, [token], params, logprobs)
+
+    def token_logprobs(self, rows: np.ndarray, tokens: Sequence[int], params: SamplingParams, n_top: int | None) -> tuple[Logprobs, ...]:
+        """The target's log p of each token under its row's law (sampling.log_probabilities), with the
+        n_top likeliest alternatives; () when not asked for. Row i scored tokens[i]."""
+        if n_top is None:
+            return ()
+        out = []
+        for row, x in zip(rows, tokens):
+            lp = log_probabilities(row[: self.vocab_limit], params)
+            top = np.argpartition(-lp, n_top)[:n_top] if 0 < n_top < len(lp) else np.arange(len(lp) if n_top else 0)
+            top = top[np.argsort(-lp[top], kind="stable")]
+            out.append(Logprobs(float(lp[x]), self.piece(x), tuple((self.piece(int(i)), float(lp[i])) for i in top)))
+        return tuple(out)
 
     def plan(self, context: list[int], budget: int, policy: DraftPolicy) -> tuple[Proposer | None, int]:
         """Who drafts this round and at most how many tokens; (None, 0) is a plain target step."""
@@ -136,7 +155,14 @@ class Engine:
         return (chosen, k) if chosen is not None and k > 0 else (None, 0)
 
     def speculative_round(
-        self, context: list[int], drafter: Proposer, k: int, p_min: float, params: SamplingParams, rng: np.random.Generator
+        self,
+        context: list[int],
+        drafter: Proposer,
+        k: int,
+        p_min: float,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        logprobs: int | None = None,
     ) -> Scored:
         """Draft up to k tokens, score them in one target batch, verify.
 
@@ -152,12 +178,19 @@ class Engine:
             t2 = time.perf_counter()
             verdict = verify(logits[:, : self.vocab_limit], drafts, proposal.q_rows, params, rng)
             accepted = verdict.accepted
+            kept = self.token_logprobs(logits, drafts[:accepted] + [verdict.token], params, logprobs)
         finally:
             self.target.rewind(len(context) + accepted)
-        return Scored(proposal, verdict.accepted, verdict.token, t1 - t0, t2 - t1)
+        return Scored(proposal, verdict.accepted, verdict.token, t1 - t0, t2 - t1, kept)
 
     def decode_round(
-        self, context: list[int], budget: int, policy: DraftPolicy | None, params: SamplingParams, rng: np.random.Generator
+        self,
+        context: list[int],
+        budget: int,
+        policy: DraftPolicy | None,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        logprobs: int | None = None,
     ) -> Decoded:
         """Plan, then draft and verify (or take one plain target step); the round's `seconds`
         cover planning to verification."""
@@ -165,14 +198,15 @@ class Engine:
         drafter, k = self.plan(context, budget, policy) if policy is not None else (None, 0)
         if drafter is None:
             t0 = time.perf_counter()
-            token = self.target_step(context, params, rng)
-            scored = Scored(Proposal(), 0, token, 0.0, time.perf_counter() - t0)
+            token, kept = self.target_step(context, params, rng, logprobs)
+            scored = Scored(Proposal(), 0, token, 0.0, time.perf_counter() - t0, kept)
         else:
-            scored = self.speculative_round(context, drafter, k, policy.p_min, params, rng)
+            scored = self.speculative_round(context, drafter, k, policy.p_min, params, rng, logprobs)
         drafts, accepted = scored.proposal.tokens, scored.accepted
-        emitted = [Emission(d, Source.DRAFT, i + 1) for i, d in enumerate(drafts[:accepted])]
+        lps = scored.logprobs or (None,) * (accepted + 1)
+        emitted = [Emission(d, Source.DRAFT, i + 1, lps[i]) for i, d in enumerate(drafts[:accepted])]
         last = Source.CORRECTION if accepted < len(drafts) else Source.BONUS if drafts else Source.TARGET
-        emitted.append(Emission(scored.token, last, accepted + 1))
+        emitted.append(Emission(scored.token, last, accepted + 1, lps[accepted]))
         rejected = None
         if accepted < len(drafts):
             x = drafts[accepted]
@@ -200,7 +234,7 @@ class Engine:
             if self.is_end(e.id):
                 return "eog"
             context.append(e.id)
-            yield from stream.push(e.id, self.piece(e.id), e.source, e.position)
+            yield from stream.push(e.id, self.piece(e.id), e.source, e.position, e.logprobs)
             if stream.stopped:
                 return "stop"
         return None
@@ -229,7 +263,7 @@ class Engine:
                     reason = "max_tokens" if left <= 0 else "context_full"
                     break
                 # Never draft past the token budget or the context: a round makes up to k + 1 tokens.
-                decoded = self.decode_round(context, min(left, room) - 1, policy, config.sampling, rng)
+                decoded = self.decode_round(context, min(left, room) - 1, policy, config.sampling, rng, config.logprobs)
                 if decoded.rejected is not None:
                     yield decoded.rejected
                 emitting = time.perf_counter()

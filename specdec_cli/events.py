@@ -36,11 +36,22 @@ class Prefill:
 
 
 @dataclass(frozen=True)
+class Logprobs:
+    """The target's log-probability of an emitted token, and of the likeliest alternatives
+    (GenerationConfig.logprobs asks for them; see sampling.log_probabilities for which law)."""
+
+    logprob: float
+    bytes: bytes  # the token's own bytes (its `text` may be "" mid UTF-8 sequence)
+    top: tuple[tuple[bytes, float], ...] = ()  # (bytes, logprob), likeliest first
+
+
+@dataclass(frozen=True)
 class Token:
     id: int
     text: str  # the text this token releases (may be "" mid UTF-8 sequence, or cut by a stop string)
     source: Source
     position: int  # 1..k for draft tokens, k_accepted + 1 for the target's token
+    logprobs: Logprobs | None = None
 
 
 @dataclass(frozen=True)

@@ -63,9 +63,8 @@ def option_list(values) -> str:
     return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
 
 
-def check_load_limits(ctx: int | None, draft_ctx: int | None, threads: int | None, *gpu_layers: tuple[str, int]) -> None:
-    """Values the C types behind them cannot hold (llama.cpp would wrap --ctx 4294967552 to 256).
-    `gpu_layers` are (setting, value) pairs, e.g. ("gpu_layers", -1)."""
+def check_load_limits(ctx: int | None, draft_ctx: int | None, threads: int | None, gpu_layers: int = -1, draft_gpu_layers: int = -1) -> None:
+    """Values the C types behind them cannot hold (llama.cpp would wrap --ctx 4294967552 to 256)."""
     for setting, value, top, unit in (
         ("ctx", ctx, UINT32_MAX, " tokens"),
         ("draft_ctx", draft_ctx, UINT32_MAX, " tokens"),
@@ -75,7 +74,7 @@ def check_load_limits(ctx: int | None, draft_ctx: int | None, threads: int | Non
             raise BadSetting(setting, f"must be at least 1{unit.rstrip('s')}, got {value}")
         if value is not None and value > top:
             raise BadSetting(setting, f"must be at most {top}{unit} (what llama.cpp's C type holds), got {value}")
-    for setting, value in gpu_layers:
+    for setting, value in (("gpu_layers", gpu_layers), ("draft_gpu_layers", draft_gpu_layers)):
         if not -1 <= value <= INT32_MAX:
             raise BadSetting(setting, f"must be -1 (all) or between 0 and {INT32_MAX}, got {value}")
 

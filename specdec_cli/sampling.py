@@ -304,6 +304,18 @@ def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     return distribution(logits, params).dense()
 
 
+def log_probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """log p over the whole row, for reporting logprobs: the processed distribution the token
+    was drawn from (-inf outside its support). At temperature 0 that law is a point mass, so
+    the row's own softmax (T = 1, no filter) is reported instead, as OpenAI reports model
+    probabilities whatever the temperature. Example: logits [0, 0], T = 1 -> [-0.693, -0.693]."""
+    if params.greedy:
+        z = logits.astype(np.float64) - check_finite(logits)
+        return z - np.log(np.exp(z).sum())
+    with np.errstate(divide="ignore"):
+        return np.log(probabilities(logits, params))
+
+
 def _tempered(gap: np.ndarray, temperature: float) -> np.ndarray:
     """exp(-gap / T) in float64 for gaps >= 0 (inf allowed): a gap over 800 T gives exactly 0."""
     return np.exp(-np.minimum(gap, _UNDERFLOW_GAPS * temperature) / temperature)

@@ -74,10 +74,14 @@ class LoadedPair:
     def prompt_tokens(self, prompt: str, *, chat: bool = True, system: str | None = None) -> list[int]:
         """Tokenize with the target's chat template (a user turn), or the text as it is (--raw)."""
         if chat:
-            messages = ([("system", system)] if system else []) + [("user", prompt)]
-            text = self.target.apply_chat_template(messages)
-        else:
-            text = (system + "\n\n" + prompt) if system else prompt
+            return self.chat_tokens(([("system", system)] if system else []) + [("user", prompt)])
+        return self._tokens((system + "\n\n" + prompt) if system else prompt)
+
+    def chat_tokens(self, turns: Sequence[tuple[str, str]]) -> list[int]:
+        """A conversation, (role, text) turns, through the target's chat template, ready for the assistant's turn."""
+        return self._tokens(self.target.apply_chat_template(turns))
+
+    def _tokens(self, text: str) -> list[int]:
         ids = self.target.tokenize(text, add_special=True, parse_special=True)
         if not ids:
             raise BadInput("the prompt is empty after tokenization; give some text")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import codecs
 from typing import Sequence
 
-from .events import Source, Token
+from .events import Logprobs, Source, Token
 
 
 class TextStream:
@@ -31,20 +31,20 @@ class TextStream:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.text = ""  # all text decoded so far
         self.released = 0  # characters of `text` already handed out
-        self._pending: list[tuple[int, Source, int, int]] = []  # (id, source, position, end offset in text)
+        self._pending: list[tuple[int, Source, int, int, Logprobs | None]] = []  # (id, source, position, end offset in text, logprobs)
         self.tokens: list[int] = []  # ids released so far
         self.stopped = False
 
-    def push(self, token: int, piece: bytes, source: Source, position: int) -> list[Token]:
+    def push(self, token: int, piece: bytes, source: Source, position: int, logprobs: Logprobs | None = None) -> list[Token]:
         self.text += self._decoder.decode(piece)
-        self._pending.append((token, source, position, len(self.text)))
+        self._pending.append((token, source, position, len(self.text), logprobs))
         return self._release(final=False)
 
     def flush(self) -> list[Token]:
         self.text += self._decoder.decode(b"", final=True)
         if self._pending:
-            tok, src, pos, _ = self._pending[-1]
-            self._pending[-1] = (tok, src, pos, len(self.text))
+            tok, src, pos, _, lp = self._pending[-1]
+            self._pending[-1] = (tok, src, pos, len(self.text), lp)
         return self._release(final=True)
 
     def _release(self, final: bool) -> list[Token]:
@@ -62,7 +62,7 @@ class TextStream:
         unfinished = not final and not self.stopped and self._decoder.getstate()[0] != b""
         out: list[Token] = []
         while self._pending:
-            tok, src, pos, end = self._pending[0]
+            tok, src, pos, end, lp = self._pending[0]
             if unfinished and len(self._pending) == 1:
                 break
             if end > limit and not self.stopped:
@@ -73,7 +73,7 @@ class TextStream:
             self.released = min(end, limit)
             self._pending.pop(0)
             self.tokens.append(tok)
-            out.append(Token(tok, piece, src, pos))
+            out.append(Token(tok, piece, src, pos, lp))
         if self.stopped:
             self._pending.clear()
             self.text = self.text[:limit]

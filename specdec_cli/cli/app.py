@@ -42,6 +42,7 @@ from .models import models_app
 from ..options import check_draft_tokens, check_seed
 from .options import _err, ColorMode, EXIT_INTERRUPTED
 from .run import run
+from .serve import serve
 from ..errors import BadInput, SpecdecError
 
 
@@ -197,6 +198,7 @@ app.command(short_help="Generate speculatively: text on stdout, stats on stderr.
 app.command(short_help="A/B speculative against target-only decoding; recommend k.")(bench)
 app.command(short_help="Report the llama.cpp build and paths; probe each model.")(doctor)
 app.command(short_help="Test that the target's output distribution is unchanged.")(audit)
+app.command(short_help="Serve the pair over OpenAI's API, with a live page at /.")(serve)
 
 
 @app.callback()

@@ -84,7 +84,7 @@ def audit(
     if not 0 <= greedy_tokens <= MAX_GREEDY_TOKENS:
         raise BadInput(f"--greedy-tokens must be between 0 and {MAX_GREEDY_TOKENS}, got {greedy_tokens}")
     check_p_min(p_min)
-    check_load_limits(ctx, draft_ctx, threads, ("--gpu-layers", gpu_layers), ("--draft-gpu-layers", draft_gpu_layers))
+    check_load_limits(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers)
     seed = secrets.randbits(32) if seed is None else seed
     check_seed(seed, samples)
     text = read_prompt(prompt)

@@ -90,7 +90,7 @@ def bench(
         raise BadInput(f"--repeats must be at least 1, got {repeats}")
     if warmup < 0:
         raise BadInput(f"--warmup must be 0 (none) or more tokens, got {warmup}")
-    check_load_limits(ctx, draft_ctx, threads, ("--gpu-layers", gpu_layers), ("--draft-gpu-layers", draft_gpu_layers))
+    check_load_limits(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers)
     check_seed(seed, repeats)
     # Fail before the models load, not after a long bench.
     for option, path in (("--csv", csv_path), ("--plot", plot)):

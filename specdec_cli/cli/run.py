@@ -22,7 +22,34 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from ..options import check_load_limits, check_p_min, check_sampling_options, check_seed, parse_draft_length, parse_drafter
-from .options import _err, AUTO, ColorMode, CtxOption, DraftCtxOption, DraftGpuLayersOption, DraftOption, EXIT_INTERRUPTED, GpuLayersOption, MinPOption, PairOption, parse_stops, read_prompt, RepackOption, resolve_paths, TargetOption, ThreadsOption, TopKOption, TopPOption
+from .options import (
+    AUTO,
+    EXIT_INTERRUPTED,
+    ColorMode,
+    CtxOption,
+    DraftCtxOption,
+    DrafterOption,
+    DraftGpuLayersOption,
+    DraftOption,
+    DraftTokensOption,
+    GpuLayersOption,
+    LookupMaxTokensOption,
+    LookupNgramMaxOption,
+    LookupNgramMinOption,
+    MinPOption,
+    PairOption,
+    PMinOption,
+    RepackOption,
+    TargetOption,
+    TemperatureOption,
+    ThreadsOption,
+    TopKOption,
+    TopPOption,
+    _err,
+    parse_stops,
+    read_prompt,
+    resolve_paths,
+)
 from ..errors import BadInput
 from ..inputs import argv_text
 
@@ -38,13 +65,13 @@ def run(
     target: TargetOption = None,
     pair_name: PairOption = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens to generate at most.")] = 256,
-    draft_tokens: Annotated[str, typer.Option("--draft-tokens", "-k", help="Draft tokens per round: 'auto' (chosen each round from this run's acceptance and costs) or a fixed k, e.g. 8.")] = AUTO,
-    drafter: Annotated[str, typer.Option(help="Who drafts: model (the draft GGUF), lookup (copies from the prompt and output; no draft model), model+lookup.")] = "model",
-    p_min: Annotated[Optional[float], typer.Option(help="Stop drafting before a token the draft model gives less than this probability (llama.cpp's --draft-p-min). Default 0: off.")] = None,
-    lookup_ngram_min: Annotated[int, typer.Option(help="Lookup: shortest n-gram to match.")] = 1,
-    lookup_ngram_max: Annotated[int, typer.Option(help="Lookup: longest n-gram to match (tried first).")] = 3,
-    lookup_max_tokens: Annotated[int, typer.Option(help="Lookup: longest proposal.")] = 10,
-    temperature: Annotated[float, typer.Option(help="0 is greedy.")] = 0.8,
+    draft_tokens: DraftTokensOption = AUTO,
+    drafter: DrafterOption = "model",
+    p_min: PMinOption = None,
+    lookup_ngram_min: LookupNgramMinOption = 1,
+    lookup_ngram_max: LookupNgramMaxOption = 3,
+    lookup_max_tokens: LookupMaxTokensOption = 10,
+    temperature: TemperatureOption = 0.8,
     top_k: TopKOption = 40,
     top_p: TopPOption = 0.95,
     min_p: MinPOption = 0.05,
@@ -81,7 +108,7 @@ def run(
     lookup = LookupOptions.from_range(lookup_ngram_min, lookup_ngram_max, lookup_max_tokens)
     if json_out and jsonl:
         raise BadInput("--json and --jsonl exclude each other; pick one")
-    check_load_limits(ctx, draft_ctx, threads, ("--gpu-layers", gpu_layers), ("--draft-gpu-layers", draft_gpu_layers))
+    check_load_limits(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers)
     check_seed(seed)
     stops = parse_stops(stop)
     text = read_prompt(prompt)

@@ -38,7 +38,7 @@ def help_text(path: tuple[str, ...], columns: int) -> str:
 
 def test_every_command_is_looked_at():
     names = {" ".join(path) for path, _ in ALL}
-    assert {"", "run", "bench", "audit", "doctor", "simulate", "models", "models pull", "models check", "models list"} <= names
+    assert {"", "run", "bench", "audit", "doctor", "serve", "simulate", "models", "models pull", "models check", "models list"} <= names
 
 
 @pytest.mark.parametrize("columns", [80, 120])
@@ -59,7 +59,7 @@ def test_help_shows_every_option_in_full_within_the_width(path, command, columns
 def test_the_command_list_gives_each_command_one_line(columns):
     text = help_text((), columns)
     listed = text.split("Commands:", 1)[1].strip().splitlines()
-    assert [line.split()[0] for line in listed] == ["run", "bench", "doctor", "audit", "simulate", "models"], text
+    assert [line.split()[0] for line in listed] == ["run", "bench", "doctor", "audit", "serve", "simulate", "models"], text
     assert not any(line.rstrip().endswith("...") for line in listed), text
 
 

@@ -55,6 +55,7 @@ def _health(url: str) -> int:
 @pytest.fixture(scope="module")
 def live_server():
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    env.pop("SPECDEC_API_KEY", None)  # the tests talk without a key
     env.setdefault("SPECDEC_CACHE", str(Path.home() / ".cache" / "specdec"))
     process = subprocess.Popen(SERVE, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace")  # fmt: skip
     lines: list[str] = []

@@ -1,0 +1,189 @@
+"""`specdec serve`: the loaded pair behind OpenAI's API and the page, until Ctrl-C or SIGTERM.
+
+    specdec serve                                        # built-in pair on http://127.0.0.1:8080
+    specdec serve --draft tiny.gguf --target big.gguf --port 9000 --api-key "$KEY"
+    curl -s localhost:8080/v1/chat/completions -d '{"messages":[{"role":"user","content":"Hi"}]}'
+
+It takes `run`'s model, context, sampling and drafting options: the sampling ones are the
+defaults of a request that gives none. Paths are resolved and checked (and the built-in
+target converted) before the port opens; the models then load behind it (/health: 503, then
+200). stderr says `specdec: listening on http://127.0.0.1:8080 (model NAME)` once the port
+is open, then one line per request. Ctrl-C or SIGTERM cancels the generation in flight
+(at most `GRACE_SECONDS` after the last byte is due), and the command exits 0.
+
+Left out: the HTTP side (serve/app.py), the worker (serve/worker.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+from typing import Annotated, Optional
+
+import typer
+
+from ..errors import BadInput, SpecdecError
+from ..options import check_load_limits, check_p_min, check_sampling_options, parse_draft_length, parse_drafter
+from .options import (
+    AUTO,
+    CtxOption,
+    DraftCtxOption,
+    DraftGpuLayersOption,
+    DraftOption,
+    DrafterOption,
+    DraftTokensOption,
+    GpuLayersOption,
+    LookupMaxTokensOption,
+    LookupNgramMaxOption,
+    LookupNgramMinOption,
+    MinPOption,
+    PairOption,
+    PMinOption,
+    RepackOption,
+    TargetOption,
+    TemperatureOption,
+    ThreadsOption,
+    TopKOption,
+    TopPOption,
+    _err,
+)
+
+GRACE_SECONDS = 5  # how long a shutdown waits for streams in flight before cancelling them
+DEFAULT_PORT = 8080
+DEFAULT_QUEUE = 16
+
+
+def serve(
+    draft: DraftOption = None,
+    target: TargetOption = None,
+    pair_name: PairOption = None,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens a request generates at most when it gives no max_tokens (the context's room caps it).")] = 256,
+    draft_tokens: DraftTokensOption = AUTO,
+    drafter: DrafterOption = "model",
+    p_min: PMinOption = None,
+    lookup_ngram_min: LookupNgramMinOption = 1,
+    lookup_ngram_max: LookupNgramMaxOption = 3,
+    lookup_max_tokens: LookupMaxTokensOption = 10,
+    temperature: TemperatureOption = 0.8,
+    top_k: TopKOption = 40,
+    top_p: TopPOption = 0.95,
+    min_p: MinPOption = 0.05,
+    ctx: CtxOption = None,
+    draft_ctx: DraftCtxOption = None,
+    threads: ThreadsOption = None,
+    gpu_layers: GpuLayersOption = -1,
+    draft_gpu_layers: DraftGpuLayersOption = -1,
+    repack: RepackOption = None,
+    host: Annotated[str, typer.Option(help="Address to listen on; 127.0.0.1 keeps the server to this machine.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on; 0 picks a free one (printed).")] = DEFAULT_PORT,
+    api_key: Annotated[Optional[str], typer.Option(envvar="SPECDEC_API_KEY", show_envvar=False, help="Require Authorization: Bearer KEY on /v1 (or set SPECDEC_API_KEY).")] = None,
+    alias: Annotated[Optional[str], typer.Option(help="The model name the server answers to (default: the target file's name).")] = None,
+    queue: Annotated[int, typer.Option(help="Requests that may wait while one generates; more get 503 with Retry-After.")] = DEFAULT_QUEUE,
+) -> None:
+    """Serve the pair over OpenAI's API (chat and completions, streaming) and a live page at /.
+
+    Example: specdec serve --port 8080, then point an OpenAI client at http://127.0.0.1:8080/v1
+    """
+    from ..drafters import LookupOptions
+    from ..sampling import SamplingParams
+    from ..serve.types import Defaults
+    from ..session import LoadOptions
+
+    drafter = parse_drafter(drafter)
+    draft_tokens = parse_draft_length(draft_tokens)
+    check_sampling_options(temperature, top_k, top_p, min_p, max_tokens)
+    check_p_min(p_min)
+    lookup = LookupOptions.from_range(lookup_ngram_min, lookup_ngram_max, lookup_max_tokens)
+    check_load_limits(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers)
+    if not 0 <= port <= 65535:
+        raise BadInput(f"--port must be between 0 and 65535, got {port}")
+    if queue < 0:
+        raise BadInput(f"--queue must be 0 or more, got {queue}")
+    if api_key is not None and not api_key:
+        raise BadInput("--api-key must not be empty (unset SPECDEC_API_KEY for no key)")
+    defaults = Defaults(
+        max_tokens=max_tokens,
+        sampling=SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
+        draft_tokens=draft_tokens,
+        drafter=drafter,
+        p_min=p_min,
+    )
+    options = LoadOptions.from_cli(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers, repack, pair_name)
+    run_server(draft, target, pair_name, options, defaults, lookup, host, port, api_key, alias, queue)
+
+
+def run_server(draft, target, pair_name, options, defaults, lookup, host, port, api_key, alias, queue_size) -> None:
+    import uvicorn
+
+    from ..backend import check_gguf_file
+    from ..serve.app import create_app
+    from ..serve.worker import Worker
+    from ..session import open_pair
+    from .options import resolve_paths
+
+    need_draft = defaults.drafter != "lookup"
+    draft_path, target_path = resolve_paths(
+        draft if need_draft else target, target,
+        on_convert=lambda dst: _err(f"specdec: converting the built-in target to F32 once, into {dst} ..."),
+        pair=pair_name,
+    )  # fmt: skip
+    draft_path = draft_path if need_draft else None
+    for path in (target_path, draft_path):
+        if path is not None:
+            check_gguf_file(path)
+    sock = _listen(host, port)
+    name = alias or target_path.name
+
+    def load(stack: contextlib.ExitStack):
+        return stack.enter_context(open_pair(draft_path, target_path, options))
+
+    worker = Worker(load, queue_size=queue_size, lookup=lookup)
+    app = create_app(worker, defaults, alias=name, api_key=api_key)
+    logging.getLogger("specdec.access").setLevel(logging.INFO)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=GRACE_SECONDS, lifespan="off")
+    server = uvicorn.Server(config)
+    bound_host, bound_port = sock.getsockname()[:2]
+    _err(f"specdec: listening on http://{_url_host(bound_host)}:{bound_port} (model {name}); loading the models ...")
+    worker.start()
+    threading.Thread(target=_report_load, args=(worker, server), daemon=True).start()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        worker.stop()
+        sock.close()
+    if worker.load_error is not None:
+        raise worker.load_error
+
+
+def _report_load(worker, server) -> None:
+    """Say when the models are ready; a load that failed stops the server (its error is the command's)."""
+    worker.ready.wait()
+    if worker.load_error is not None:
+        server.should_exit = True
+    else:
+        _err("specdec: ready")
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket, opened here so that a port in use is one line, not uvicorn's log."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise BadInput(f"--host {host}: {exc.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise SpecdecError(f"cannot listen on {host}:{port}: {(exc.strerror or str(exc)).lower()}; pass another --port (0 picks a free one)") from None
+    sock.set_inheritable(False)
+    return sock
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

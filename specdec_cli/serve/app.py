@@ -1,0 +1,289 @@
+"""`specdec serve`'s HTTP side: OpenAI's endpoints, the page, one error shape, one log line.
+
+    POST /v1/chat/completions   chat turns through the target's template (stream or not)
+    POST /v1/completions        a raw prompt, as `specdec run --raw`
+    GET  /v1/models             the one model, by its alias
+    GET  /health                503 while the models load, then 200 (as llama-server)
+    GET  /                      the page (static/index.html, page.js, page.css)
+
+A request goes: body (size-limited, UTF-8, a JSON object) -> typed model (types.py) ->
+Settings (options.py's checks) -> a Job for the worker (worker.py) -> what it hands back,
+as JSON or server-sent events (wire.py). Handlers never touch a model. Every error leaves
+as OpenAI's `{"error": {"message", "type", "param", "code"}}` from `_error_response`, e.g.
+400 {"error": {"message": "top_p must be in (0, 1], got 1.5", "type":
+"invalid_request_error", "param": "top_p", "code": null}}. stderr gets one line per request:
+
+    specdec: POST /v1/chat/completions 200, 64 tokens, acceptance 0.81, 1234 ms
+
+Left out: loading and generating (worker.py), the command and its options (cli/serve.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import importlib.resources
+import json
+import logging
+import time
+from typing import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..errors import BadInput, SpecdecError
+from ..options import BadSetting
+from .types import ChatRequest, CompletionRequest, Defaults, Settings
+from .wire import Answer, error_body
+from .worker import Done, Failed, Job, QueueFull, ShuttingDown, Started, Worker
+
+log = logging.getLogger("specdec")
+access = logging.getLogger("specdec.access")  # cli/serve.py turns it on (info level)
+
+MAX_BODY_BYTES = 1 << 20  # 1 MiB: far above any prompt a 2048..131072-token context takes as text per request
+RETRY_AFTER_SECONDS = 2
+PAGE_FILES = {"index.html": "text/html; charset=utf-8", "page.js": "text/javascript; charset=utf-8", "page.css": "text/css; charset=utf-8"}
+
+
+class ApiError(Exception):
+    """An answer other than 200, in OpenAI's error shape."""
+
+    def __init__(self, status: int, message: str, type_: str = "invalid_request_error", param: str | None = None, code: str | None = None, headers: dict | None = None) -> None:  # fmt: skip
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code, self.headers = status, message, type_, param, code, headers
+
+
+def _error_response(exc: ApiError) -> JSONResponse:
+    return JSONResponse(error_body(exc.message, exc.type, exc.param, exc.code), status_code=exc.status, headers=exc.headers)
+
+
+def _from_specdec(exc: SpecdecError) -> ApiError:
+    """The one mapping of specdec's errors to HTTP: the client's fault 400, a full queue 503, ours 500."""
+    if isinstance(exc, BadSetting):
+        return ApiError(400, exc.field_message, param=exc.setting)
+    if isinstance(exc, BadInput):
+        return ApiError(400, str(exc))
+    if isinstance(exc, (QueueFull, ShuttingDown)):
+        return ApiError(503, str(exc), "unavailable_error", headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+    return ApiError(500, str(exc), "server_error")
+
+
+class _ClientGone(Exception):
+    pass
+
+
+def create_app(worker: Worker, defaults: Defaults, alias: str, api_key: str | None = None, max_body: int = MAX_BODY_BYTES) -> FastAPI:
+    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None, title="specdec")
+    app.add_middleware(_AccessLog)
+
+    # -- the edges: errors, the log line, auth, the body ------------------------------------
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError):
+        return _error_response(exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        message = f"no route {request.method} {request.url.path}" if exc.status_code in (404, 405) else str(exc.detail)
+        return _error_response(ApiError(exc.status_code, message, code="not_found" if exc.status_code == 404 else None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
+        log.error("internal error on %s %s: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
+        return _error_response(ApiError(500, f"internal error: {type(exc).__name__}", "server_error"))
+
+    def authorize(request: Request) -> None:
+        if api_key is None:
+            return
+        given = request.headers.get("authorization", "")
+        token = given[7:] if given[:7].lower() == "bearer " else ""
+        if not hmac.compare_digest(token.encode("utf-8", "replace"), api_key.encode("utf-8")):
+            raise ApiError(401, "invalid or missing API key: send Authorization: Bearer KEY", code="invalid_api_key")
+
+    async def read_json(request: Request) -> dict:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > max_body:
+            raise ApiError(413, f"the body is {int(declared)} bytes; at most {max_body} are accepted", code="body_too_large")
+        body = bytearray()
+        async for piece in request.stream():
+            body += piece
+            if len(body) > max_body:
+                raise ApiError(413, f"the body is over {max_body} bytes, the most accepted", code="body_too_large")
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ApiError(400, f"the body is not UTF-8 (byte {exc.start} is {body[exc.start]:#04x})") from None
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ApiError(400, f"the body is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
+        if not isinstance(value, dict):
+            raise ApiError(400, f"the body must be a JSON object, not {type(value).__name__}")
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ApiError(400, "the body holds a string that is not valid Unicode (a lone surrogate escape such as \\ud800)") from None
+        return value
+
+    def ready_or_503() -> None:
+        if not worker.ready.is_set():
+            raise ApiError(503, "the models are still loading", "unavailable_error", headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+
+    def parse(model_type, value: dict):
+        try:
+            request = model_type.model_validate(value)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            param = ".".join(str(p) for p in first["loc"]) or None
+            raise ApiError(400, f"{param}: {first['msg']}" if param else first["msg"], param=param) from None
+        if request.model is not None and request.model != alias:
+            raise ApiError(404, f"the model {request.model!r} does not exist; this server answers to {alias!r}", param="model", code="model_not_found")
+        try:
+            return request, Settings.of(request, defaults)
+        except SpecdecError as exc:
+            raise _from_specdec(exc) from None
+
+    # -- the routes -------------------------------------------------------------------------
+
+    @app.get("/health")
+    async def health():
+        if worker.load_error is not None:
+            return _error_response(ApiError(500, str(worker.load_error), "server_error"))
+        if not worker.ready.is_set():
+            return _error_response(ApiError(503, "loading the models", "unavailable_error"))
+        return {"status": "ok", "waiting": worker.waiting}
+
+    @app.get("/v1/models")
+    async def models(request: Request):
+        authorize(request)
+        return {"object": "list", "data": [{"id": alias, "object": "model", "created": int(started_at), "owned_by": "specdec"}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        authorize(request)
+        ready_or_503()
+        body, settings = parse(ChatRequest, await read_json(request))
+        return await answer(request, Job(settings=settings, turns=body.turns()), "chat", settings)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        authorize(request)
+        ready_or_503()
+        body, settings = parse(CompletionRequest, await read_json(request))
+        return await answer(request, Job(settings=settings, prompt=body.text()), "completion", settings)
+
+    @app.get("/")
+    async def page():
+        return _page_file("index.html")
+
+    @app.get("/static/{name}")
+    async def static(name: str):
+        if name not in PAGE_FILES:
+            raise ApiError(404, f"no file {name!r}", code="not_found")
+        return _page_file(name)
+
+    # -- one generation -----------------------------------------------------------------------
+
+    async def answer(request: Request, job: Job, kind: str, settings: Settings):
+        try:
+            worker.submit(job, asyncio.get_running_loop())
+        except SpecdecError as exc:
+            raise _from_specdec(exc) from None
+        try:
+            first = await next_item(request, job)
+        except _ClientGone:
+            return Response(status_code=499)
+        if isinstance(first, Failed):
+            raise _from_specdec(first.error)
+        assert isinstance(first, Started), first
+        reply = Answer(kind=kind, model=alias, settings=settings, cached_tokens=first.cached_tokens)
+        if settings.stream:
+            return StreamingResponse(stream(request, job, reply), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        try:
+            while True:
+                item = await next_item(request, job)
+                if isinstance(item, Failed):
+                    raise _from_specdec(item.error)
+                if isinstance(item, Done):
+                    request.state.stats = item.outcome.stats
+                    return reply.final(item.outcome)
+                reply.collect(item)
+        except _ClientGone:
+            return Response(status_code=499)
+
+    async def stream(request: Request, job: Job, reply: Answer) -> AsyncIterator[str]:
+        try:
+            opening = reply.opening()
+            if opening is not None:
+                yield _sse(opening)
+            while True:
+                item = await next_item(request, job)
+                if isinstance(item, Failed):  # after the 200 went out: an error event, as OpenAI sends one
+                    yield _sse(error_body(str(item.error), "server_error"))
+                    break
+                if isinstance(item, Done):
+                    request.state.stats = item.outcome.stats
+                    for chunk in reply.closing(item.outcome):
+                        yield _sse(chunk)
+                    break
+                chunk = reply.chunk_for(item)
+                if chunk is not None:
+                    yield _sse(chunk)
+            yield "data: [DONE]\n\n"
+        except _ClientGone:
+            pass
+        finally:
+            job.cancel()  # a no-op once Done; otherwise the worker stops within one round
+
+    async def next_item(request: Request, job: Job):
+        """The worker's next item for this job; a client that went away cancels the job."""
+        while True:
+            try:
+                return await asyncio.wait_for(job.items.get(), timeout=0.25)
+            except asyncio.TimeoutError:
+                if await request.is_disconnected():
+                    job.cancel()
+                    raise _ClientGone from None
+
+    started_at = time.time()
+    return app
+
+
+def _sse(obj: dict) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+def _page_file(name: str) -> Response:
+    data = importlib.resources.files("specdec_cli.serve").joinpath("static", name).read_bytes()
+    return Response(data, media_type=PAGE_FILES[name], headers={"Cache-Control": "no-cache"})
+
+
+class _AccessLog:
+    """One stderr line per request, written when its response has ended (a stream's last chunk included)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start = time.perf_counter()
+        status = 0
+
+        async def sending(message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            stats = scope.get("state", {}).get("stats")
+            figures = ""
+            if stats is not None:
+                figures = f", {stats.new_tokens} tokens, " + (f"acceptance {stats.acceptance_rate:.2f}" if stats.drafted else "nothing drafted")
+            ms = (time.perf_counter() - start) * 1e3
+            access.info("%s %s %s%s, %.0f ms", scope["method"], scope["path"], status or "-", figures, ms)

@@ -1,0 +1,218 @@
+"""The one owner of the loaded pair: a thread that serves one generation at a time from a FIFO.
+
+HTTP handlers never touch a model. They `submit` a Job (what to generate: chat turns or a
+raw prompt, and the request's Settings) and read what the worker hands back on the job's
+asyncio queue, in this order:
+
+    Started(prompt_tokens, cached_tokens)   the prompt fits: the answer can begin
+    Prefill, Token, Rejected, Round, ...    the engine's own events (events.py)
+    Done(outcome)                           stats.Outcome: text, counters, timings
+  or, at any point before Done:
+    Failed(error)                           a SpecdecError (BadInput: the client's fault)
+
+The queue holds at most `queue_size` waiting jobs (QueueFull beyond: the handler answers 503
+with Retry-After). A job whose client went away is `cancel()`ed: the worker sees it at the
+next event, at most one round later, and closes the engine's generator, whose `finally`
+rolls both KV caches back to the accepted prefix as Ctrl-C does in `specdec run`. The caches
+are kept between jobs, so a request sharing a prefix with the previous one (a chat's next
+turn) evaluates only what is new, in both models (engine.prefill via drafters.catch_up);
+`cached_tokens` says how much was reused.
+
+Example (what the tests do, with a scripted pair):
+
+    worker = Worker(lambda stack: pair, queue_size=4); worker.start()
+    job = worker.submit(Job(turns=[("user", "Hi")], settings=settings), loop)
+    first = await job.items.get()   # Started(prompt_tokens=9, cached_tokens=0)
+
+Left out: HTTP (app.py), what a request may hold (types.py), the JSON shapes (wire.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..drafters import LookupOptions, common_prefix
+from ..errors import BadInput, ContextOverflow, SpecdecError
+from ..events import Event
+from ..policy import draft_policy
+from ..session import LoadedPair
+from ..stats import Outcome, consume
+from .types import Settings
+
+log = logging.getLogger("specdec")
+
+
+class QueueFull(SpecdecError):
+    """Every place in the queue is taken."""
+
+
+class ShuttingDown(SpecdecError):
+    """The server is stopping and takes no more work."""
+
+
+class _Cancelled(Exception):
+    """Raised inside the worker when a job's client went away (never leaves this module)."""
+
+
+@dataclass(frozen=True)
+class Started:
+    prompt_tokens: int
+    cached_tokens: int
+
+
+@dataclass(frozen=True)
+class Done:
+    outcome: Outcome
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: SpecdecError
+
+
+@dataclass
+class Job:
+    settings: Settings
+    turns: list[tuple[str, str]] | None = None  # chat: rendered with the target's template
+    prompt: str | None = None  # completions: the text as it is (run --raw)
+    items: asyncio.Queue = field(default_factory=asyncio.Queue)
+    _loop: asyncio.AbstractEventLoop | None = None
+    _cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def _put(self, item) -> None:
+        """From the worker thread: hand an item to the handler's event loop."""
+        self._loop.call_soon_threadsafe(self.items.put_nowait, item)
+
+
+class Worker:
+    """Loads the pair in its own thread, then runs queued jobs one at a time until `stop`."""
+
+    def __init__(self, load: Callable[[contextlib.ExitStack], LoadedPair], queue_size: int, lookup: LookupOptions = LookupOptions()) -> None:
+        self._load = load
+        self._lookup = lookup
+        self._jobs: queue.Queue[Job | None] = queue.Queue(maxsize=queue_size)
+        self._thread = threading.Thread(target=self._main, name="specdec-worker", daemon=True)
+        self._current: Job | None = None
+        self._stopping = threading.Event()
+        self.ready = threading.Event()
+        self.load_error: SpecdecError | None = None
+        self.pair: LoadedPair | None = None  # read by the app only for facts fixed at load (n_ctx, names)
+
+    # -- the handlers' side --------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def waiting(self) -> int:
+        return self._jobs.qsize()
+
+    def submit(self, job: Job, loop: asyncio.AbstractEventLoop) -> Job:
+        if self._stopping.is_set():
+            raise ShuttingDown("the server is shutting down")
+        job._loop = loop
+        try:
+            self._jobs.put_nowait(job)
+        except queue.Full:
+            raise QueueFull(f"all {self._jobs.maxsize} places in the queue are taken; retry shortly") from None
+        return job
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Cancel the generation in flight and every waiting job, then end the thread."""
+        self._stopping.set()
+        current = self._current
+        if current is not None:
+            current.cancel()
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job._put(Failed(ShuttingDown("the server is shutting down")))
+        with contextlib.suppress(queue.Full):
+            self._jobs.put_nowait(None)
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    # -- the worker thread ----------------------------------------------------------------
+
+    def _main(self) -> None:
+        with contextlib.ExitStack() as stack:
+            try:
+                self.pair = self._load(stack)
+            except SpecdecError as exc:
+                self.load_error = exc
+                self.ready.set()
+                return
+            self.ready.set()
+            while not self._stopping.is_set():
+                job = self._jobs.get()
+                if job is None:
+                    break
+                if job.cancelled:
+                    continue
+                self._current = job
+                try:
+                    self._serve(job)
+                finally:
+                    self._current = None
+
+    def _serve(self, job: Job) -> None:
+        pair = self.pair
+        try:
+            ids = pair.chat_tokens(job.turns) if job.turns is not None else pair.prompt_tokens(job.prompt, chat=False)
+            config = self._fit(ids, job.settings)
+        except SpecdecError as exc:
+            job._put(Failed(exc))
+            return
+        job._put(Started(prompt_tokens=len(ids), cached_tokens=common_prefix(pair.target.tokens, ids[:-1])))
+
+        def hand_over(event: Event) -> None:
+            if job.cancelled:
+                raise _Cancelled
+            job._put(event)
+
+        s = job.settings
+        try:
+            engine = pair.engine(drafter=s.drafter, lookup=self._lookup)
+            outcome = consume(engine.generate(ids, config, draft_policy(s.draft_tokens, s.p_min)), hand_over)
+        except _Cancelled:
+            return  # consume closed the generator: the engine rolled both caches back
+        except SpecdecError as exc:
+            job._put(Failed(exc))
+            return
+        job._put(Done(outcome))
+
+    def _fit(self, ids: list[int], settings: Settings):
+        """The request's config with its token budget checked against the context (the numbers
+        and what to do), or the context's room up to the server's default if it gave none."""
+        n_ctx = self.pair.target.n_ctx
+        room = n_ctx - len(ids)
+        if room <= 0:
+            raise ContextOverflow(
+                f"the prompt is {len(ids)} tokens but the context holds {n_ctx}; shorten it, or start the server with a larger --ctx"
+            )
+        config = settings.config
+        if settings.max_tokens is not None and settings.max_tokens > room:
+            raise BadInput(
+                f"max_tokens is {settings.max_tokens} but the context holds {n_ctx} tokens and the prompt takes {len(ids)}, "
+                f"leaving {room}; ask for at most {room}"
+            )
+        if settings.max_tokens is None and config.max_tokens > room:
+            config = dataclasses.replace(config, max_tokens=room)
+        return config
