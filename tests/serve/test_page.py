@@ -13,6 +13,7 @@ Example of one answer's check: 24 token spans, 9 steps -> #tokens "24", #tokens-
 
 from __future__ import annotations
 
+import colorsys
 import json
 import shutil
 import tempfile
@@ -33,10 +34,11 @@ pytestmark = [
     ),
 ]
 
-PROMPT = "Name three colours of the rainbow."
+PROMPT = "Write a haiku about the sea."  # the built-in pair disagrees on it at k = 3: rejections, a newline
 DRAFT_TOKENS = 3  # fixed, so that the page's run and the API's make the same rounds (auto times them)
 STREAM_SECONDS = 120  # 24 tokens of the built-in pair on a 2-core CPU take a few seconds
 SOURCES = ("draft", "correction", "bonus", "target")
+HUES = {"draft": (90, 150), "correction": (30, 65), "bonus": (165, 200)}  # degrees: green, yellow, cyan
 BROWSER_INTERNAL = ("chrome:", "chrome-extension:", "data:", "about:", "devtools:")
 
 
@@ -89,6 +91,12 @@ def text_of(driver, element_id: str) -> str:
     return driver.find_element("id", element_id).text
 
 
+def hue(css_color: str) -> float:
+    """The hue in degrees of a computed colour. Example: "rgb(17, 99, 41)" -> 136.8 (green)."""
+    r, g, b = (int(v) / 255 for v in css_color[css_color.index("(") + 1 : css_color.index(")")].split(",")[:3])
+    return colorsys.rgb_to_hsv(r, g, b)[0] * 360
+
+
 def api_answer(base: str, body: dict) -> dict:
     request = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})  # fmt: skip
     with urllib.request.urlopen(request, timeout=STREAM_SECONDS) as response:
@@ -133,12 +141,18 @@ def test_answer_streams_in_provenance_colours_and_matches_the_api(live_server, b
     rejected = [(text, display) for cls, text, _, display in spans if cls == "tok rejected"]
     assert all(cls.split()[0] == "tok" and cls.split()[1] in SOURCES + ("rejected",) for cls, *_ in spans), spans
     assert any(source in ("draft", "correction", "bonus") for source, _, _ in tokens), f"nothing drafted: {tokens}"
+    assert rejected, "no rejected draft on screen: pick a PROMPT on which the built-in pair disagrees"
     assert all(display == "inline" for _, display in rejected)  # "show rejected drafts" is on
+    classes = [cls.split()[1] for cls, *_ in spans]
+    assert all(classes[i + 1] == "correction" for i, c in enumerate(classes) if c == "rejected")  # in place
+    assert classes.count("rejected") == classes.count("correction")  # each correction replaced a draft
     by_source = {}
     for source, _, color in tokens:
         by_source.setdefault(source, set()).add(color)
     assert all(len(colors) == 1 for colors in by_source.values()), by_source  # one colour per source
     assert len({next(iter(c)) for c in by_source.values()}) == len(by_source), by_source  # and each its own
+    for source, (low, high) in HUES.items():  # the CLI's green, yellow and cyan
+        assert all(low <= hue(c) <= high for c in by_source.get(source, ())), (source, by_source[source])
 
     # The figures, against the spans on screen.
     steps, shown_tokens = int(text_of(browser, "steps")), int(text_of(browser, "tokens"))
@@ -152,6 +166,8 @@ def test_answer_streams_in_provenance_colours_and_matches_the_api(live_server, b
     )
     assert rows and [r[0] for r in rows] == list(range(1, len(rows) + 1)) and len(rows) <= DRAFT_TOKENS
     assert sum(accepted for _, _, accepted in rows) == sum(source == "draft" for source, _, _ in tokens)
+    rejections = sum(tried - accepted for _, tried, accepted in rows)  # rounds that ended in a rejection
+    assert rejections - 1 <= classes.count("correction") <= rejections  # the last one's correction may be cut
     # Position i + 1 is tried only after position i was accepted (in a round that drafted i + 1).
     assert all(tried >= accepted and (i == 0 or tried <= rows[i - 1][2]) for i, (_, tried, accepted) in enumerate(rows))
 
