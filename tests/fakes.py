@@ -11,6 +11,7 @@ records every decode call, so tests can check batching and rollback.
 
 from __future__ import annotations
 
+import time
 from typing import Sequence
 
 import numpy as np
@@ -82,3 +83,42 @@ class LongestMatchTokenizer:
             else:
                 i += 1
         return out
+
+
+# -- a toy pair that reads and writes letters (the CLI's and the server's tests) ----------------
+
+
+def successor_table(overrides: dict[int, int] | None = None) -> np.ndarray:
+    """Logits whose greedy choice after letter i is i + 1 (mod 26), or overrides[i]."""
+    table = np.zeros((26, 26), dtype=np.float32)
+    for i in range(26):
+        table[i, (overrides or {}).get(i, (i + 1) % 26)] = 10.0
+    return table
+
+
+class ToyModel(MarkovModel):
+    """A Markov model that also tokenizes letters and has a (trivial) chat template.
+
+    `seconds_per_decode` makes each decode call take that long (a server test's slow model).
+    """
+
+    def __init__(self, table, *, fail_on_decode: int | None = None, error: BaseException | None = None, seconds_per_decode: float = 0.0, **kw):
+        super().__init__(table, **kw)
+        self.fail_on_decode = fail_on_decode
+        self.error = error
+        self.seconds_per_decode = seconds_per_decode
+        self.messages = None
+
+    def decode(self, tokens, n_logits=1):
+        if self.fail_on_decode is not None and len(self.calls) + 1 >= self.fail_on_decode:
+            raise self.error
+        if self.seconds_per_decode:
+            time.sleep(self.seconds_per_decode)
+        return super().decode(tokens, n_logits)
+
+    def tokenize(self, text, *, add_special=True, parse_special=True):
+        return [ord(c) - ord("a") for c in text if "a" <= c <= "z"]
+
+    def apply_chat_template(self, messages):
+        self.messages = list(messages)
+        return messages[-1][1]

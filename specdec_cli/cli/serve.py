@@ -118,7 +118,7 @@ def run_server(draft, target, pair_name, options, defaults, lookup, host, port, 
     import uvicorn
 
     from ..backend import check_gguf_file
-    from ..serve.app import create_app
+    from ..serve.app import Server, create_app
     from ..serve.worker import Worker
     from ..session import open_pair
     from .options import resolve_paths
@@ -143,7 +143,7 @@ def run_server(draft, target, pair_name, options, defaults, lookup, host, port, 
     app = create_app(worker, defaults, alias=name, api_key=api_key)
     logging.getLogger("specdec.access").setLevel(logging.INFO)
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=GRACE_SECONDS, lifespan="off")
-    server = uvicorn.Server(config)
+    server = Server(config)
     bound_host, bound_port = sock.getsockname()[:2]
     _err(f"specdec: listening on http://{_url_host(bound_host)}:{bound_port} (model {name}); loading the models ...")
     worker.start()

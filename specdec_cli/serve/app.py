@@ -15,19 +15,24 @@ as OpenAI's `{"error": {"message", "type", "param", "code"}}` from `_error_respo
 
     specdec: POST /v1/chat/completions 200, 64 tokens, acceptance 0.81, 1234 ms
 
+`Server` is uvicorn's, ending with exit 0 on Ctrl-C or SIGTERM.
+
 Left out: loading and generating (worker.py), the command and its options (cli/serve.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import importlib.resources
 import json
 import logging
+import signal
 import time
 from typing import AsyncIterator
 
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
@@ -249,6 +254,23 @@ def create_app(worker: Worker, defaults: Defaults, alias: str, api_key: str | No
 
     started_at = time.time()
     return app
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, except that Ctrl-C and SIGTERM end it as a finished command (exit 0).
+
+    uvicorn raises the signal again once it has shut down, so the process "dies by SIGTERM"
+    (143 to a supervisor); here the handlers only ask it to stop (a second Ctrl-C: at once).
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def _sse(obj: dict) -> str:

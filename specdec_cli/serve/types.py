@@ -175,7 +175,7 @@ class Settings:
             top_p=_given(request.top_p, d.top_p),
             min_p=_given(request.min_p, d.min_p),
         )
-        check_sampling_options(sampling.temperature, sampling.top_k, sampling.top_p, sampling.min_p, max_tokens or 1)
+        check_sampling_options(sampling.temperature, sampling.top_k, sampling.top_p, sampling.min_p, _given(max_tokens, defaults.max_tokens))
         check_seed(request.seed)
         stops = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
         check_stops(stops)
@@ -184,7 +184,7 @@ class Settings:
         seed = secrets.randbits(32) if request.seed is None else request.seed
         top_logprobs = _top_logprobs(request)
         config = GenerationConfig(
-            max_tokens=max_tokens or defaults.max_tokens, sampling=sampling, seed=seed, stop=tuple(stops), logprobs=top_logprobs
+            max_tokens=_given(max_tokens, defaults.max_tokens), sampling=sampling, seed=seed, stop=tuple(stops), logprobs=top_logprobs
         )
         return cls(
             config=config,

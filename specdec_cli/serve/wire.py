@@ -18,7 +18,10 @@ there) plus specdec's: target_passes, tokens_per_pass, acceptance_by_position, s
 With `specdec_events` (the page asks for it) token chunks also carry
 `"specdec": {"source": "draft", "position": 1}`, and two chunk kinds with no choices come in
 between: `{"specdec": {"rejected": {"text", "position"}}}` and `{"specdec": {"round":
-{"drafted", "accepted", "k"}}}`. Other clients never see them.
+{"drafted", "accepted", "k", "source", "seconds"}}}`. They come in the engine's order: a
+round's rejected draft first, then the tokens it emitted (the drafts kept, the correction),
+then the round; a client that shows the rejected draft in place holds it until its
+correction arrives (the page does). Other clients never see them.
 
 Left out: reading requests (types.py), sending anything (app.py).
 """
@@ -97,6 +100,8 @@ def timings(stats: RunStats, cached_tokens: int, seed: int) -> dict:
         "target_passes": stats.target_passes,
         "tokens_per_pass": stats.tokens_per_pass,
         "acceptance_by_position": stats.acceptance_by_position,
+        "drafted_by_position": stats.drafted_by_position,  # the counts behind it: a 0/0 position reads 0.0 above
+        "accepted_by_position": stats.accepted_by_position,
         "seed": seed,
     }
 
@@ -109,13 +114,11 @@ class Answer:
     model: str
     settings: Settings
     cached_tokens: int
-    id: str = field(default_factory=lambda: f"{'cmpl'}-{uuid.uuid4().hex[:24]}")
     created: int = field(default_factory=lambda: int(time.time()))
     entries: list[dict] = field(default_factory=list)  # logprob entries so far
 
     def __post_init__(self) -> None:
-        if self.kind == "chat":
-            self.id = "chat" + self.id
+        self.id = ("chatcmpl-" if self.kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
 
     @property
     def _object(self) -> str:
@@ -156,7 +159,8 @@ class Answer:
         if isinstance(event, Rejected):
             return self._envelope([], specdec={"rejected": {"text": event.text, "position": event.position}})
         if isinstance(event, Round):
-            return self._envelope([], specdec={"round": {"drafted": event.drafted, "accepted": event.accepted, "k": event.k}})
+            figures = {"drafted": event.drafted, "accepted": event.accepted, "k": event.k, "source": event.source, "seconds": event.seconds}
+            return self._envelope([], specdec={"round": figures})
         return None
 
     def closing(self, outcome: Outcome) -> list[dict]:

@@ -191,8 +191,10 @@ class Worker:
         try:
             engine = pair.engine(drafter=s.drafter, lookup=self._lookup)
             outcome = consume(engine.generate(ids, config, draft_policy(s.draft_tokens, s.p_min)), hand_over)
-        except _Cancelled:
-            return  # consume closed the generator: the engine rolled both caches back
+        except _Cancelled:  # consume closed the generator: the engine rolled both caches back
+            if self._stopping.is_set():
+                job._put(Failed(ShuttingDown("the server is shutting down; the generation was cancelled")))
+            return
         except SpecdecError as exc:
             job._put(Failed(exc))
             return

@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from fakes import MarkovModel
+from fakes import MarkovModel, ToyModel, successor_table
 from specdec_cli import session
 from specdec_cli.cli.app import app
 from specdec_cli.cli.options import parse_stops
@@ -51,36 +51,6 @@ runner = CliRunner()
 
 
 # -- the toy pair --------------------------------------------------------------------------
-
-
-def successor_table(overrides: dict[int, int] | None = None) -> np.ndarray:
-    """Logits whose greedy choice after letter i is i + 1 (mod 26), or overrides[i]."""
-    table = np.zeros((26, 26), dtype=np.float32)
-    for i in range(26):
-        table[i, (overrides or {}).get(i, (i + 1) % 26)] = 10.0
-    return table
-
-
-class ToyModel(MarkovModel):
-    """A Markov model that also tokenizes letters and has a (trivial) chat template."""
-
-    def __init__(self, table, *, fail_on_decode: int | None = None, error: BaseException | None = None, **kw):
-        super().__init__(table, **kw)
-        self.fail_on_decode = fail_on_decode
-        self.error = error
-        self.messages = None
-
-    def decode(self, tokens, n_logits=1):
-        if self.fail_on_decode is not None and len(self.calls) + 1 >= self.fail_on_decode:
-            raise self.error
-        return super().decode(tokens, n_logits)
-
-    def tokenize(self, text, *, add_special=True, parse_special=True):
-        return [ord(c) - ord("a") for c in text if "a" <= c <= "z"]
-
-    def apply_chat_template(self, messages):
-        self.messages = list(messages)
-        return messages[-1][1]
 
 
 class ToyPair:

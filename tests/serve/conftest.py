@@ -1,8 +1,9 @@
 """Fixtures for `specdec serve`'s tests: the real server, started once per module.
 
-`live_server` runs `python -m specdec_cli.cli serve --port 0 --temperature 0 -n 24` (the
+`start_server(*extra)` runs `python -m specdec_cli.cli serve --port 0 --temperature 0 -n 24` (the
 built-in pair), reads its stderr until `specdec: listening on http://127.0.0.1:PORT`, polls
-GET /health until 200 (the models loaded) and stops it with SIGTERM after the module. Its
+GET /health until 200 (the models loaded) and stops it with SIGTERM at the end; `live_server` is
+one of them for a whole module. Its
 stderr keeps being read (a full pipe would stall the server) and goes into any failure.
 Example: live_server.url -> "http://127.0.0.1:41237".
 
@@ -11,6 +12,7 @@ Only one llama.cpp process may run at a time: tests that use it carry the `model
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -22,6 +24,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -37,9 +40,17 @@ class LiveServer:
     url: str
     process: subprocess.Popen
     stderr: list[str] = field(default_factory=list)
+    reader: threading.Thread | None = None  # drains stderr into `stderr` until the process ends
 
     def log(self) -> str:
         return "".join(self.stderr[-60:])
+
+    def finished(self, timeout: float) -> tuple[int, list[str]]:
+        """Wait for the process to end: its exit code and every stderr line it wrote."""
+        code = self.process.wait(timeout=timeout)
+        if self.reader is not None:
+            self.reader.join(timeout)
+        return code, [line.rstrip("\n") for line in self.stderr]
 
 
 def _health(url: str) -> int:
@@ -52,12 +63,19 @@ def _health(url: str) -> int:
         return 0
 
 
-@pytest.fixture(scope="module")
-def live_server():
+@contextlib.contextmanager
+def start_server(*extra: str, code: str | None = None, wait_healthy: bool = True) -> Iterator[LiveServer]:
+    """One `specdec serve` process (SERVE + extra), stopped with SIGTERM at the end if still running.
+
+    `code` replaces `-m specdec_cli.cli`: a program that ends by calling cli.app.main, with
+    the arguments as argv (a test that patches llama.cpp first).
+    """
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     env.pop("SPECDEC_API_KEY", None)  # the tests talk without a key
+    env.pop("SPECDEC_NO_FORK", None)  # the crash guard's fork, as users run it
     env.setdefault("SPECDEC_CACHE", str(Path.home() / ".cache" / "specdec"))
-    process = subprocess.Popen(SERVE, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace")  # fmt: skip
+    command = [*SERVE, *extra] if code is None else [sys.executable, "-c", code, *SERVE[3:], *extra]
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace")  # fmt: skip
     lines: list[str] = []
     found = threading.Event()
     address: list[str] = []
@@ -71,14 +89,15 @@ def live_server():
                 found.set()
         found.set()  # stderr closed: the process is gone
 
-    threading.Thread(target=drain, daemon=True).start()
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
     try:
         if not found.wait(START_SECONDS) or not address:
             pytest.fail(f"specdec serve printed no 'listening on' line in {START_SECONDS} s (exit {process.poll()}):\n{''.join(lines[-60:])}")
-        server = LiveServer(address[0], process, lines)
+        server = LiveServer(address[0], process, lines, reader)
         deadline = time.monotonic() + LOAD_SECONDS
         status = _health(server.url)
-        while status != 200:
+        while wait_healthy and status != 200:
             if process.poll() is not None or status == 500 or time.monotonic() > deadline:
                 pytest.fail(f"specdec serve never became healthy (last /health {status}, exit {process.poll()}):\n{server.log()}")
             time.sleep(0.5)
@@ -91,4 +110,9 @@ def live_server():
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 process.kill()
-                process.wait()
+
+
+@pytest.fixture(scope="module")
+def live_server():
+    with start_server() as server:
+        yield server

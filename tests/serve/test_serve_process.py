@@ -1,0 +1,113 @@
+"""`specdec serve` as a process a supervisor runs: how it ends (SIGTERM mid-answer: exit 0; a
+native crash inside llama.cpp: the crash guard's one line, exit 1) and how it refuses to start.
+
+Each test starts its own server process (tests/serve/conftest.py's start_server), one at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from conftest import REPO, SERVE, start_server
+
+pytestmark = pytest.mark.model
+
+
+def stream_in_background(url: str, body: dict) -> tuple[threading.Thread, threading.Event]:
+    """POST a streaming request and read it to its end (or the connection's) in a thread; the
+    event is set once the first bytes of the answer arrived (generation is under way)."""
+    answering = threading.Event()
+
+    def read() -> None:
+        request = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode())
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                response.read(64)
+                answering.set()
+                response.read()
+        except OSError:
+            pass  # the server went away mid-answer: what the test is about
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    return thread, answering
+
+
+def test_sigterm_mid_answer_cancels_it_and_exits_0(builtin_paths):
+    with start_server() as server:
+        reader, answering = stream_in_background(server.url, {"messages": [{"role": "user", "content": "Tell me a long story."}], "max_tokens": 2000, "stream": True})
+        assert answering.wait(60), server.log()
+        time.sleep(1.0)  # a second of generating
+        sent = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        code, lines = server.finished(timeout=60)
+        reader.join(30)
+    assert code == 0, "\n".join(lines[-20:])
+    assert time.monotonic() - sent < 20  # the grace period (5 s) and the worker's round, not 2000 tokens
+    assert not any("Traceback" in line for line in lines), "\n".join(lines)
+
+
+def test_a_native_crash_in_llama_cpp_ends_the_server_with_the_guards_line_and_exit_1(builtin_paths, tmp_path):
+    """llama_decode replaced by a real segfault (ctypes reads address 0) once the models are loaded."""
+    code = textwrap.dedent(
+        """
+        import ctypes, sys
+        from specdec_cli import backend
+        from specdec_cli.cli import app
+        real = backend.lc.llama_decode
+        calls = {"n": 0}
+        def decode(ctx, batch):
+            if batch.n_tokens == 1 and calls["n"] > 0:  # the first decode after a request's prefill
+                ctypes.string_at(0)
+            calls["n"] += batch.n_tokens > 1
+            return real(ctx, batch)
+        backend.lc.llama_decode = decode
+        sys.argv = ["specdec", *sys.argv[1:]]
+        app.main()
+        """
+    )
+    with start_server(code=code) as server:
+        body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8, "draft_tokens": 1}
+        request = urllib.request.Request(server.url + "/v1/chat/completions", data=json.dumps(body).encode())
+        with pytest.raises(OSError):
+            urllib.request.urlopen(request, timeout=60).read()
+        status, lines = server.finished(timeout=60)
+    assert status == 1, "\n".join(lines[-20:])
+    assert lines[-1].startswith("specdec: error: llama.cpp crashed (signal 11, SIGSEGV) while decoding with the "), lines[-5:]
+    assert "try --no-repack, or --gpu-layers 0; details in " in lines[-1]
+
+
+def test_a_port_in_use_is_one_line_and_exit_1(builtin_paths):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        proc = subprocess.run([*SERVE[:4], "--port", str(port)], cwd=REPO, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1, proc.stderr
+    (line,) = [l for l in proc.stderr.splitlines() if l.startswith("specdec: error")]
+    assert line == f"specdec: error: cannot listen on 127.0.0.1:{port}: address already in use; pass another --port (0 picks a free one)"
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--port", "70000"], "specdec: error: --port must be between 0 and 65535, got 70000"),
+        (["--queue", "-1"], "specdec: error: --queue must be 0 or more, got -1"),
+        (["--top-p", "2"], "specdec: error: --top-p must be in (0, 1], got 2.0"),
+        (["--api-key", ""], "specdec: error: --api-key must not be empty (unset SPECDEC_API_KEY for no key)"),
+    ],
+)
+def test_bad_options_are_refused_before_anything_loads(args, message):
+    proc = subprocess.run([sys.executable, "-m", "specdec_cli.cli", "serve", *args], cwd=REPO, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2 and proc.stderr.strip() == message and proc.stdout == ""
