@@ -87,3 +87,21 @@ def test_a_chats_next_turn_evaluates_only_what_is_new(reference, server):
     evaluated = second.model_extra["timings"]["prompt_n"]
     assert cached + evaluated == second.usage.prompt_tokens
     assert cached >= first.usage.prompt_tokens - 1 and evaluated < second.usage.prompt_tokens - first.usage.prompt_tokens + 16
+
+
+def test_concurrent_clients_each_get_what_they_get_alone(reference, server):
+    """4 clients x 2 requests at once (bounded: 8 requests of 12 tokens): queued FIFO, none lost,
+    each greedy answer identical to the same request served alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    c = client(server.url)
+    model = model_of(c)
+    prompts = [f"Name {n} colours." for n in range(2, 6)]
+
+    def ask(prompt: str) -> str:
+        return c.chat.completions.create(model=model, messages=[{"role": "user", "content": prompt}], max_tokens=12, temperature=0).choices[0].message.content
+
+    alone = {p: ask(p) for p in prompts}
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        together = list(pool.map(ask, prompts * 2, timeout=300))
+    assert together == [alone[p] for p in prompts * 2]
