@@ -45,6 +45,7 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from .errors import BadInput
+from .memory import MATCH_CAP, RECALL_TOKENS, DraftMemory, Recall
 from .sampling import Distribution, SamplingParams, argmax, proposal, sample
 
 
@@ -257,13 +258,22 @@ def match_length(context: Sequence[int], start: int, cap: int = 8) -> int:
     return m
 
 
-def match_class(length: int) -> str:
+def match_class(length: int, prefix: str = "lookup") -> str:
     """The policy's key for a lookup match: its acceptance depends much on how long the match is
     (a repeated passage is copied whole, a one-token match mostly fails). 1, 2 -> 'lookup:1',
-    'lookup:2'; 3..5 -> 'lookup:3-5'; 6 or more -> 'lookup:6+'."""
+    'lookup:2'; 3..5 -> 'lookup:3-5'; 6 or more -> 'lookup:6+'; a memory match of 16 or more
+    (prefix 'lookup:memory') -> 'lookup:memory:16+'."""
     if length <= 2:
-        return f"lookup:{length}"
-    return "lookup:3-5" if length <= 5 else "lookup:6+"
+        return f"{prefix}:{length}"
+    if length <= 5:
+        return f"{prefix}:3-5"
+    return f"{prefix}:6+" if length < 16 or prefix == "lookup" else f"{prefix}:16+"
+
+
+def recall_length(match: int, options: LookupOptions) -> int:
+    """How many tokens a memory match may propose: more the longer the match (SuffixDecoding's
+    speculation length), at least the lookup's own cap. Example: match 12, cap 10 -> 24."""
+    return max(options.max_tokens, min(RECALL_TOKENS, 2 * match))
 
 
 class LookupDrafter:
@@ -277,9 +287,11 @@ class LookupDrafter:
         *,
         vocab_limit: int | None = None,
         is_end: Callable[[int], bool] | None = None,
+        memory: DraftMemory | None = None,
     ) -> None:
         assert options.max_tokens >= 1, "a lookup proposal may hold at least one token"
         self.options = options
+        self.memory = memory  # earlier calls' sequences (memory.py); None: this context only
         self.index = NgramIndex(options.ngram_sizes)
         self.vocab_limit = vocab_limit  # None: every id can be scored
         self.is_end = is_end or (lambda token: False)
@@ -288,31 +300,48 @@ class LookupDrafter:
         self.index.update(context)
 
     def candidates(self, context: Sequence[int]) -> list[Proposer]:
-        """The match for this context, named by its length class (see match_class), or nothing."""
+        """The match in this context and the one in the memory (the longer first), each named by
+        its length class (see match_class): a memory match only if it is the longer."""
+        out: list[Proposer] = []
         start = self.index.match(context)
-        if start is None:
-            return []
-        return [LookupMatch(match_class(match_length(context, start)), self, start)]
+        here = match_length(context, start, MATCH_CAP) if start is not None else 0
+        if start is not None:
+            out.append(LookupMatch(match_class(min(here, 8)), self, start))
+        recall = self.memory.match(context) if self.memory is not None else None
+        if recall is not None and recall.tokens and recall.length > here:
+            out.insert(0, MemoryMatch(match_class(recall.length, "lookup:memory"), self, recall))
+        return out
 
     def propose(
         self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
     ) -> Proposal:
         """Deterministic, so q_rows is None (q one-hot); `params`, `rng` and `p_min` are not used."""
-        start = self.index.match(context)
-        return self.copy(context, start, k) if start is not None else Proposal()
+        found = self.candidates(context)
+        return found[0].propose(context, k, params, rng, p_min) if found else Proposal()
 
     def copy(self, context: Sequence[int], start: int, k: int) -> Proposal:
         """Up to k tokens of context from `start` on, running on into the copy itself."""
-        out = Proposal()
         n = len(context)
-        for i in range(min(k, self.options.max_tokens)):
-            j = start + i
-            token = context[j] if j < n else out.tokens[j - n]
-            if self.vocab_limit is not None and token >= self.vocab_limit:
+        out = Proposal()
+
+        def source():
+            j = start
+            while True:
+                yield context[j] if j < n else out.tokens[j - n]
+                j += 1
+
+        return self.take(source(), min(k, self.options.max_tokens), out)
+
+    def take(self, tokens, k: int, out: Proposal | None = None) -> Proposal:
+        """Up to k of `tokens` as a proposal: before any id the verifier cannot score, through an
+        end of generation at the latest (nothing after it can be emitted)."""
+        out = Proposal() if out is None else out
+        for token in tokens:
+            if len(out.tokens) >= k or (self.vocab_limit is not None and token >= self.vocab_limit):
                 break
             out.tokens.append(token)
             if self.is_end(token):
-                break  # nothing after the end of generation can be emitted
+                break
         return out
 
     def sync(self, context: Sequence[int]) -> None:
@@ -331,6 +360,20 @@ class LookupMatch:
         self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
     ) -> Proposal:
         return self.drafter.copy(context, self.start, k)
+
+
+@dataclass(frozen=True)
+class MemoryMatch:
+    """What followed the context's end in an earlier call (memory.Recall), ready to propose."""
+
+    name: str
+    drafter: LookupDrafter
+    recall: Recall
+
+    def propose(
+        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
+    ) -> Proposal:
+        return self.drafter.take(self.recall.tokens, min(k, recall_length(self.recall.length, self.drafter.options)))
 
 
 class ModelAndLookup:

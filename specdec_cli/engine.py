@@ -42,7 +42,7 @@ from .drafters import CausalModel, Drafter, Proposal, Proposer, catch_up, common
 from .errors import ContextOverflow
 from .events import DraftPolicy, Event, Finished, Logprobs, Prefill, Rejected, Round, Source, Token
 from .sampling import SamplingParams, log_probabilities
-from .speculative import sample_row, verify
+from .speculative import VERIFIERS, sample_row
 from .text_stream import TextStream
 
 
@@ -55,6 +55,7 @@ class GenerationConfig:
     seed: int = 0
     stop: tuple[str, ...] = ()
     logprobs: int | None = None  # None: none; n: each token's log p and its n likeliest alternatives (Token.logprobs)
+    verify: str = "token"  # the rule that keeps drafts: speculative.VERIFIERS ("token", "block")
 
 
 @dataclass(frozen=True)
@@ -155,19 +156,13 @@ class Engine:
         return (chosen, k) if chosen is not None and k > 0 else (None, 0)
 
     def speculative_round(
-        self,
-        context: list[int],
-        drafter: Proposer,
-        k: int,
-        p_min: float,
-        params: SamplingParams,
-        rng: np.random.Generator,
-        logprobs: int | None = None,
+        self, context: list[int], drafter: Proposer, k: int, p_min: float, config: GenerationConfig, rng: np.random.Generator
     ) -> Scored:
         """Draft up to k tokens, score them in one target batch, verify.
 
         On return the target's cache holds context + accepted drafts, whatever happened inside.
         """
+        params = config.sampling
         t0 = time.perf_counter()
         proposal = drafter.propose(context, k, params, rng, p_min)
         t1 = time.perf_counter()
@@ -176,21 +171,15 @@ class Engine:
         try:
             logits = catch_up(self.target, list(context) + drafts, len(drafts) + 1)
             t2 = time.perf_counter()
-            verdict = verify(logits[:, : self.vocab_limit], drafts, proposal.q_rows, params, rng)
+            verdict = VERIFIERS[config.verify](logits[:, : self.vocab_limit], drafts, proposal.q_rows, params, rng)
             accepted = verdict.accepted
-            kept = self.token_logprobs(logits, drafts[:accepted] + [verdict.token], params, logprobs)
+            kept = self.token_logprobs(logits, drafts[:accepted] + [verdict.token], params, config.logprobs)
         finally:
             self.target.rewind(len(context) + accepted)
         return Scored(proposal, verdict.accepted, verdict.token, t1 - t0, t2 - t1, kept)
 
     def decode_round(
-        self,
-        context: list[int],
-        budget: int,
-        policy: DraftPolicy | None,
-        params: SamplingParams,
-        rng: np.random.Generator,
-        logprobs: int | None = None,
+        self, context: list[int], budget: int, policy: DraftPolicy | None, config: GenerationConfig, rng: np.random.Generator
     ) -> Decoded:
         """Plan, then draft and verify (or take one plain target step); the round's `seconds`
         cover planning to verification."""
@@ -198,10 +187,10 @@ class Engine:
         drafter, k = self.plan(context, budget, policy) if policy is not None else (None, 0)
         if drafter is None:
             t0 = time.perf_counter()
-            token, kept = self.target_step(context, params, rng, logprobs)
+            token, kept = self.target_step(context, config.sampling, rng, config.logprobs)
             scored = Scored(Proposal(), 0, token, 0.0, time.perf_counter() - t0, kept)
         else:
-            scored = self.speculative_round(context, drafter, k, policy.p_min, params, rng, logprobs)
+            scored = self.speculative_round(context, drafter, k, policy.p_min, config, rng)
         drafts, accepted = scored.proposal.tokens, scored.accepted
         lps = scored.logprobs or (None,) * (accepted + 1)
         emitted = [Emission(d, Source.DRAFT, i + 1, lps[i]) for i, d in enumerate(drafts[:accepted])]
@@ -263,7 +252,7 @@ class Engine:
                     reason = "max_tokens" if left <= 0 else "context_full"
                     break
                 # Never draft past the token budget or the context: a round makes up to k + 1 tokens.
-                decoded = self.decode_round(context, min(left, room) - 1, policy, config.sampling, rng, config.logprobs)
+                decoded = self.decode_round(context, min(left, room) - 1, policy, config, rng)
                 if decoded.rejected is not None:
                     yield decoded.rejected
                 emitting = time.perf_counter()

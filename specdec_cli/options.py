@@ -21,12 +21,14 @@ import math
 
 from .errors import BadInput
 from .events import AUTO, DraftTokens
+from .speculative import VERIFIERS
 
 log = logging.getLogger("specdec")
 
 MAX_DRAFT_TOKENS = 64
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit for top_logprobs
 DRAFTERS = ("model", "lookup", "model+lookup")  # see drafters.py and session.LoadedPair.engine
+VERIFY_RULES = tuple(VERIFIERS)  # ("token", "block"): speculative.verify, speculative.verify_block
 DEFAULT_CTX = 2048
 
 # What the C fields behind the settings hold (llama.cpp's n_ctx is uint32_t, n_threads and
@@ -130,6 +132,14 @@ def parse_drafter(text: str) -> str:
     return name
 
 
+def parse_verify(text: str) -> str:
+    """One verify rule (run, bench, audit, serve). Example: 'Block' -> 'block'."""
+    name = text.strip().lower()
+    if name not in VERIFY_RULES:
+        raise BadSetting("verify", f"must be one of {', '.join(VERIFY_RULES)}, got {text!r}")
+    return name
+
+
 def parse_temperatures(text: str) -> tuple[float, ...]:
     """'0,0.7' -> (0.0, 0.7): in the order given, without repeats, each 0 or more."""
     try:
@@ -162,6 +172,12 @@ def check_stops(stops) -> None:
     """Stop strings end the output just before them: an empty one would end it at once."""
     if any(not s for s in stops):
         raise BadSetting("stop", "must not be an empty string")
+
+
+def check_draft_cache_size(tokens: int) -> None:
+    """How many tokens a draft cache (memory.py) keeps: at least 1."""
+    if tokens < 1:
+        raise BadSetting("draft_cache_size", f"must be at least 1 token, got {tokens}")
 
 
 def check_p_min(p_min: float | None) -> None:

@@ -22,6 +22,7 @@ Left out: option parsing (cli/options.py), printing (cli/render.py), the loop it
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from .compat import MIN_SHARED_TOKENS, compare_vocabularies
 from .cross_vocab import CrossVocabDrafter
 from .drafters import LookupDrafter, LookupOptions, ModelAndLookup, ModelDrafter
 from .engine import Engine
+from .memory import DraftMemory
 from .errors import BadInput, IncompatiblePair
 from .vocab_map import VocabMap, of_models
 
@@ -87,6 +89,14 @@ class LoadedPair:
             raise BadInput("the prompt is empty after tokenization; give some text")
         return ids
 
+    def tokenizer_fingerprint(self) -> str:
+        """What a draft cache file must have been written with: a hash of the target's token pieces."""
+        digest = hashlib.sha256(str(self.target.n_vocab).encode())
+        for token in range(self.target.n_vocab):
+            piece = self.target.piece(token)
+            digest.update(len(piece).to_bytes(4, "little") + piece)
+        return digest.hexdigest()[:32]
+
     def draft_context(self, context: Sequence[int]) -> list[int]:
         """The draft's tokens for a target context: the same ids, or the same text in the draft's
         tokens when the vocabularies differ (what cost_curve.measure_cost_curve times the draft on)."""
@@ -94,15 +104,18 @@ class LoadedPair:
             return list(context)
         return CrossVocabDrafter.for_models(self.draft, self.target, self.vocab_map).own_context(context)
 
-    def engine(self, speculative: bool = True, drafter: str = "model", lookup: LookupOptions = LookupOptions()) -> Engine:
-        """The engine for `drafter` ("model", "lookup" or "model+lookup"); target-only if not speculative."""
+    def engine(
+        self, speculative: bool = True, drafter: str = "model", lookup: LookupOptions = LookupOptions(), memory: DraftMemory | None = None
+    ) -> Engine:
+        """The engine for `drafter` ("model", "lookup" or "model+lookup"); target-only if not speculative.
+        Lookup also drafts from `memory`, earlier calls' sequences (memory.py), when given."""
         if drafter not in DRAFTERS:
             raise BadInput(f"unknown drafter {drafter!r}; choose one of {', '.join(DRAFTERS)}")
         if not speculative or (drafter == "model" and self.draft is None):
             return Engine(self.target, None, vocab_limit=self.vocab_limit)
         if drafter == "model+lookup" and self.draft is None:
             raise BadInput("--drafter model+lookup needs a draft model; pass --draft, or use --drafter lookup")
-        by_lookup = LookupDrafter(lookup, vocab_limit=self.vocab_limit, is_end=self.target.is_end_of_generation)
+        by_lookup = LookupDrafter(lookup, vocab_limit=self.vocab_limit, is_end=self.target.is_end_of_generation, memory=memory)
         if drafter == "lookup":
             return Engine(self.target, by_lookup, vocab_limit=self.vocab_limit)
         if self.vocab_map is not None:

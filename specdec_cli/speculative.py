@@ -12,6 +12,8 @@ processes them alike, so the output follows the processed target distribution ex
 
 `verify` applies it to the k + 1 rows of one target batch; `sample_row` draws a target-only
 token from p (the baseline, and plain steps under `auto`). At temperature 0 both are argmax.
+`verify_block` is block verification (Sun et al. 2025), which decides the block jointly and
+keeps at least as many drafts in expectation; `VERIFIERS` names both rules.
 
 A filtered p is a small support (sampling.py), so the rule runs on it directly. A dense p
 (T > 0, no filter) goes through `_DenseTarget`: p itself is never approximated, but the
@@ -113,6 +115,78 @@ def verify(
             continue
         return Verdict(accepted=i, token=sample(residual(p, q), rng), bonus=False)
     return Verdict(accepted=k, token=sample_row(target_logits[k], params, rng), bonus=True)
+
+
+def verify_block(
+    target_logits: np.ndarray,
+    draft_tokens: Sequence[int],
+    q_rows: Sequence[Union[Distribution, np.ndarray]] | None,
+    params: SamplingParams,
+    rng: np.random.Generator,
+) -> Verdict:
+    """Block verification (Sun, Mendlovic, Leviathan, Aharoni, Ro, Beirami, Suresh, ICLR 2025,
+    "Block Verification Accelerates Speculative Decoding", Algorithm 2): the draft block is
+    decided jointly, not token by token. Same arguments and result as `verify`.
+
+    With p_i = P(· | c, X^i) the target's rows and q_i = Q(· | c, X^i) the draft's:
+
+        w_0 = 1;  w_i = min(1, w_{i-1} p_{i-1}(X_i) / q_{i-1}(X_i))          (`block_weights`)
+        h_i = m_i / (m_i + 1 - w_i),  m_i = sum_x max(0, w_i p_i(x) - q_i(x))  for i < k;  h_k = w_k
+        tau = the largest i with eta_i <= h_i (0 if none), eta_1..eta_k ~ U(0, 1)
+        then X_1..X_tau are kept, and the next token is drawn from p_k (the bonus) if tau = k,
+        else from normalise(max(0, w_tau p_tau - q_tau)).
+
+    A later draft can rescue an earlier one the token rule would reject. It keeps at least
+    as many drafts in expectation as `verify`, and the output follows p exactly. It needs
+    the draft's q rows: at temperature 0, or for a deterministic drafter (q_rows None:
+    lookup), it is `verify` (the paper: nothing to gain there). The rows are dense float64
+    (k + 1 target rows and k draft rows), which the token rule mostly avoids.
+
+    Example: k = 1 -> w_1 = h_1 = min(1, p(x) / q(x)), the residual normalise(max(0, p - q)):
+    the token rule.
+    """
+    k = len(draft_tokens)
+    if params.greedy or q_rows is None or k == 0:
+        return verify(target_logits, draft_tokens, q_rows, params, rng)
+    assert target_logits.shape[0] >= k + 1, "the target must score every draft and one more position"
+    p = [distribution(target_logits[i], params).dense() for i in range(k + 1)]
+    q = [row.dense() if isinstance(row, Distribution) else np.asarray(row, dtype=np.float64) for row in q_rows[:k]]
+    w = block_weights(p, q, draft_tokens)
+    eta = rng.random(k)
+    tau = 0
+    for i in range(1, k + 1):
+        if eta[i - 1] <= block_acceptance(p, q, w, i):
+            tau = i
+    if tau == k:
+        return Verdict(accepted=k, token=sample_row(target_logits[k], params, rng), bonus=True)
+    left = np.maximum(w[tau] * p[tau] - q[tau], 0.0)
+    # h_tau > 0 made tau possible, so the residual has mass (where w_tau = 1 and p_tau = q_tau,
+    # h_{tau + 1} = 1 carries the block past tau)
+    assert left.sum() > 0.0, "block verification stopped where its residual is empty"
+    return Verdict(accepted=tau, token=sample(left / left.sum(), rng), bonus=False)
+
+
+def block_weights(p: Sequence[np.ndarray], q: Sequence[np.ndarray], drafts: Sequence[int]) -> list[float]:
+    """w_0 = 1, w_i = min(1, w_{i-1} p_{i-1}(X_i) / q_{i-1}(X_i)): how much of the target's mass the
+    block X^i still carries. Example: p_0(X_1) = 0.2, q_0(X_1) = 0.4 -> w_1 = 0.5."""
+    w = [1.0]
+    for i, x in enumerate(drafts):
+        assert q[i][x] > 0.0, "a draft token must have positive draft probability"
+        w.append(min(1.0, w[-1] * p[i][x] / q[i][x]))
+    return w
+
+
+def block_acceptance(p: Sequence[np.ndarray], q: Sequence[np.ndarray], w: Sequence[float], i: int) -> float:
+    """h_i, the chance that the block is kept up to draft i (see verify_block). Where w_i = 1 and
+    w_i p_i <= q_i everywhere (so p_i = q_i) there is nothing to lose by keeping it: 1."""
+    if i == len(q):
+        return w[i]
+    mass = float(np.maximum(w[i] * p[i] - q[i], 0.0).sum())
+    denominator = mass + 1.0 - w[i]
+    return mass / denominator if denominator > 0.0 else 1.0
+
+
+VERIFIERS = {"token": verify, "block": verify_block}  # options.VERIFY_RULES names them
 
 
 def sample_row(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> int:

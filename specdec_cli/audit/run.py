@@ -76,6 +76,7 @@ class AuditConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int = 0  # draw i uses seed + i
     greedy_tokens: int = GREEDY_TOKENS
+    verify: str = "token"  # the rule that keeps drafts (speculative.VERIFIERS)
 
     @property
     def sampled(self) -> bool:
@@ -274,9 +275,11 @@ class AuditResult:
         return "consistent"
 
 
-def draw(engine: Engine, prompt: Sequence[int], params: SamplingParams, seed: int, policy: DraftPolicy) -> tuple[Outcome, Round | None]:
+def draw(
+    engine: Engine, prompt: Sequence[int], params: SamplingParams, seed: int, policy: DraftPolicy, verify: str = "token"
+) -> tuple[Outcome, Round | None]:
     """The first two outcomes of one generation (fewer only after END), and its round 1."""
-    config = GenerationConfig(max_tokens=DRAW_BUDGET, sampling=params, seed=seed)
+    config = GenerationConfig(max_tokens=DRAW_BUDGET, sampling=params, seed=seed, verify=verify)
     events = engine.generate(prompt, config, policy)
     out: list[int] = []
     first_round = None
@@ -311,9 +314,11 @@ def target_law(target: Engine, prompt: Sequence[int], params: SamplingParams, n:
     return p1, p2
 
 
-def greedy_check(speculative: Engine, target: Engine, prompt: Sequence[int], tokens: int, policy: DraftPolicy) -> GreedyCheck:
+def greedy_check(
+    speculative: Engine, target: Engine, prompt: Sequence[int], tokens: int, policy: DraftPolicy, verify: str = "token"
+) -> GreedyCheck:
     """Speculative against target-only decoding at temperature 0, token for token."""
-    config = GenerationConfig(max_tokens=tokens, sampling=GREEDY, seed=0)
+    config = GenerationConfig(max_tokens=tokens, sampling=GREEDY, seed=0, verify=verify)
     a = consume(speculative.generate(prompt, config, policy)).tokens
     b = consume(target.generate(prompt, config)).tokens
     for i, (x, y) in enumerate(zip(a, b)):
@@ -366,7 +371,7 @@ def run_audit(
                 step = law_seconds / (passes + 1)  # the prompt's pass counts as one: a rough upper bound of a step
                 estimate = time.perf_counter() - start + per_draw * (n - i) + config.greedy_tokens * (per_draw + step)
             progress(Progress("drawing" if estimate is not None else "timing", i, n, estimate, time.perf_counter() - start))
-            outcome, first_round = draw(speculative, prompt, config.sampling, config.seed + i, policy)
+            outcome, first_round = draw(speculative, prompt, config.sampling, config.seed + i, policy, config.verify)
             outcomes.append(outcome)
             drafting.add(first_round)
         progress(Progress("drawing", n, n, estimate, time.perf_counter() - start))
@@ -374,5 +379,5 @@ def run_audit(
         first_token = sampled_test(first_token_law(p1), [o[:1] for o in outcomes], config.level, rng)
         first_pair = sampled_test(first_pair_law(p1, p2, n), outcomes, config.level, rng)
     progress(Progress("greedy", 0, 0, estimate, time.perf_counter() - start))
-    greedy = greedy_check(speculative, target, prompt, config.greedy_tokens, policy)
+    greedy = greedy_check(speculative, target, prompt, config.greedy_tokens, policy, config.verify)
     return AuditResult(config, first_token, first_pair, greedy, drafting, passes, estimate, time.perf_counter() - start)

@@ -68,6 +68,7 @@ class BenchConfig:
     chat: bool = True  # wrap prompts in the target's chat template
     cost_repeats: int = 3  # timings per batch size inside one cost-curve measurement
     warmup_tokens: int = 16  # one unrecorded A and B run first (0: none)
+    verify: str = "token"  # the rule B keeps drafts by (speculative.VERIFIERS)
 
     @property
     def fixed_k(self) -> tuple[int, ...]:
@@ -85,7 +86,7 @@ class BenchConfig:
 
     def generation(self, temperature: float, repeat: int) -> GenerationConfig:
         sampling = SamplingParams(temperature=temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p)
-        return GenerationConfig(max_tokens=self.max_tokens, sampling=sampling, seed=self.seed + repeat)
+        return GenerationConfig(max_tokens=self.max_tokens, sampling=sampling, seed=self.seed + repeat, verify=self.verify)
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from ..options import check_load_limits, check_p_min, check_sampling_options, check_seed, parse_draft_length, parse_drafter
-from .options import AUTO, CtxOption, DraftCtxOption, DraftGpuLayersOption, DraftOption, GpuLayersOption, MinPOption, PairOption, read_prompt, RepackOption, TargetOption, ThreadsOption, TopKOption, TopPOption
+from ..options import check_load_limits, check_p_min, check_sampling_options, check_seed, parse_draft_length, parse_drafter, parse_verify
+from .options import AUTO, CtxOption, DraftCtxOption, DraftGpuLayersOption, DraftOption, GpuLayersOption, MinPOption, PairOption, read_prompt, RepackOption, TargetOption, ThreadsOption, TopKOption, TopPOption, VerifyOption
 from ..errors import BadInput
 from ..inputs import argv_text
 
@@ -47,6 +47,7 @@ def audit(
     drafter: Annotated[str, typer.Option(help="Who drafts: model, lookup or model+lookup (as for run).")] = "model",
     p_min: Annotated[Optional[float], typer.Option(help="The draft model's early stop, as for run. Default 0: off.")] = None,
     temperature: Annotated[float, typer.Option(help="0 is greedy (then only the greedy check runs).")] = 0.8,
+    verify: VerifyOption = "token",
     top_k: TopKOption = 40,
     top_p: TopPOption = 0.95,
     min_p: MinPOption = 0.05,
@@ -93,7 +94,7 @@ def audit(
     from .run import load_pair
 
     params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
-    config = AuditConfig(samples=samples, alpha=alpha, sampling=params, seed=seed, greedy_tokens=greedy_tokens)
+    config = AuditConfig(samples=samples, alpha=alpha, sampling=params, seed=seed, greedy_tokens=greedy_tokens, verify=parse_verify(verify))
     console = stderr_console(False)
     options = LoadOptions.from_cli(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers, repack, pair_name, chat=chat)
     with contextlib.ExitStack() as stack:

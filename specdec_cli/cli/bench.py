@@ -17,10 +17,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..options import check_load_limits, check_sampling_options, check_seed, option_list, parse_draft_tokens, parse_drafters, parse_temperatures
+from ..options import check_load_limits, check_sampling_options, check_seed, option_list, parse_draft_tokens, parse_drafters, parse_temperatures, parse_verify
 from ..bench.model import DEFAULT_DRAFT_TOKENS, DEFAULT_DRAFTERS, DEFAULT_REPEATS, DEFAULT_TEMPERATURES
 from ..bench.native import DEFAULT_NATIVE_TIMEOUT
-from .options import _err, CtxOption, DraftCtxOption, DraftGpuLayersOption, DraftOption, GpuLayersOption, MinPOption, PairOption, RepackOption, resolve_paths, TargetOption, ThreadsOption, TopKOption, TopPOption
+from .options import _err, CtxOption, DraftCtxOption, DraftGpuLayersOption, DraftOption, GpuLayersOption, MinPOption, PairOption, RepackOption, resolve_paths, TargetOption, ThreadsOption, TopKOption, TopPOption, VerifyOption
 from ..errors import BadInput, SpecdecError
 from ..inputs import writable_file
 
@@ -46,6 +46,7 @@ def bench(
     drafter: Annotated[str, typer.Option(help="Drafters to sweep: model (the draft GGUF), lookup (prompt lookup, no draft model), model+lookup; e.g. model,lookup.")] = option_list(DEFAULT_DRAFTERS),
     temperature: Annotated[str, typer.Option(help="Temperatures to sweep, e.g. 0,0.7 (0 is greedy and checks exactness).")] = option_list(DEFAULT_TEMPERATURES),
     repeats: Annotated[int, typer.Option(help="Interleaved A/B repetitions of the whole sweep; medians are reported.")] = DEFAULT_REPEATS,
+    verify: VerifyOption = "token",
     prompts: Annotated[
         Optional[Path],
         typer.Option(exists=True, dir_okay=False, help="Your prompts: JSONL with a \"prompt\" key, or one prompt per line (default: the built-in suite)."),
@@ -118,6 +119,7 @@ def bench(
         min_p=min_p,
         chat=not raw,
         warmup_tokens=warmup,
+        verify=parse_verify(verify),
     )
     draft_path, target_path = resolve_paths(draft, target, pair=pair_name)
     console = bench_console()

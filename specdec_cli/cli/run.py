@@ -17,11 +17,14 @@ import json
 import secrets
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from ..options import check_load_limits, check_p_min, check_sampling_options, check_seed, parse_draft_length, parse_drafter
+from ..memory import DEFAULT_MAX_TOKENS as DEFAULT_CACHE_TOKENS
+from ..memory import BadCache, DraftMemory, read_cache, save_cache
+from ..options import check_draft_cache_size, check_load_limits, check_p_min, check_sampling_options, check_seed, parse_draft_length, parse_drafter, parse_verify
 from .options import (
     AUTO,
     EXIT_INTERRUPTED,
@@ -45,13 +48,14 @@ from .options import (
     ThreadsOption,
     TopKOption,
     TopPOption,
+    VerifyOption,
     _err,
     parse_stops,
     read_prompt,
     resolve_paths,
 )
 from ..errors import BadInput
-from ..inputs import argv_text
+from ..inputs import argv_text, writable_file
 
 if TYPE_CHECKING:  # the real imports happen inside the command, keeping --help fast
     from ..cost_curve import CostCurve
@@ -71,7 +75,10 @@ def run(
     lookup_ngram_min: LookupNgramMinOption = 1,
     lookup_ngram_max: LookupNgramMaxOption = 3,
     lookup_max_tokens: LookupMaxTokensOption = 10,
+    draft_cache: Annotated[Optional[Path], typer.Option(metavar="FILE", help="Lookup also drafts from earlier calls' prompts and outputs, kept in FILE (read, then updated).")] = None,
+    draft_cache_size: Annotated[int, typer.Option(help="Tokens the draft cache keeps at most; the oldest calls go first.")] = DEFAULT_CACHE_TOKENS,
     temperature: TemperatureOption = 0.8,
+    verify: VerifyOption = "token",
     top_k: TopKOption = 40,
     top_p: TopPOption = 0.95,
     min_p: MinPOption = 0.05,
@@ -103,9 +110,11 @@ def run(
 
     drafter = parse_drafter(drafter)
     draft_tokens = parse_draft_length(draft_tokens)
+    verify = parse_verify(verify)
     check_sampling_options(temperature, top_k, top_p, min_p, max_tokens)
     check_p_min(p_min)
     lookup = LookupOptions.from_range(lookup_ngram_min, lookup_ngram_max, lookup_max_tokens)
+    check_draft_cache(draft_cache, draft_cache_size, drafter)
     if json_out and jsonl:
         raise BadInput("--json and --jsonl exclude each other; pick one")
     check_load_limits(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers)
@@ -133,6 +142,7 @@ def run(
         sampling=SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
         seed=seed,
         stop=stops,
+        verify=verify,
     )
     options = LoadOptions.from_cli(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers, repack, pair_name, chat=chat)
 
@@ -148,7 +158,8 @@ def run(
             if out_color:
                 typer.echo(legend(err_color, show_rejected), err=True, color=err_color)  # echo strips codes unless told
         try:
-            events = pair.engine(drafter=drafter, lookup=lookup).generate(prompt_ids, config, draft_policy(draft_tokens, p_min))
+            memory, distrusted = open_memory(pair, draft_cache, draft_cache_size)
+            events = pair.engine(drafter=drafter, lookup=lookup, memory=memory).generate(prompt_ids, config, draft_policy(draft_tokens, p_min))
             result = consume(events, sink)
         except BaseException:
             if isinstance(sink, TextRenderer) and sink.started:
@@ -156,6 +167,8 @@ def run(
             raise
         if isinstance(sink, TextRenderer):
             sink.close()  # the final newline comes right after the text, before anything slow
+        if draft_cache is not None:
+            remember(pair, draft_cache, draft_cache_size, prompt_ids + result.tokens, said=distrusted)
         contexts = allocated_contexts(pair, options.n_ctx)
         after = Afterwards(interrupted=result.interrupted)
         if not after.interrupted and (stats or json_out or jsonl):
@@ -229,6 +242,35 @@ def load_pair(
         return stack.enter_context(
             open_pair(draft_path, target_path, options, on_load=lambda kind, path: activity.show(f"loading the {kind} {path.name} ..."))
         )
+
+
+def check_draft_cache(path: Path | None, size: int, drafter: str) -> None:
+    """--draft-cache is lookup's memory: a drafter that looks up, a file that can be written, a size."""
+    if path is None:
+        return
+    if drafter == "model":
+        raise BadInput("--draft-cache is what lookup drafts from: pass --drafter lookup or model+lookup")
+    check_draft_cache_size(size)
+    writable_file(path, "--draft-cache")
+
+
+def open_memory(pair: LoadedPair, path: Path | None, size: int) -> tuple[DraftMemory | None, bool]:
+    """The draft cache's memory (memory.py; None without --draft-cache), and whether the file was
+    distrusted: then it is said in one line and not used, and the update rebuilds it."""
+    if path is None:
+        return None, False
+    try:
+        return read_cache(path.expanduser(), pair.tokenizer_fingerprint(), pair.target.n_vocab, size), False
+    except BadCache as exc:
+        _err(f"specdec: {exc}; starting a new one")
+        return DraftMemory(size), True
+
+
+def remember(pair: LoadedPair, path: Path, size: int, tokens: list[int], said: bool) -> None:
+    """Add this call's prompt and output to the draft cache file (another process may have added too)."""
+    note = save_cache(path.expanduser(), [tokens], pair.tokenizer_fingerprint(), pair.target.n_vocab, size)
+    if note is not None and not said:  # the file went bad while this call ran
+        _err(f"specdec: {note}")
 
 
 def allocated_contexts(pair: LoadedPair, requested: int) -> dict:

@@ -25,7 +25,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import BadInput, SpecdecError
-from ..options import check_load_limits, check_p_min, check_sampling_options, parse_draft_length, parse_drafter
+from ..options import check_load_limits, check_p_min, check_sampling_options, parse_draft_length, parse_drafter, parse_verify
 from .options import (
     AUTO,
     CtxOption,
@@ -47,6 +47,7 @@ from .options import (
     ThreadsOption,
     TopKOption,
     TopPOption,
+    VerifyOption,
     _err,
 )
 
@@ -67,6 +68,7 @@ def serve(
     lookup_ngram_max: LookupNgramMaxOption = 3,
     lookup_max_tokens: LookupMaxTokensOption = 10,
     temperature: TemperatureOption = 0.8,
+    verify: VerifyOption = "token",
     top_k: TopKOption = 40,
     top_p: TopPOption = 0.95,
     min_p: MinPOption = 0.05,
@@ -109,6 +111,7 @@ def serve(
         draft_tokens=draft_tokens,
         drafter=drafter,
         p_min=p_min,
+        verify=parse_verify(verify),
     )
     options = LoadOptions.from_cli(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers, repack, pair_name)
     run_server(draft, target, pair_name, options, defaults, lookup, host, port, api_key, alias, queue)

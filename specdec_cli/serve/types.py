@@ -33,6 +33,7 @@ from ..options import (
     check_stops,
     parse_draft_length,
     parse_drafter,
+    parse_verify,
 )
 from ..sampling import SamplingParams
 
@@ -84,6 +85,7 @@ class _Common(BaseModel):
     logit_bias: Optional[dict] = None
     draft_tokens: Union[Literal["auto"], int, None] = None  # specdec: "auto" or a fixed k
     drafter: Optional[str] = None  # specdec: model, lookup, model+lookup
+    verify: Optional[str] = None  # specdec: token or block (speculative.VERIFIERS)
     specdec_events: bool = False  # specdec: provenance, rejected drafts and rounds in the stream (the page)
 
     def unsupported(self) -> list[str]:
@@ -139,6 +141,7 @@ class Defaults:
     draft_tokens: DraftTokens = "auto"
     drafter: str = "model"
     p_min: float | None = None
+    verify: str = "token"
 
 
 @dataclass(frozen=True)
@@ -181,10 +184,11 @@ class Settings:
         check_stops(stops)
         draft_tokens = defaults.draft_tokens if request.draft_tokens is None else parse_draft_length(str(request.draft_tokens))
         drafter = defaults.drafter if request.drafter is None else parse_drafter(request.drafter)
+        verify = defaults.verify if request.verify is None else parse_verify(request.verify)
         seed = secrets.randbits(32) if request.seed is None else request.seed
         top_logprobs = _top_logprobs(request)
         config = GenerationConfig(
-            max_tokens=_given(max_tokens, defaults.max_tokens), sampling=sampling, seed=seed, stop=tuple(stops), logprobs=top_logprobs
+            max_tokens=_given(max_tokens, defaults.max_tokens), sampling=sampling, seed=seed, stop=tuple(stops), logprobs=top_logprobs, verify=verify
         )
         return cls(
             config=config,

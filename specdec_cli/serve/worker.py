@@ -16,7 +16,8 @@ next event, at most one round later, and closes the engine's generator, whose `f
 rolls both KV caches back to the accepted prefix as Ctrl-C does in `specdec run`. The caches
 are kept between jobs, so a request sharing a prefix with the previous one (a chat's next
 turn) evaluates only what is new, in both models (engine.prefill via drafters.catch_up);
-`cached_tokens` says how much was reused.
+`cached_tokens` says how much was reused. So is a drafting memory (memory.py): every finished
+request's prompt and answer, which lookup drafts from for the requests after it.
 
 Example (what the tests do, with a scripted pair):
 
@@ -41,6 +42,7 @@ from typing import Callable
 from ..drafters import LookupOptions, common_prefix
 from ..errors import BadInput, ContextOverflow, SpecdecError
 from ..events import Event
+from ..memory import DraftMemory
 from ..policy import draft_policy
 from ..session import LoadedPair
 from ..stats import Outcome, consume
@@ -104,6 +106,7 @@ class Worker:
     def __init__(self, load: Callable[[contextlib.ExitStack], LoadedPair], queue_size: int, lookup: LookupOptions = LookupOptions()) -> None:
         self._load = load
         self._lookup = lookup
+        self.memory = DraftMemory()  # earlier requests' prompts and answers, for lookup (memory.py)
         self._jobs: queue.Queue[Job | None] = queue.Queue(maxsize=queue_size)
         self._thread = threading.Thread(target=self._main, name="specdec-worker", daemon=True)
         self._current: Job | None = None
@@ -189,7 +192,7 @@ class Worker:
 
         s = job.settings
         try:
-            engine = pair.engine(drafter=s.drafter, lookup=self._lookup)
+            engine = pair.engine(drafter=s.drafter, lookup=self._lookup, memory=self.memory)
             outcome = consume(engine.generate(ids, config, draft_policy(s.draft_tokens, s.p_min)), hand_over)
         except _Cancelled:  # consume closed the generator: the engine rolled both caches back
             if self._stopping.is_set():
@@ -198,6 +201,7 @@ class Worker:
         except SpecdecError as exc:
             job._put(Failed(exc))
             return
+        self.memory.add(ids + outcome.tokens)
         job._put(Done(outcome))
 
     def _fit(self, ids: list[int], settings: Settings):

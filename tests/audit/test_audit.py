@@ -31,7 +31,6 @@ from typer.testing import CliRunner
 
 from fakes import MarkovModel, random_markov
 from specdec_cli.audit import run as audit_module
-from specdec_cli import engine as engine_module
 from specdec_cli import sampling, session, speculative
 from specdec_cli.audit.run import END, REST, AuditConfig, first_pair_law, run_audit, token_cells
 from specdec_cli.cli.app import app
@@ -255,7 +254,7 @@ def test_accepting_every_draft_is_caught_and_breaks_greedy_identity(monkeypatch)
     target, draft = toy_pair(1)
     p, q = first_token_law_of(target, draft)
     assert power_against(p, q, N, ALPHA / 2) > 1 - 1e-9  # under the bug the first token follows q
-    monkeypatch.setattr(engine_module, "verify", accept_everything)
+    monkeypatch.setitem(speculative.VERIFIERS, "token", accept_everything)
     result = audit_toy(target, draft)
     assert result.verdict == "rejected" and result.first_token.rejects
     assert not result.greedy.identical and result.greedy.position is not None
@@ -420,3 +419,20 @@ def test_real_audit_of_the_builtin_pair_passes(builtin_paths):
     assert out["greedy"]["identical"] and out["greedy"]["tokens"] == 32
     assert out["first_token"]["cells"] >= 5 and out["first_pair"]["cells"] > out["first_token"]["cells"]
     assert "400 draws and a greedy check of 32 tokens; about" in proc.stderr
+
+
+@pytest.mark.model
+def test_real_audit_with_block_verification_passes(builtin_paths):
+    # Block verification at k = 4 (fixed, so every draw drafts), run's sampling defaults, the
+    # prompt above: N = 400 draws, 32 greedy tokens, false failure at most 1e-4 (simulated p-values).
+    # Seed 200001 was picked before it was run.
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-m", "specdec_cli.cli", "audit", "--samples", "400", "--greedy-tokens", "32", "--seed", "200001", "--alpha", "1e-4", "--json",
+         "-k", "4", "--verify", "block", "--raw", "The history of the Roman Empire"],
+        capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["verdict"] == "consistent" and out["drafting"]["drafted_draws"] == 400
+    assert out["greedy"]["identical"]

@@ -1,0 +1,142 @@
+"""Repetitive workloads with and without the drafting memory, side by side (issue 27).
+
+Two workloads of sequential calls, as an agent or an editor plugin makes them:
+
+- `extract`: 20 calls that extract the same fields as JSON from 20 different short texts;
+- `edit`: a code-editing session of 10 calls, each asking for a function back with one small change.
+
+Each call is decoded by every configuration in turn, on the same loaded pair (interleaved,
+so all see the same machine state): target-only, the draft model (`-k auto`), lookup and
+model+lookup without memory, and lookup and model+lookup with the memory (memory.py, the
+same `DraftMemory` that `--draft-cache` loads and saves and `specdec serve` keeps; here it
+stays in the process between calls, each configuration with its own, starting empty).
+Greedy (T = 0) output must be identical across configurations; the script checks it.
+Reported per workload and configuration: tokens per target pass, decode tokens/s, and the
+speed-up over target-only (the ratio of tokens/s, decode only).
+
+    flock /tmp/llama.lock python3 benchmarks/memory_workloads.py --out /tmp/memory.json
+
+Left out: temperature > 0 (`--temperature` sets it, but then texts differ between
+configurations and only rates compare); llama.cpp's ngram-cache (not run here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+import specdec_cli  # noqa: E402,F401  before numpy: see specdec_cli/__init__.py
+
+from specdec_cli.engine import GenerationConfig  # noqa: E402
+from specdec_cli.memory import DraftMemory  # noqa: E402
+from specdec_cli.models.registry import builtin_pair  # noqa: E402
+from specdec_cli.policy import draft_policy  # noqa: E402
+from specdec_cli.sampling import SamplingParams  # noqa: E402
+from specdec_cli.session import LoadOptions, open_pair  # noqa: E402
+from specdec_cli.stats import RunStats, consume  # noqa: E402
+
+PEOPLE = [
+    ("Alice Moreau", 34, "Lyon", "nurse"), ("Bram de Vries", 51, "Utrecht", "carpenter"), ("Chen Wei", 28, "Chengdu", "designer"),
+    ("Dana Okafor", 45, "Lagos", "lawyer"), ("Erik Lund", 39, "Bergen", "fisherman"), ("Fatima Zahra", 23, "Fez", "student"),
+    ("Gustavo Lima", 60, "Recife", "teacher"), ("Hana Sato", 31, "Osaka", "chef"), ("Ivan Petrov", 47, "Kazan", "engineer"),
+    ("Julia Novak", 36, "Brno", "pharmacist"), ("Kofi Mensah", 29, "Kumasi", "programmer"), ("Lena Braun", 54, "Graz", "architect"),
+    ("Mateo Ruiz", 41, "Sevilla", "baker"), ("Nora Quinn", 26, "Galway", "musician"), ("Omar Haddad", 58, "Amman", "doctor"),
+    ("Priya Nair", 33, "Kochi", "scientist"), ("Quentin Roy", 44, "Quebec", "pilot"), ("Rosa Conti", 38, "Turin", "journalist"),
+    ("Sven Berg", 62, "Uppsala", "farmer"), ("Tara Singh", 27, "Pune", "accountant"),
+]  # fmt: skip
+EXTRACT = (
+    "Extract the person's name, age, city and job from the text as JSON with the keys "
+    '"name", "age", "city" and "job", and nothing else.\n\nText: {name} is {age} years old, lives in {city} and works as a {job}.'
+)
+FUNCTION = '''def total_price(items, tax_rate):
+    """Sum the prices of the items and add the tax."""
+    subtotal = 0.0
+    for item in items:
+        subtotal += item["price"] * item["quantity"]
+    tax = subtotal * tax_rate
+    return round(subtotal + tax, 2)'''
+EDITS = [
+    "rename the function to order_total", "rename tax_rate to rate", "rename subtotal to net", "rename items to lines",
+    "round to 3 digits instead of 2", "rename tax to vat", "rename item to line", "make tax_rate default to 0.2",
+    "use a generator expression for the subtotal", "add a type hint: items is a list of dicts",
+]  # fmt: skip
+EDIT = "Return this Python function with one change: {change}. Reply with the code only.\n\n{function}"
+
+CONFIGS = [  # (name, drafter, with memory); None: target-only
+    ("target-only", None, False), ("model", "model", False), ("lookup", "lookup", False),
+    ("model+lookup", "model+lookup", False), ("lookup+memory", "lookup", True), ("model+lookup+memory", "model+lookup", True),
+]  # fmt: skip
+
+
+def workloads() -> dict[str, list[str]]:
+    return {
+        "extract": [EXTRACT.format(name=n, age=a, city=c, job=j) for n, a, c, j in PEOPLE],
+        "edit": [EDIT.format(change=change, function=FUNCTION) for change in EDITS],
+    }
+
+
+def measure(args: argparse.Namespace) -> dict:
+    draft, target = builtin_pair()
+    results = {}
+    with open_pair(draft, target, LoadOptions(n_ctx=4096)) as pair:
+        for workload, prompts in workloads().items():
+            if args.workloads and workload not in args.workloads:
+                continue
+            max_tokens = args.max_tokens or (96 if workload == "extract" else 160)
+            memories = {name: DraftMemory() for name, _, with_memory in CONFIGS if with_memory}
+            totals = {name: RunStats() for name, _, _ in CONFIGS}
+            texts: dict[str, list[str]] = {name: [] for name, _, _ in CONFIGS}
+            for i, text in enumerate(prompts):
+                ids = pair.prompt_tokens(text, chat=True)
+                config = GenerationConfig(max_tokens=max_tokens, sampling=SamplingParams(temperature=args.temperature), seed=i)
+                for name, drafter, _ in CONFIGS:
+                    memory = memories.get(name)
+                    engine = pair.engine(speculative=drafter is not None, drafter=drafter or "model", memory=memory)
+                    outcome = consume(engine.generate(ids, config, draft_policy("auto") if drafter else None))
+                    totals[name] = totals[name].merge(outcome.stats)
+                    texts[name].append(outcome.text)
+                    if memory is not None:
+                        memory.add(ids + outcome.tokens)
+            base = totals["target-only"]
+            rows = {}
+            for name, _, _ in CONFIGS:
+                t = totals[name]
+                rows[name] = {
+                    "tokens": t.new_tokens, "target_passes": t.target_passes, "tokens_per_pass": t.tokens_per_pass,
+                    "tokens_per_second": t.tokens_per_second, "speedup": t.tokens_per_second / base.tokens_per_second,
+                    "acceptance": t.acceptance_rate, "identical_to_target_only": texts[name] == texts["target-only"],
+                }  # fmt: skip
+            results[workload] = {"calls": len(prompts), "max_tokens": max_tokens, "rows": rows}
+    return results
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workloads", nargs="*", choices=["extract", "edit"])
+    parser.add_argument("-n", "--max-tokens", type=int, default=0, help="per call (default: 96 extract, 160 edit)")
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    results = measure(args)
+    for workload, r in results.items():
+        print(f"{workload}: {r['calls']} calls, up to {r['max_tokens']} tokens each")
+        print(f"  {'configuration':<22} {'tokens':>6} {'passes':>6} {'tok/pass':>8} {'tok/s':>7} {'speed-up':>8} {'accept':>6}  same text")
+        for name, row in r["rows"].items():
+            print(
+                f"  {name:<22} {row['tokens']:>6} {row['target_passes']:>6} {row['tokens_per_pass']:>8.2f} {row['tokens_per_second']:>7.1f} "
+                f"{row['speedup']:>7.2f}x {row['acceptance']:>6.2f}  {row['identical_to_target_only']}"
+            )
+    print(f"({time.perf_counter() - start:.0f} s)")
+    if args.out:
+        args.out.write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k != "out"}, "results": results}, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

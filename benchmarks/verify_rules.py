@@ -1,0 +1,123 @@
+"""Token rule against block verification on the same loaded pair, side by side (issue 27).
+
+For each temperature, each prompt of the built-in suite and each seed, one generation with
+`--verify token` and one with `--verify block` follow each other (the order alternates), with
+the model drafter at a fixed k, so both rules see the same machine state. Reported per
+temperature: tokens per target pass (new tokens / target passes, the figure block
+verification raises), decode tokens/s, and block over token for both, as medians over the
+runs and as the ratio of sums. At temperature 0 both rules are the same code (block falls
+back to the token rule), so only T > 0 is measured.
+
+    flock /tmp/llama.lock python3 benchmarks/verify_rules.py --temperatures 0.8,1 -k 4,8 --seeds 4 -n 96
+    flock /tmp/llama.lock python3 benchmarks/verify_rules.py --extra 60      # the deepened synthetic target
+
+`--extra N` uses synthetic_pair.py's deepened target (the built-in F32 target with N
+zero-output blocks: the same text at a realistic cost) instead of the built-in target.
+
+Left out: the bench's A/B against target-only (`specdec bench --verify block` does that for
+one rule at a time); other drafters (lookup's drafts are deterministic: block = token).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import specdec_cli  # noqa: E402,F401  before numpy: see specdec_cli/__init__.py
+
+from specdec_cli.engine import GenerationConfig  # noqa: E402
+from specdec_cli.models.registry import builtin_pair  # noqa: E402
+from specdec_cli.policy import draft_policy  # noqa: E402
+from specdec_cli.prompts import builtin_prompts  # noqa: E402
+from specdec_cli.sampling import SamplingParams  # noqa: E402
+from specdec_cli.session import LoadOptions, open_pair  # noqa: E402
+from specdec_cli.stats import consume  # noqa: E402
+
+RULES = ("token", "block")
+
+
+def measure(args: argparse.Namespace) -> list[dict]:
+    draft, target = builtin_pair()
+    if args.extra:
+        from synthetic_pair import deepened_target
+
+        target = deepened_target(args.extra)
+    rows = []
+    with open_pair(draft, target, LoadOptions(n_ctx=2048)) as pair:
+        engine = pair.engine()
+        prompts = [(p.name, pair.prompt_tokens(p.text, chat=True)) for p in builtin_prompts()]
+        n = 0
+        for temperature in args.temperatures:
+            sampling = SamplingParams(temperature=temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p)
+            for k in args.k:
+                for name, ids in prompts:
+                    for seed in range(args.seeds):
+                        order = RULES if n % 2 == 0 else RULES[::-1]
+                        n += 1
+                        for rule in order:
+                            config = GenerationConfig(max_tokens=args.max_tokens, sampling=sampling, seed=seed, verify=rule)
+                            stats = consume(engine.generate(ids, config, draft_policy(k))).stats
+                            rows.append({
+                                "temperature": temperature, "k": k, "prompt": name, "seed": seed, "verify": rule,
+                                "new_tokens": stats.new_tokens, "target_passes": stats.target_passes,
+                                "drafted": stats.drafted, "accepted": stats.accepted,
+                                "tokens_per_pass": stats.tokens_per_pass, "tokens_per_second": stats.tokens_per_second,
+                                "generation_seconds": stats.generation_seconds,
+                            })  # fmt: skip
+    return rows
+
+
+def summary(rows: list[dict]) -> list[dict]:
+    out = []
+    for temperature, k in sorted({(r["temperature"], r["k"]) for r in rows}):
+        by = {rule: [r for r in rows if (r["temperature"], r["k"], r["verify"]) == (temperature, k, rule)] for rule in RULES}
+        line = {"temperature": temperature, "k": k, "runs": len(by["token"])}
+        for rule, rs in by.items():
+            line[f"{rule}_tokens_per_pass"] = sum(r["new_tokens"] for r in rs) / sum(r["target_passes"] for r in rs)
+            line[f"{rule}_tokens_per_second"] = sum(r["new_tokens"] for r in rs) / sum(r["generation_seconds"] for r in rs)
+            line[f"{rule}_median_tokens_per_second"] = statistics.median(r["tokens_per_second"] for r in rs)
+        line["tokens_per_pass_ratio"] = line["block_tokens_per_pass"] / line["token_tokens_per_pass"]
+        line["speed_ratio"] = line["block_tokens_per_second"] / line["token_tokens_per_second"]
+        pairs = [(b["tokens_per_pass"], t["tokens_per_pass"]) for t, b in zip(by["token"], by["block"])]
+        line["runs_block_below_token"] = sum(b < t for b, t in pairs)
+        out.append(line)
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--temperatures", type=lambda s: [float(v) for v in s.split(",")], default=[0.8, 1.0])
+    parser.add_argument("-k", type=lambda s: [int(v) for v in s.split(",")], default=[4, 8])
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per prompt (each run twice: token and block)")
+    parser.add_argument("-n", "--max-tokens", type=int, default=96)
+    parser.add_argument("--top-k", type=int, default=40)
+    parser.add_argument("--top-p", type=float, default=0.95)
+    parser.add_argument("--min-p", type=float, default=0.05)
+    parser.add_argument("--extra", type=int, default=0, help="deepen the built-in target by N zero blocks (synthetic_pair.py)")
+    parser.add_argument("--out", type=Path, help="write the runs and the summary as JSON")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    rows = measure(args)
+    lines = summary(rows)
+    print(f"{'T':>4} {'k':>3} {'runs':>4}  {'tok/pass token':>14} {'block':>6} {'ratio':>6}  {'tok/s token':>11} {'block':>6} {'ratio':>6}  block<token")
+    for l in lines:
+        print(
+            f"{l['temperature']:>4g} {l['k']:>3} {l['runs']:>4}  {l['token_tokens_per_pass']:>14.3f} {l['block_tokens_per_pass']:>6.3f} "
+            f"{l['tokens_per_pass_ratio']:>6.3f}  {l['token_tokens_per_second']:>11.1f} {l['block_tokens_per_second']:>6.1f} "
+            f"{l['speed_ratio']:>6.3f}  {l['runs_block_below_token']}/{l['runs']}"
+        )
+    print(f"({time.perf_counter() - start:.0f} s)")
+    if args.out:
+        args.out.write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k != "out"}, "summary": lines, "runs": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""A drafting memory that outlives the call: earlier prompts and outputs, indexed for lookup.
+
+SuffixDecoding (Oliaro, Jia, Campos, Qiao, NeurIPS 2025) drafts from a suffix index over the
+prompt, the output so far and earlier outputs, and proposes more tokens the longer the
+match. Here the lookup drafter (drafters.LookupDrafter) searches the context first, as prompt
+lookup does, then this memory: the sequences of earlier generations (prompt + output),
+indexed by their n-grams. A repetitive workload (the same JSON fields extracted from many
+texts, a function edited call after call) finds its next tokens in what it wrote before.
+
+    memory = DraftMemory(max_tokens=200_000)
+    memory.add([5, 6, 7, 8, 9])              # an earlier call's prompt + output
+    memory.match([1, 2, 6, 7])               # -> Recall(tokens=[8, 9], length=2)
+
+Three levels: within a call (the context itself, in drafters.py), across calls of the CLI
+(`--draft-cache FILE`: `load` and `save` below), across requests of `specdec serve` (one
+memory kept in the worker). The memory holds at most `max_tokens` tokens; the oldest
+sequences go first.
+
+The cache file is untrusted input. It is JSON with a format name, a version, a fingerprint
+of the tokenizer that wrote it and the sequences; `load` refuses a file that is truncated,
+of another version, written by another tokenizer, over the size bound or holding ids the
+vocabulary lacks, saying why in one line, and the caller starts afresh (the next `save`
+rebuilds it). `save` merges with what another process saved meanwhile, under an advisory
+lock (fcntl) on FILE.lock, and replaces the file atomically (a temporary file, fsync, rename).
+
+Left out: proposing and verifying (drafters.py, speculative.py); when to save (the CLI and the
+server decide).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from .errors import BadInput
+
+FORMAT = "specdec-draft-cache"
+VERSION = 1
+NGRAM = 3  # the index's key: a sequence's last NGRAM tokens (shorter at its start)
+MATCH_CAP = 32  # how far back a match is measured
+RECALL_TOKENS = 64  # the most a recall hands out (options.MAX_DRAFT_TOKENS)
+DEFAULT_MAX_TOKENS = 200_000  # --draft-cache-size
+
+
+class BadCache(BadInput):
+    """A cache file that cannot be trusted; the message says why in one line."""
+
+
+@dataclass(frozen=True)
+class Recall:
+    """What followed the longest earlier match of the context's end, and how long that match is."""
+
+    tokens: list[int]
+    length: int
+
+
+class DraftMemory:
+    """Earlier token sequences, indexed by their n-grams; the newest occurrence wins."""
+
+    def __init__(self, max_tokens: int = DEFAULT_MAX_TOKENS, ngram: int = NGRAM) -> None:
+        assert max_tokens >= 1, "options.check_draft_cache_size checks the bound"
+        self.max_tokens = max_tokens
+        self.ngram = ngram
+        self.sequences: deque[list[int]] = deque()
+        self._first = 0  # the number of sequences evicted: sequence i lives at self.sequences[i - _first]
+        self._size = 0
+        self._index: dict[tuple[int, ...], tuple[int, int]] = {}  # n-gram -> (sequence number, end)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def add(self, tokens: Sequence[int]) -> None:
+        """Remember a finished sequence (its tail only, if it alone exceeds the bound)."""
+        tokens = [int(t) for t in tokens[-self.max_tokens :]]
+        if not tokens or (self.sequences and self.sequences[-1] == tokens):
+            return
+        number = self._first + len(self.sequences)
+        self.sequences.append(tokens)
+        self._size += len(tokens)
+        for end in range(1, len(tokens)):  # not the sequence's own end: nothing follows it
+            for n in range(1, self.ngram + 1):
+                if end >= n:
+                    self._index[tuple(tokens[end - n : end])] = (number, end)
+        if self._size > self.max_tokens:
+            while self._size > self.max_tokens:
+                self._size -= len(self.sequences.popleft())
+                self._first += 1
+            self._index = {key: place for key, place in self._index.items() if place[0] >= self._first}
+
+    def match(self, context: Sequence[int]) -> Recall | None:
+        """The continuation of the longest n-gram of the context's end seen in memory (longest n first)."""
+        for n in range(min(self.ngram, len(context)), 0, -1):
+            place = self._index.get(tuple(context[-n:]))
+            if place is None:
+                continue
+            number, end = place
+            seq = self.sequences[number - self._first]
+            length = 0
+            while length < MATCH_CAP and length < end and length < len(context) and seq[end - 1 - length] == context[-1 - length]:
+                length += 1
+            return Recall(tokens=seq[end : end + RECALL_TOKENS], length=length)
+        return None
+
+    # -- the cache file ---------------------------------------------------------------------
+
+    def to_json(self, fingerprint: str) -> dict:
+        return {"format": FORMAT, "version": VERSION, "tokenizer": fingerprint, "sequences": list(self.sequences)}
+
+    @classmethod
+    def from_json(cls, data, fingerprint: str, n_vocab: int, max_tokens: int, name: str) -> "DraftMemory":
+        """The memory a parsed file holds, or BadCache saying why it is not trusted."""
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise BadCache(f"draft cache {name} is not a specdec draft cache")
+        if data.get("version") != VERSION:
+            raise BadCache(f"draft cache {name} has format version {data.get('version')!r}, this specdec reads {VERSION}")
+        if data.get("tokenizer") != fingerprint:
+            raise BadCache(f"draft cache {name} was written for another tokenizer")
+        sequences = data.get("sequences")
+        if not isinstance(sequences, list) or not all(isinstance(s, list) for s in sequences):
+            raise BadCache(f"draft cache {name} holds no list of token sequences")
+        total = sum(len(s) for s in sequences)
+        if total > max_tokens:
+            raise BadCache(f"draft cache {name} holds {total} tokens, over --draft-cache-size {max_tokens}")
+        if not all(type(t) is int and 0 <= t < n_vocab for s in sequences for t in s):
+            raise BadCache(f"draft cache {name} holds token ids outside the vocabulary of {n_vocab}")
+        memory = cls(max_tokens)
+        for seq in sequences:
+            memory.add(seq)
+        return memory
+
+
+def read_cache(path: Path, fingerprint: str, n_vocab: int, max_tokens: int) -> DraftMemory:
+    """The memory in `path` (empty if there is none); BadCache if it cannot be trusted."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return DraftMemory(max_tokens)
+    except OSError as exc:
+        raise BadCache(f"draft cache {path} cannot be read: {(exc.strerror or str(exc)).lower()}") from None
+    if len(raw) > 64 * max_tokens + 4096:  # far above the JSON of max_tokens ids: never parse a huge file
+        raise BadCache(f"draft cache {path} is {len(raw)} bytes, too large for --draft-cache-size {max_tokens}")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise BadCache(f"draft cache {path} is not valid JSON (truncated?)") from None
+    return DraftMemory.from_json(data, fingerprint, n_vocab, max_tokens, str(path))
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on PATH.lock for the length of the block (other specdec processes wait)."""
+    lock = path.with_name(path.name + ".lock")
+    with open(lock, "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def save_cache(path: Path, new: Sequence[Sequence[int]], fingerprint: str, n_vocab: int, max_tokens: int) -> str | None:
+    """Add `new` sequences to the file's memory (as it is now: another process may have saved)
+    and replace the file atomically. Returns the one line to show if the file on disk was not
+    trusted and is rebuilt from `new` alone, else None."""
+    path = Path(path)
+    with _locked(path):
+        note = None
+        try:
+            memory = read_cache(path, fingerprint, n_vocab, max_tokens)
+        except BadCache as exc:
+            memory, note = DraftMemory(max_tokens), f"{exc}; rebuilding it"
+        for seq in new:
+            memory.add(seq)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                json.dump(memory.to_json(fingerprint), out, separators=(",", ":"))
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    return note
