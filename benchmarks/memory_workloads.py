@@ -6,13 +6,15 @@ Two workloads of sequential calls, as an agent or an editor plugin makes them:
 - `edit`: a code-editing session of 10 calls, each asking for a function back with one small change.
 
 Each call is decoded by every configuration in turn, on the same loaded pair (interleaved,
-so all see the same machine state): target-only, the draft model (`-k auto`), lookup and
-model+lookup without memory, and lookup and model+lookup with the memory (memory.py, the
+so all see the same machine state): target-only, the draft model (`-k auto`), lookup,
+model+lookup and cascade without memory, and the same three with the memory (memory.py, the
 same `DraftMemory` that `--draft-cache` loads and saves and `specdec serve` keeps; here it
 stays in the process between calls, each configuration with its own, starting empty).
 Greedy (T = 0) output must be identical across configurations; the script checks it.
 Reported per workload and configuration: tokens per target pass, decode tokens/s, and the
-speed-up over target-only (the ratio of tokens/s, decode only).
+speed-up over target-only (the ratio of tokens/s, decode only), and the drafting time per
+drafted token by kind of round (model: step by step; guessed: a cascade round that scored
+the lookup's guess in one draft batch).
 
     flock /tmp/llama.lock python3 benchmarks/memory_workloads.py --out /tmp/memory.json
 
@@ -33,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import specdec_cli  # noqa: E402,F401  before numpy: see specdec_cli/__init__.py
 
 from specdec_cli.engine import GenerationConfig  # noqa: E402
+from specdec_cli.events import Round  # noqa: E402
 from specdec_cli.memory import DraftMemory  # noqa: E402
 from specdec_cli.models.registry import builtin_pair  # noqa: E402
 from specdec_cli.policy import draft_policy  # noqa: E402
@@ -69,7 +72,8 @@ EDIT = "Return this Python function with one change: {change}. Reply with the co
 
 CONFIGS = [  # (name, drafter, with memory); None: target-only
     ("target-only", None, False), ("model", "model", False), ("lookup", "lookup", False),
-    ("model+lookup", "model+lookup", False), ("lookup+memory", "lookup", True), ("model+lookup+memory", "model+lookup", True),
+    ("model+lookup", "model+lookup", False), ("cascade", "cascade", False), ("lookup+memory", "lookup", True),
+    ("model+lookup+memory", "model+lookup", True), ("cascade+memory", "cascade", True),
 ]  # fmt: skip
 
 
@@ -78,6 +82,16 @@ def workloads() -> dict[str, list[str]]:
         "extract": [EXTRACT.format(name=n, age=a, city=c, job=j) for n, a, c, j in PEOPLE],
         "edit": [EDIT.format(change=change, function=FUNCTION) for change in EDITS],
     }
+
+
+def tally(event, drafting: dict) -> None:
+    """Draft seconds and drafted tokens by kind of round: 'model' (step by step), 'guessed' (a
+    cascade round that scored a lookup guess in one batch), 'lookup' (copied, no model)."""
+    if isinstance(event, Round) and event.drafted:
+        kind = "guessed" if event.source.startswith("cascade:") else event.source.split(":", 1)[0]
+        sec_n = drafting.setdefault(kind, [0.0, 0])
+        sec_n[0] += event.draft_seconds
+        sec_n[1] += event.drafted
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -90,6 +104,7 @@ def measure(args: argparse.Namespace) -> dict:
             max_tokens = args.max_tokens or (96 if workload == "extract" else 160)
             memories = {name: DraftMemory() for name, _, with_memory in CONFIGS if with_memory}
             totals = {name: RunStats() for name, _, _ in CONFIGS}
+            drafting = {name: {} for name, _, _ in CONFIGS}  # kind of round -> [draft seconds, drafted tokens]
             texts: dict[str, list[str]] = {name: [] for name, _, _ in CONFIGS}
             for i, text in enumerate(prompts):
                 ids = pair.prompt_tokens(text, chat=True)
@@ -97,7 +112,7 @@ def measure(args: argparse.Namespace) -> dict:
                 for name, drafter, _ in CONFIGS:
                     memory = memories.get(name)
                     engine = pair.engine(speculative=drafter is not None, drafter=drafter or "model", memory=memory)
-                    outcome = consume(engine.generate(ids, config, draft_policy("auto") if drafter else None))
+                    outcome = consume(engine.generate(ids, config, draft_policy("auto") if drafter else None), lambda e, d=drafting[name]: tally(e, d))
                     totals[name] = totals[name].merge(outcome.stats)
                     texts[name].append(outcome.text)
                     if memory is not None:
@@ -110,6 +125,7 @@ def measure(args: argparse.Namespace) -> dict:
                     "tokens": t.new_tokens, "target_passes": t.target_passes, "tokens_per_pass": t.tokens_per_pass,
                     "tokens_per_second": t.tokens_per_second, "speedup": t.tokens_per_second / base.tokens_per_second,
                     "acceptance": t.acceptance_rate, "identical_to_target_only": texts[name] == texts["target-only"],
+                    "draft_ms_per_token": {kind: 1e3 * sec / n for kind, (sec, n) in drafting[name].items() if n},
                 }  # fmt: skip
             results[workload] = {"calls": len(prompts), "max_tokens": max_tokens, "rows": rows}
     return results
@@ -130,7 +146,8 @@ def main(argv=None) -> int:
         for name, row in r["rows"].items():
             print(
                 f"  {name:<22} {row['tokens']:>6} {row['target_passes']:>6} {row['tokens_per_pass']:>8.2f} {row['tokens_per_second']:>7.1f} "
-                f"{row['speedup']:>7.2f}x {row['acceptance']:>6.2f}  {row['identical_to_target_only']}"
+                f"{row['speedup']:>7.2f}x {row['acceptance']:>6.2f}  {row['identical_to_target_only']}  "
+                + " ".join(f"{kind} {ms:.2f} ms/draft" for kind, ms in sorted(row["draft_ms_per_token"].items()))
             )
     print(f"({time.perf_counter() - start:.0f} s)")
     if args.out:

@@ -27,7 +27,7 @@ log = logging.getLogger("specdec")
 
 MAX_DRAFT_TOKENS = 64
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit for top_logprobs
-DRAFTERS = ("model", "lookup", "model+lookup")  # see drafters.py and session.LoadedPair.engine
+DRAFTERS = ("model", "lookup", "model+lookup", "cascade")  # see drafters.py and session.LoadedPair.engine
 VERIFY_RULES = tuple(VERIFIERS)  # ("token", "block"): speculative.verify, speculative.verify_block
 DEFAULT_CTX = 2048
 

@@ -32,7 +32,7 @@ from .backend import LlamaModel, require_chat_template
 from .options import DRAFTERS, context_size, gpu_layers_to_load
 from .compat import MIN_SHARED_TOKENS, compare_vocabularies
 from .cross_vocab import CrossVocabDrafter
-from .drafters import LookupDrafter, LookupOptions, ModelAndLookup, ModelDrafter
+from .drafters import CascadeDrafter, LookupDrafter, LookupOptions, ModelAndLookup, ModelDrafter
 from .engine import Engine
 from .memory import DraftMemory
 from .errors import BadInput, IncompatiblePair
@@ -113,8 +113,8 @@ class LoadedPair:
             raise BadInput(f"unknown drafter {drafter!r}; choose one of {', '.join(DRAFTERS)}")
         if not speculative or (drafter == "model" and self.draft is None):
             return Engine(self.target, None, vocab_limit=self.vocab_limit)
-        if drafter == "model+lookup" and self.draft is None:
-            raise BadInput("--drafter model+lookup needs a draft model; pass --draft, or use --drafter lookup")
+        if drafter in ("model+lookup", "cascade") and self.draft is None:
+            raise BadInput(f"--drafter {drafter} needs a draft model; pass --draft, or use --drafter lookup")
         by_lookup = LookupDrafter(lookup, vocab_limit=self.vocab_limit, is_end=self.target.is_end_of_generation, memory=memory)
         if drafter == "lookup":
             return Engine(self.target, by_lookup, vocab_limit=self.vocab_limit)
@@ -122,7 +122,9 @@ class LoadedPair:
             by_model = CrossVocabDrafter.for_models(self.draft, self.target, self.vocab_map)
         else:
             by_model = ModelDrafter(self.draft, self.vocab_limit)
-        chosen = by_model if drafter == "model" else ModelAndLookup(by_model, by_lookup)
+        if drafter == "cascade" and self.vocab_map is None:
+            return Engine(self.target, CascadeDrafter(by_model, by_lookup), vocab_limit=self.vocab_limit)
+        chosen = by_model if drafter in ("model", "cascade") else ModelAndLookup(by_model, by_lookup)  # cascade: not across vocabularies
         return Engine(self.target, chosen, vocab_limit=self.vocab_limit)
 
 

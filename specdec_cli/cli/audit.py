@@ -44,7 +44,7 @@ def audit(
     alpha: Annotated[float, typer.Option(help="False-alarm rate: the chance that an exact engine is rejected (split over the tests).")] = 0.001,
     greedy_tokens: Annotated[int, typer.Option(help="Tokens of the greedy identity check (speculative against target-only at temperature 0); 0 skips it.")] = 128,
     draft_tokens: Annotated[str, typer.Option("--draft-tokens", "-k", help="Draft tokens per round, as for run: 'auto' or a fixed k, e.g. 8.")] = AUTO,
-    drafter: Annotated[str, typer.Option(help="Who drafts: model, lookup or model+lookup (as for run).")] = "model",
+    drafter: Annotated[str, typer.Option(help="Who drafts: model, lookup, model+lookup or cascade (as for run).")] = "model",
     p_min: Annotated[Optional[float], typer.Option(help="The draft model's early stop, as for run. Default 0: off.")] = None,
     temperature: Annotated[float, typer.Option(help="0 is greedy (then only the greedy check runs).")] = 0.8,
     verify: VerifyOption = "token",

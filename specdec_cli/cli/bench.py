@@ -43,7 +43,7 @@ def bench(
     pair_name: PairOption = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens to generate per run.")] = 128,
     draft_tokens: Annotated[str, typer.Option("--draft-tokens", "-k", help="Values of k to sweep, numbers and/or auto, e.g. 1,2,4,8,12,auto.")] = option_list(DEFAULT_DRAFT_TOKENS),
-    drafter: Annotated[str, typer.Option(help="Drafters to sweep: model (the draft GGUF), lookup (prompt lookup, no draft model), model+lookup; e.g. model,lookup.")] = option_list(DEFAULT_DRAFTERS),
+    drafter: Annotated[str, typer.Option(help="Drafters to sweep: model (the draft GGUF), lookup (prompt lookup, no draft model), model+lookup, cascade; e.g. model,lookup.")] = option_list(DEFAULT_DRAFTERS),
     temperature: Annotated[str, typer.Option(help="Temperatures to sweep, e.g. 0,0.7 (0 is greedy and checks exactness).")] = option_list(DEFAULT_TEMPERATURES),
     repeats: Annotated[int, typer.Option(help="Interleaved A/B repetitions of the whole sweep; medians are reported.")] = DEFAULT_REPEATS,
     verify: VerifyOption = "token",

@@ -249,7 +249,7 @@ def check_draft_cache(path: Path | None, size: int, drafter: str) -> None:
     if path is None:
         return
     if drafter == "model":
-        raise BadInput("--draft-cache is what lookup drafts from: pass --drafter lookup or model+lookup")
+        raise BadInput("--draft-cache is what lookup drafts from: pass --drafter lookup, model+lookup or cascade")
     check_draft_cache_size(size)
     writable_file(path, "--draft-cache")
 

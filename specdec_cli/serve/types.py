@@ -84,7 +84,7 @@ class _Common(BaseModel):
     frequency_penalty: Optional[float] = None
     logit_bias: Optional[dict] = None
     draft_tokens: Union[Literal["auto"], int, None] = None  # specdec: "auto" or a fixed k
-    drafter: Optional[str] = None  # specdec: model, lookup, model+lookup
+    drafter: Optional[str] = None  # specdec: options.DRAFTERS
     verify: Optional[str] = None  # specdec: token or block (speculative.VERIFIERS)
     specdec_events: bool = False  # specdec: provenance, rejected drafts and rounds in the stream (the page)
 

@@ -436,3 +436,20 @@ def test_real_audit_with_block_verification_passes(builtin_paths):
     out = json.loads(proc.stdout)
     assert out["verdict"] == "consistent" and out["drafting"]["drafted_draws"] == 400
     assert out["greedy"]["identical"]
+
+
+@pytest.mark.model
+def test_real_audit_of_the_cascade_passes(builtin_paths):
+    # The cascade (lookup guesses, the draft model samples from its one batch) at k = 4 on a
+    # prompt that repeats itself, so that lookup guesses often: N = 400 draws, 32 greedy
+    # tokens, false failure at most 1e-4. Seed 300001 was picked before it was run.
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-m", "specdec_cli.cli", "audit", "--samples", "400", "--greedy-tokens", "32", "--seed", "300001", "--alpha", "1e-4", "--json",
+         "-k", "4", "--drafter", "cascade", "--raw", "one two three four one two three four one two"],
+        capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["verdict"] == "consistent" and out["drafting"]["drafted_draws"] == 400
+    assert out["greedy"]["identical"]

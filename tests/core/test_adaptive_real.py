@@ -46,7 +46,7 @@ def test_greedy_auto_and_lookup_equal_target_only(pair, prompt):
     config = GenerationConfig(max_tokens=200, sampling=GREEDY)
     expected = tokens_of(list(pair.engine(speculative=False).generate(ids, config)))
     assert len(expected) >= 60
-    for drafter in ("model", "lookup", "model+lookup"):
+    for drafter in ("model", "lookup", "model+lookup", "cascade"):
         events = list(pair.engine(drafter=drafter).generate(ids, config, draft_policy("auto")))
         assert tokens_of(events) == expected, drafter
         assert sum(e.accepted for e in events if isinstance(e, Round)) > 0, drafter
