@@ -422,31 +422,23 @@ def test_real_audit_of_the_builtin_pair_passes(builtin_paths):
 
 
 @pytest.mark.model
-def test_real_audit_with_block_verification_passes(builtin_paths):
-    # Block verification at k = 4 (fixed, so every draw drafts), run's sampling defaults, the
-    # prompt above: N = 400 draws, 32 greedy tokens, false failure at most 1e-4 (simulated p-values).
-    # Seed 200001 was picked before it was run.
+@pytest.mark.parametrize(
+    "method, prompt, seed",
+    [
+        (["--verify", "block"], "The history of the Roman Empire", 200001),
+        # a prompt that repeats itself, so that lookup guesses for the cascade often
+        (["--drafter", "cascade"], "one two three four one two three four one two", 300001),
+    ],
+    ids=["block", "cascade"],
+)
+def test_real_audit_passes_with_each_method(builtin_paths, method, prompt, seed):
+    # Block verification, or the cascade (lookup guesses, the draft model samples from one batch),
+    # at k = 4 (fixed, so every draw drafts) and run's sampling defaults: N = 400 draws, 32 greedy
+    # tokens, false failure at most 1e-4 (simulated p-values). The seeds were picked before they were run.
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run(
-        [sys.executable, "-m", "specdec_cli.cli", "audit", "--samples", "400", "--greedy-tokens", "32", "--seed", "200001", "--alpha", "1e-4", "--json",
-         "-k", "4", "--verify", "block", "--raw", "The history of the Roman Empire"],
-        capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    out = json.loads(proc.stdout)
-    assert out["verdict"] == "consistent" and out["drafting"]["drafted_draws"] == 400
-    assert out["greedy"]["identical"]
-
-
-@pytest.mark.model
-def test_real_audit_of_the_cascade_passes(builtin_paths):
-    # The cascade (lookup guesses, the draft model samples from its one batch) at k = 4 on a
-    # prompt that repeats itself, so that lookup guesses often: N = 400 draws, 32 greedy
-    # tokens, false failure at most 1e-4. Seed 300001 was picked before it was run.
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run(
-        [sys.executable, "-m", "specdec_cli.cli", "audit", "--samples", "400", "--greedy-tokens", "32", "--seed", "300001", "--alpha", "1e-4", "--json",
-         "-k", "4", "--drafter", "cascade", "--raw", "one two three four one two three four one two"],
+        [sys.executable, "-m", "specdec_cli.cli", "audit", "--samples", "400", "--greedy-tokens", "32", "--seed", str(seed), "--alpha", "1e-4", "--json",
+         "-k", "4", *method, "--raw", prompt],
         capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
