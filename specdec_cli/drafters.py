@@ -379,78 +379,6 @@ class MemoryMatch:
         return self.drafter.take(self.recall.tokens, min(k, recall_length(self.recall.length, self.drafter.options)))
 
 
-class CascadeDrafter:
-    """Drafting for the draft: where lookup (or the memory) has a guess, the draft model scores the
-    guess in ONE batch instead of k sequential steps, and its own exact sample comes out of it.
-
-    Staged speculative decoding (Spector & Re 2023) and CS-Drafting (Chen et al., NeurIPS 2024)
-    cascade drafters; here the lookup's guess g_1..g_m is verified against the draft model's q
-    as the target verifies drafts (a deterministic proposal: keep g_i with probability q_i(g_i),
-    else draw from normalise(max(0, q_i - onehot(g_i))) and stop; all kept: one more token from
-    q_{m+1}). So the tokens are an exact sample of the draft model, and q_rows are the very rows
-    that batch gave, which is all the target's verification needs (speculative.verify: x ~ q).
-    Without a guess it drafts as ModelDrafter does. At temperature 0 the sample is the draft's
-    greedy continuation. Example: guess [7, 8, 9], the draft's greedy choices 7, 8, 5 -> proposal
-    [7, 8, 5] from one draft batch of 4 rows (3 steps saved).
-
-    Left out: p_min's early stop in a guessed round (the batch is scored whole); drafts of another
-    vocabulary (the guess is in target ids: session uses it for a same-vocabulary pair only).
-    """
-
-    name = "cascade"
-
-    def __init__(self, model: ModelDrafter, lookup: LookupDrafter) -> None:
-        self.model = model
-        self.lookup = lookup
-
-    def prefill(self, context: Sequence[int]) -> None:
-        self.model.prefill(context)
-        self.lookup.prefill(context)
-
-    def candidates(self, context: Sequence[int]) -> list[Proposer]:
-        """A guessed round named by its lookup match ("cascade:3-5", "cascade:memory:6+"), else the draft model."""
-        found = self.lookup.candidates(context)
-        if found:
-            return [GuessedDraft("cascade:" + found[0].name.split(":", 1)[1], self, found[0])]
-        return self.model.candidates(context)
-
-    def propose(
-        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
-    ) -> Proposal:
-        return self.candidates(context)[0].propose(context, k, params, rng, p_min)
-
-    def sample_with_guess(self, context: Sequence[int], guess: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator) -> Proposal:
-        """Up to k tokens of the draft model's own sample, decided from one batch that scores `guess`."""
-        drafter = self.model
-        model = drafter.model
-        own = drafter.own_context(context)
-        guess = list(guess[: max(0, min(k - 1, model.n_ctx - len(own) - 1))])
-        out = Proposal(q_rows=None if params.greedy else [])
-        if k <= 0 or not own:
-            return out
-        t0 = time.perf_counter()
-        logits = catch_up(model, own + guess, len(guess) + 1)  # row i: after own + guess[:i]
-        kept = 0
-        try:
-            for i in range(len(guess) + 1):
-                row = logits[i, : drafter.vocab_limit]
-                q = None if params.greedy else proposal(row, params)
-                x = argmax(row) if q is None else sample(q, rng) if i == len(guess) else _keep_or_redraw(q, guess[i], rng)
-                out.tokens.append(x)
-                if q is not None:
-                    out.q_rows.append(q)
-                if i == len(guess) or x != guess[i]:
-                    break
-                kept += 1
-        finally:
-            model.rewind(len(own) + kept)  # the cache holds the sample but its last token, as ModelDrafter leaves it
-        out.decode_seconds = out.catch_up_seconds = time.perf_counter() - t0
-        return out
-
-    def sync(self, context: Sequence[int]) -> None:
-        self.model.sync(context)
-
-
 def _keep_or_redraw(q: Distribution, guess: int, rng: np.random.Generator) -> int:
     """Speculative sampling of a deterministic guess against q: guess with probability q(guess),
     else a draw from normalise(max(0, q - onehot(guess))); the result is distributed as q."""
@@ -498,3 +426,60 @@ class ModelAndLookup:
 
     def sync(self, context: Sequence[int]) -> None:
         self.model.sync(context)
+
+
+class CascadeDrafter(ModelAndLookup):
+    """Drafting for the draft: where lookup (or the memory) has a guess, the draft model scores the
+    guess in ONE batch instead of k sequential steps, and its own exact sample comes out of it.
+
+    Staged speculative decoding (Spector & Re 2023) and CS-Drafting (Chen et al., NeurIPS 2024)
+    cascade drafters; here the lookup's guess g_1..g_m is verified against the draft model's q
+    as the target verifies drafts (a deterministic proposal: keep g_i with probability q_i(g_i),
+    else draw from normalise(max(0, q_i - onehot(g_i))) and stop; all kept: one more token from
+    q_{m+1}). So the tokens are an exact sample of the draft model, and q_rows are the very rows
+    that batch gave, which is all the target's verification needs (speculative.verify: x ~ q).
+    Without a guess it drafts as ModelDrafter does. A ModelAndLookup otherwise (its two drafters,
+    prefill, sync), whose lookup candidates are turned into guessed rounds. At temperature 0 the sample is the draft's
+    greedy continuation. Example: guess [7, 8, 9], the draft's greedy choices 7, 8, 5 -> proposal
+    [7, 8, 5] from one draft batch of 4 rows (3 steps saved).
+
+    Left out: p_min's early stop in a guessed round (the batch is scored whole); drafts of another
+    vocabulary (the guess is in target ids: session uses it for a same-vocabulary pair only).
+    """
+
+    name = "cascade"
+
+    def candidates(self, context: Sequence[int]) -> list[Proposer]:
+        """A guessed round named by its lookup match ("cascade:3-5", "cascade:memory:6+"), else the draft model."""
+        found = self.lookup.candidates(context)
+        if found:
+            return [GuessedDraft("cascade:" + found[0].name.split(":", 1)[1], self, found[0])]
+        return self.model.candidates(context)
+
+    def sample_with_guess(self, context: Sequence[int], guess: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator) -> Proposal:
+        """Up to k tokens of the draft model's own sample, decided from one batch that scores `guess`."""
+        drafter = self.model
+        model = drafter.model
+        own = drafter.own_context(context)
+        guess = list(guess[: max(0, min(k - 1, model.n_ctx - len(own) - 1))])
+        out = Proposal(q_rows=None if params.greedy else [])
+        if k <= 0 or not own:
+            return out
+        t0 = time.perf_counter()
+        logits = catch_up(model, own + guess, len(guess) + 1)  # row i: after own + guess[:i]
+        kept = 0
+        try:
+            for i in range(len(guess) + 1):
+                row = logits[i, : drafter.vocab_limit]
+                q = None if params.greedy else proposal(row, params)
+                x = argmax(row) if q is None else sample(q, rng) if i == len(guess) else _keep_or_redraw(q, guess[i], rng)
+                out.tokens.append(x)
+                if q is not None:
+                    out.q_rows.append(q)
+                if i == len(guess) or x != guess[i]:
+                    break
+                kept += 1
+        finally:
+            model.rewind(len(own) + kept)  # the cache holds the sample but its last token, as ModelDrafter leaves it
+        out.decode_seconds = out.catch_up_seconds = time.perf_counter() - t0
+        return out

@@ -121,7 +121,8 @@ def native_command(
         "-md", str(draft),
         "-p", prompt,
         "-n", str(max_tokens),
-        "--draft-max", str(draft_tokens),
+        "--spec-type", "draft-simple",  # llama.cpp of llama-cpp-python 0.3.36 drafts nothing without it
+        "--spec-draft-n-max", str(draft_tokens),  # was --draft-max, which that llama.cpp refuses
         "--temp", str(temperature),
         "--top-k", str(top_k),
         "--top-p", str(top_p),
@@ -207,7 +208,12 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def _last_line(text: str) -> str:
+    """The line that says what went wrong: the last one naming an error, else the last one.
+    Example: "error while handling argument ...\nto show complete usage, run with -h" -> the first."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    if errors:
+        return errors[-1]
     return f"its last line: {lines[-1]}" if lines else "it printed nothing"
 
 

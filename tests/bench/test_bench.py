@@ -426,7 +426,8 @@ def test_native_command_carries_the_bench_settings(tmp_path):
     )  # fmt: skip
     flags = dict(zip(cmd[1::2], cmd[2::2]))
     assert flags["-m"] == str(tmp_path / "t.gguf") and flags["-md"] == str(tmp_path / "d.gguf")
-    assert flags["-p"] == "<|im_start|>user\nhi" and flags["-n"] == "64" and flags["--draft-max"] == "4"
+    assert flags["-p"] == "<|im_start|>user\nhi" and flags["-n"] == "64" and flags["--spec-draft-n-max"] == "4"
+    assert flags["--spec-type"] == "draft-simple"
     assert (flags["--temp"], flags["--seed"], flags["-c"], flags["-t"]) == ("0.0", "7", "2048", "2")
     assert (flags["-ngl"], flags["-ngld"]) == ("999", "0")
     assert cmd[-2:] == ["--draft-p-min", "0"]

@@ -564,7 +564,7 @@ def test_native_that_fails_keeps_its_full_log(tmp_path):
         run_native([str(failing)])
     message = str(caught.value)
     assert "\n" not in message
-    assert message.startswith("--native: llama-speculative-simple exited with code 3 (its last line: error: failed to load model); its full log: ")
+    assert message.startswith("--native: llama-speculative-simple exited with code 3 (error: failed to load model); its full log: ")
     log = Path(message.rsplit("its full log: ", 1)[1])
     text = log.read_text()
     assert text.count("log line") == 50 and text.endswith("error: failed to load model\n")
