@@ -188,7 +188,12 @@ class Settings:
         seed = secrets.randbits(32) if request.seed is None else request.seed
         top_logprobs = _top_logprobs(request)
         config = GenerationConfig(
-            max_tokens=_given(max_tokens, defaults.max_tokens), sampling=sampling, seed=seed, stop=tuple(stops), logprobs=top_logprobs, verify=verify
+            max_tokens=_given(max_tokens, defaults.max_tokens),
+            sampling=sampling,
+            seed=seed,
+            stop=tuple(stops),
+            logprobs=top_logprobs,
+            verify=verify,
         )
         return cls(
             config=config,
