@@ -113,3 +113,25 @@ def resolve_paths(
 
     notify = notify or (lambda message: _err(f"specdec: {message}"))
     return resolve_pair(draft, target, pair, notify=notify, on_convert=on_convert)
+
+
+def pair_files(
+    draft: str | None,
+    target: str | None,
+    pair: str | None,
+    need_draft: bool,
+    on_convert: Callable[[Path], None],
+    notify: Callable[[str], None] | None = None,
+) -> tuple[Path | None, Path]:
+    """The two files to load (no draft without need_draft: --drafter lookup), each checked to be a
+    GGUF before anything long starts. Lookup with --target alone resolves it in both places."""
+    from ..backend import check_gguf_file
+
+    if not need_draft and draft is not None:
+        _err("specdec: --drafter lookup loads no draft model; ignoring --draft")
+    draft_path, target_path = resolve_paths(draft if need_draft else target, target, on_convert, pair=pair, notify=notify)
+    draft_path = draft_path if need_draft else None
+    for path in (target_path, draft_path):  # fail before a long load, not after it
+        if path is not None:
+            check_gguf_file(path)
+    return draft_path, target_path

@@ -52,7 +52,7 @@ from .options import (
     _err,
     parse_stops,
     read_prompt,
-    resolve_paths,
+    pair_files,
 )
 from ..errors import BadInput
 from ..inputs import argv_text, writable_file
@@ -217,7 +217,6 @@ def load_pair(
     Without need_draft (--drafter lookup) only the target is loaded: --target alone, or the
     target of --pair (its draft is resolved too) or of the built-in pair.
     """
-    from ..backend import check_gguf_file
     from ..session import open_pair
 
     def download_notice(message: str) -> None:
@@ -225,20 +224,11 @@ def load_pair(
         _err(f"specdec: {message}")
 
     with activity:
-        if not need_draft and draft is not None:
-            _err("specdec: --drafter lookup loads no draft model; ignoring --draft")
-        draft_path, target_path = resolve_paths(
-            draft if need_draft else target,  # lookup with --target alone: resolved in both places
-            target,
+        draft_path, target_path = pair_files(
+            draft, target, pair_name, need_draft,
             on_convert=lambda dst: activity.show(f"converting the built-in target to F32 once, into {dst} ...", note=True),
-            pair=pair_name,
             notify=download_notice,
-        )
-        if not need_draft:
-            draft_path = None
-        for path in (target_path, draft_path):  # fail before a long load, not after it
-            if path is not None:
-                check_gguf_file(path)
+        )  # fmt: skip
         return stack.enter_context(
             open_pair(draft_path, target_path, options, on_load=lambda kind, path: activity.show(f"loading the {kind} {path.name} ..."))
         )

@@ -120,22 +120,15 @@ def serve(
 def run_server(draft, target, pair_name, options, defaults, lookup, host, port, api_key, alias, queue_size) -> None:
     import uvicorn
 
-    from ..backend import check_gguf_file
     from ..serve.app import Server, create_app
     from ..serve.worker import Worker
     from ..session import open_pair
-    from .options import resolve_paths
+    from .options import pair_files
 
-    need_draft = defaults.drafter != "lookup"
-    draft_path, target_path = resolve_paths(
-        draft if need_draft else target, target,
+    draft_path, target_path = pair_files(
+        draft, target, pair_name, defaults.drafter != "lookup",
         on_convert=lambda dst: _err(f"specdec: converting the built-in target to F32 once, into {dst} ..."),
-        pair=pair_name,
     )  # fmt: skip
-    draft_path = draft_path if need_draft else None
-    for path in (target_path, draft_path):
-        if path is not None:
-            check_gguf_file(path)
     sock = _listen(host, port)
     name = alias or target_path.name
 
