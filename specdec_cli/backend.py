@@ -199,6 +199,61 @@ def resolve_repack(requested: bool | None) -> bool:
     return auto_repack() if requested is None else requested
 
 
+# ggml's enum ggml_backend_dev_type, in its order (ggml-backend.h)
+DEVICE_KINDS = ("cpu", "gpu", "igpu", "accel", "meta")
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device llama.cpp can place layers on, e.g. Device("Vulkan0", "llvmpipe (LLVM 15.0.6, 256 bits)", "gpu", 7934, 7934)."""
+
+    name: str
+    description: str
+    kind: str  # DEVICE_KINDS; "gpu" and "igpu" take offloaded layers
+    free_mib: int
+    total_mib: int
+
+
+@functools.lru_cache(maxsize=1)
+def devices() -> tuple[Device, ...]:
+    """The devices of every backend compiled in, from ggml's device registry (ggml_backend_dev_*).
+
+    Example on a CPU-only build: (Device("CPU", "Intel(R) Xeon(R) ...", "cpu", 24000, 24000),).
+    Empty when this llama-cpp-python does not expose libggml (then doctor lists none)."""
+    llama_log()
+    try:
+        from llama_cpp import _ggml
+
+        lib = _ggml.libggml
+        lib.ggml_backend_dev_count.restype = ctypes.c_size_t
+        lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+        lib.ggml_backend_dev_get.restype = ctypes.c_void_p
+        for name in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
+            getattr(lib, name).argtypes = [ctypes.c_void_p]
+            getattr(lib, name).restype = ctypes.c_char_p
+        lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+        lib.ggml_backend_dev_type.restype = ctypes.c_int
+        lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
+        lib.ggml_backend_dev_memory.restype = None
+    except (ImportError, AttributeError, OSError) as exc:
+        log.info("cannot list llama.cpp's devices: %s", exc)
+        return ()
+    found = []
+    for i in range(lib.ggml_backend_dev_count()):
+        dev = lib.ggml_backend_dev_get(i)
+        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+        kind = lib.ggml_backend_dev_type(dev)
+        found.append(Device(
+            name=(lib.ggml_backend_dev_name(dev) or b"?").decode("utf-8", "replace"),
+            description=(lib.ggml_backend_dev_description(dev) or b"").decode("utf-8", "replace"),
+            kind=DEVICE_KINDS[kind] if 0 <= kind < len(DEVICE_KINDS) else f"type {kind}",
+            free_mib=free.value // 2**20,
+            total_mib=total.value // 2**20,
+        ))
+    return tuple(found)
+
+
 def resolve_gpu_layers(requested: int | None) -> int:
     """None or -1 means "all layers on the GPU if there is one"; without a GPU every request means 0
     (the command line warns about it once, in options.gpu_layers_to_load)."""
@@ -382,6 +437,9 @@ class LlamaModel:
             )
         self._vocab = lc.llama_model_get_vocab(self._model)
         self.n_vocab = int(lc.llama_vocab_n_tokens(self._vocab))
+        # llama.cpp offloads the repeating layers first, then the output layer: n_layer + 1 in all
+        self.n_layer = int(lc.llama_model_n_layer(self._model))
+        self.offloaded_layers = min(self.n_gpu_layers, self.n_layer + 1)
         if vocab_only:
             self.n_ctx = 0
             return
@@ -438,7 +496,7 @@ class LlamaModel:
 
     def kv_bytes_per_token(self) -> int:
         """f16 K and V bytes per token over all layers, from the metadata (head sizes default to n_embd / n_head)."""
-        n_layer = int(lc.llama_model_n_layer(self._model))
+        n_layer = self.n_layer
         n_head = max(int(lc.llama_model_n_head(self._model)), 1)
         n_head_kv = int(lc.llama_model_n_head_kv(self._model))
         head = int(lc.llama_model_n_embd(self._model)) // n_head

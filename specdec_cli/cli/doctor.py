@@ -67,6 +67,7 @@ def report_text(report: dict) -> str:
         f"llama-cpp-python {facts['llama_cpp_python']}, Python {facts['python']}, {facts['platform']}",
         f"llama.cpp system info: {facts['system_info']}",
         f"backends compiled in: {', '.join(facts['backends']) or 'unknown'}; GPU offload: {'yes' if facts['gpu_offload'] else 'no'}",
+        "devices: " + ("; ".join(device_text(d) for d in facts["devices"]) or "none listed"),
         f"CPU features: {' '.join(facts['cpu_features']) or 'none reported'}",
         f"AMX: {'yes' if facts['amx'] else 'no'}; repacking by default: {repack}"
         + ("" if facts["repack_choosable"] else " (this llama-cpp-python cannot turn it off)"),
@@ -82,3 +83,9 @@ def report_text(report: dict) -> str:
             lines.append(f"  {how}{' (default)' if p['default'] else ''}: {p['outcome']}, {p['detail']}")
     lines.append("everything works" if report["ok"] else "a model does not decode with the default settings: see above")
     return "\n".join(lines)
+
+
+def device_text(device: dict) -> str:
+    """Example: {"name": "Vulkan0", "description": "llvmpipe", "kind": "gpu", "free_mib": 7934, "total_mib": 7934}
+    -> "Vulkan0 (gpu: llvmpipe, 7934 of 7934 MiB free)"."""
+    return f"{device['name']} ({device['kind']}: {device['description']}, {device['free_mib']} of {device['total_mib']} MiB free)"

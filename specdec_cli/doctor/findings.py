@@ -45,6 +45,8 @@ class Probe:
     signal: int | None = None
     exit_code: int | None = None
     desc: str | None = None
+    offloaded: int | None = None  # layers on the GPU, of `layers` (llama.cpp counts the output layer)
+    layers: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -71,7 +73,10 @@ def run_probe(command: Sequence[str], repack: bool, default: bool, timeout: floa
         return Probe(repack, default, "crashed", f"signal {number} ({name})", signal=number)
     result = _last_json(done.stdout)
     if done.returncode == 0 and result.get("ok"):
-        return Probe(repack, default, "ok", f"{result['tokens']} tokens in {result['seconds']:.1f} s", exit_code=0, desc=result.get("desc"))
+        offloaded, layers = result.get("offloaded"), result.get("layers")
+        where = f", {offloaded}/{layers} layers on the GPU" if offloaded else ""
+        return Probe(repack, default, "ok", f"{result['tokens']} tokens in {result['seconds']:.1f} s{where}", exit_code=0,
+                     desc=result.get("desc"), offloaded=offloaded, layers=layers)
     reason = result.get("error") or _last_line(done.stderr) or "no output"
     return Probe(repack, default, "failed", f"exit {done.returncode}: {reason}", exit_code=done.returncode)
 
@@ -123,6 +128,7 @@ def build_facts() -> dict:
         "system_info": info.strip(),
         "backends": parsed["backends"],
         "gpu_offload": backend.gpu_offload_supported(),
+        "devices": [asdict(device) for device in backend.devices()],
         "cpu_features": parsed["cpu_features"],
         "amx": backend.has_amx(info),
         "repack_default": backend.repack_default(info),

