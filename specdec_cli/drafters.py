@@ -181,19 +181,24 @@ class ModelDrafter:
             return out
         logits = catch_up(self.model, own)
         out.catch_up_seconds = out.decode_seconds = time.perf_counter() - t0
-        for i in range(k):
-            picked = self.pick(logits[0], params, rng, p_min)
+        self.extend(out, logits[0], k, params, rng, p_min)
+        return out
+
+    def extend(self, out: Proposal, row: np.ndarray, k: int, params: SamplingParams, rng: np.random.Generator, p_min: float) -> None:
+        """Draft on, one step at a time, from `row` (the draft's logits after its cache) until `out`
+        holds k tokens or the early stop; the last draft is never evaluated here (the target does that)."""
+        while len(out.tokens) < k:
+            picked = self.pick(row, params, rng, p_min)
             if picked is None:
                 break
             x, d, q = picked
             if q is not None:
                 out.q_rows.append(q)
             out.tokens.append(x)
-            if i + 1 < k:  # the last draft is never evaluated here: the target does that
+            if len(out.tokens) < k:
                 t0 = time.perf_counter()
-                logits = self.model.decode([d], 1)
+                row = self.model.decode([d], 1)[0]
                 out.decode_seconds += time.perf_counter() - t0
-        return out
 
     def sync(self, context: Sequence[int]) -> None:
         self.model.rewind(common_prefix(self.model.tokens, self.own_context(context)))
@@ -399,7 +404,7 @@ class GuessedDraft:
         self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
     ) -> Proposal:
         guessed = self.guess.propose(context, k, params, rng, p_min).tokens
-        return self.drafter.sample_with_guess(context, guessed, k, params, rng)
+        return self.drafter.sample_with_guess(context, guessed, k, params, rng, p_min)
 
 
 class ModelAndLookup:
@@ -440,8 +445,10 @@ class CascadeDrafter(ModelAndLookup):
     that batch gave, which is all the target's verification needs (speculative.verify: x ~ q).
     Without a guess it drafts as ModelDrafter does. A ModelAndLookup otherwise (its two drafters,
     prefill, sync), whose lookup candidates are turned into guessed rounds. At temperature 0 the sample is the draft's
-    greedy continuation. Example: guess [7, 8, 9], the draft's greedy choices 7, 8, 5 -> proposal
-    [7, 8, 5] from one draft batch of 4 rows (3 steps saved).
+    greedy continuation. Where the sample leaves the guess (or takes all of it) short of k tokens,
+    the draft model drafts on from there step by step, as ModelDrafter does. Example: k = 4, guess
+    [7, 8, 9], the draft's greedy choices 7, 8, 5 -> proposal [7, 8, 5] from one draft batch of 4
+    rows, then one step from 5 on gives the fourth token (2 of ModelDrafter's 4 steps saved).
 
     Left out: p_min's early stop in a guessed round (the batch is scored whole); drafts of another
     vocabulary (the guess is in target ids: session uses it for a same-vocabulary pair only).
@@ -456,12 +463,16 @@ class CascadeDrafter(ModelAndLookup):
             return [GuessedDraft("cascade:" + found[0].name.split(":", 1)[1], self, found[0])]
         return self.model.candidates(context)
 
-    def sample_with_guess(self, context: Sequence[int], guess: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator) -> Proposal:
-        """Up to k tokens of the draft model's own sample, decided from one batch that scores `guess`."""
+    def sample_with_guess(
+        self, context: Sequence[int], guess: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
+    ) -> Proposal:
+        """Up to k tokens of the draft model's own sample: decided from one batch that scores `guess`
+        as far as the sample follows it (and one token more), then step by step as ModelDrafter drafts."""
         drafter = self.model
         model = drafter.model
         own = drafter.own_context(context)
-        guess = list(guess[: max(0, min(k - 1, model.n_ctx - len(own) - 1))])
+        k = min(k, model.n_ctx - len(own))
+        guess = list(guess[: max(0, k - 1)])
         out = Proposal(q_rows=None if params.greedy else [])
         if k <= 0 or not own:
             return out
@@ -482,4 +493,9 @@ class CascadeDrafter(ModelAndLookup):
         finally:
             model.rewind(len(own) + kept)  # the cache holds the sample but its last token, as ModelDrafter leaves it
         out.decode_seconds = out.catch_up_seconds = time.perf_counter() - t0
+        if len(out.tokens) < k:
+            t0 = time.perf_counter()
+            row = model.decode(out.tokens[-1:], 1)[0]
+            out.decode_seconds += time.perf_counter() - t0
+            drafter.extend(out, row, k, params, rng, p_min)
         return out

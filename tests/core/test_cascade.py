@@ -92,8 +92,9 @@ def test_greedy_cascade_is_the_targets_own_greedy_decoding():
 
 
 def test_a_guessed_round_is_one_draft_batch_and_its_sample_is_the_drafts_own():
-    # The draft's greedy chain after 2 is 3, 4, 5 (not the guessed 3, 4, 1): the sample keeps
-    # 3, 4 and then takes the draft's own 5, from ONE draft call of 4 rows.
+    # The draft's greedy chain after 2 is 3, 4, 5, 0 (not the guessed 3, 4, 1): the sample keeps
+    # 3, 4 and then takes the draft's own 5, from ONE draft call of 4 rows; the fourth token (k = 4)
+    # comes from one more step, from 5 on.
     table = np.zeros((VOCAB, VOCAB), dtype=np.float32)
     for a, b in ((1, 2), (2, 3), (3, 4), (4, 5), (5, 0), (0, 1)):
         table[a, b] = 8.0
@@ -105,6 +106,6 @@ def test_a_guessed_round_is_one_draft_batch_and_its_sample_is_the_drafts_own():
     (round_,) = drafter.candidates(context)
     assert round_.name.startswith("cascade:")
     out = round_.propose(context, 4, GREEDY, np.random.default_rng(0))
-    assert out.tokens == [3, 4, 5] and out.q_rows is None
-    assert draft.calls[calls_before:] == [(4, 4)]  # [2, 3, 4, 1]: one batch, four rows
-    assert draft.tokens == context + [3, 4]  # the cache holds the sample but its last token
+    assert out.tokens == [3, 4, 5, 0] and out.q_rows is None
+    assert draft.calls[calls_before:] == [(4, 4), (1, 1)]  # [2, 3, 4, 1]: one batch, four rows; then [5]
+    assert draft.tokens == context + [3, 4, 5]  # the cache holds the sample but its last token
