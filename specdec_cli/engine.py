@@ -8,7 +8,9 @@ holding all of c except its last token:
     1. draft     the drafter proposes d1..dk (and the q it drew each from)
     2. score     the target evaluates [c[-1], d1..dk] in ONE batch: k + 1 rows of logits
     3. verify    speculative sampling keeps d1..dn and adds one target token t
-                 (a correction after a rejection, or the bonus after n == k)
+                 (a correction after a rejection, or the bonus after n == k), by the rule
+                 GenerationConfig.verify names, or under "auto" the one rule_choice.AutoRule
+                 chose from earlier rounds
     4. roll back both KV caches to c + d1..dn (in a `finally`), append d1..dn, t to c
 
 Every round emits at least one token (the target's t), so generation always advances.
@@ -24,9 +26,9 @@ The caller hands `generate` its policy (policy.py: a fixed k, or `auto`), so thi
 never imports policy.py. Stages pass named values: `speculative_round` returns a `Scored`,
 `decode_round` a `Decoded` (its `Emission`s, the rejected draft, the `Round`).
 
-Left out: printing (cli/render.py), statistics (stats.py), how k is chosen (policy.py), who
-proposes (drafters.py), the event types (events.py), stop strings and UTF-8
-(text_stream.py), timing the cost curve (cost_curve.py).
+Left out: printing (cli/render.py), statistics (stats.py), how k is chosen (policy.py), which
+rule verifies (rule_choice.py), who proposes (drafters.py), the event types (events.py), stop
+strings and UTF-8 (text_stream.py), timing the cost curve (cost_curve.py).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import numpy as np
 from .drafters import CausalModel, Drafter, Proposal, Proposer, catch_up, common_prefix
 from .errors import ContextOverflow
 from .events import DraftPolicy, Event, Finished, Logprobs, Prefill, Rejected, Round, Source, Token
+from .rule_choice import RuleChooser, rule_chooser
 from .sampling import SamplingParams, log_probabilities
 from .speculative import VERIFIERS, sample_row
 from .text_stream import TextStream
@@ -55,7 +58,7 @@ class GenerationConfig:
     seed: int = 0
     stop: tuple[str, ...] = ()
     logprobs: int | None = None  # None: none; n: each token's log p and its n likeliest alternatives (Token.logprobs)
-    verify: str = "token"  # the rule that keeps drafts: speculative.VERIFIERS ("token", "block")
+    verify: str = "token"  # the rule that keeps drafts: "token", "block" (speculative.VERIFIERS) or "auto" (rule_choice.py)
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,9 @@ class Scored:
     draft_seconds: float
     verify_seconds: float
     logprobs: tuple[Logprobs, ...] = ()  # of the drafts kept and the target's token, when asked for
+    rule: str = ""  # the rule that verified the drafts; "" for a plain step
+    rule_seconds: float = 0.0  # the rule's own computation
+    block_gain: float | None = None  # Verdict.block_gain
 
 
 class Emission(NamedTuple):
@@ -156,9 +162,10 @@ class Engine:
         return (chosen, k) if chosen is not None and k > 0 else (None, 0)
 
     def speculative_round(
-        self, context: list[int], drafter: Proposer, k: int, p_min: float, config: GenerationConfig, rng: np.random.Generator
-    ) -> Scored:
-        """Draft up to k tokens, score them in one target batch, verify.
+        self, context: list[int], drafter: Proposer, k: int, p_min: float, config: GenerationConfig, rng: np.random.Generator,
+        rules: RuleChooser,
+    ) -> Scored:  # fmt: skip
+        """Draft up to k tokens, score them in one target batch, verify by the rule `rules` gives.
 
         On return the target's cache holds context + accepted drafts, whatever happened inside.
         """
@@ -171,16 +178,20 @@ class Engine:
         try:
             logits = catch_up(self.target, list(context) + drafts, len(drafts) + 1)
             t2 = time.perf_counter()
-            verdict = VERIFIERS[config.verify](logits[:, : self.vocab_limit], drafts, proposal.q_rows, params, rng)
+            # Decided before this round's verification, from earlier rounds (rule_choice.py: that keeps the law).
+            rule = rules.choose(sampled=proposal.q_rows is not None and not params.greedy, drafts=len(drafts))
+            verdict = VERIFIERS[rule](logits[:, : self.vocab_limit], drafts, proposal.q_rows, params, rng)
+            t3 = time.perf_counter()
             accepted = verdict.accepted
             kept = self.token_logprobs(logits, drafts[:accepted] + [verdict.token], params, config.logprobs)
         finally:
             self.target.rewind(len(context) + accepted)
-        return Scored(proposal, verdict.accepted, verdict.token, t1 - t0, t2 - t1, kept)
+        return Scored(proposal, verdict.accepted, verdict.token, t1 - t0, t2 - t1, kept, rule, t3 - t2, verdict.block_gain)
 
     def decode_round(
-        self, context: list[int], budget: int, policy: DraftPolicy | None, config: GenerationConfig, rng: np.random.Generator
-    ) -> Decoded:
+        self, context: list[int], budget: int, policy: DraftPolicy | None, config: GenerationConfig, rng: np.random.Generator,
+        rules: RuleChooser,
+    ) -> Decoded:  # fmt: skip
         """Plan, then draft and verify (or take one plain target step); the round's `seconds`
         cover planning to verification."""
         start = time.perf_counter()
@@ -190,7 +201,7 @@ class Engine:
             token, kept = self.target_step(context, config.sampling, rng, config.logprobs)
             scored = Scored(Proposal(), 0, token, 0.0, time.perf_counter() - t0, kept)
         else:
-            scored = self.speculative_round(context, drafter, k, policy.p_min, config, rng)
+            scored = self.speculative_round(context, drafter, k, policy.p_min, config, rng, rules)
         drafts, accepted = scored.proposal.tokens, scored.accepted
         lps = scored.logprobs or (None,) * (accepted + 1)
         emitted = [Emission(d, Source.DRAFT, i + 1, lps[i]) for i, d in enumerate(drafts[:accepted])]
@@ -210,6 +221,9 @@ class Engine:
             source=drafter.name if drafter is not None else "",
             draft_catch_up_seconds=scored.proposal.catch_up_seconds,
             k=k,
+            rule=scored.rule,
+            rule_seconds=scored.rule_seconds,
+            block_gain=scored.block_gain,
         )
         return Decoded(emitted, rejected, figures)
 
@@ -235,11 +249,13 @@ class Engine:
 
         `policy` chooses each round's drafter and k (policy.draft_policy(k) or AdaptivePolicy);
         it learns from the rounds it observes, so give each generation a fresh one. Only a
-        target-only engine (no drafter) may go without.
+        target-only engine (no drafter) may go without. The verify rule's chooser
+        (rule_choice.rule_chooser(config.verify)) is made fresh here and learns likewise.
         """
         assert len(prompt) > 0, "the prompt must hold at least one token"
         assert policy is not None or self.drafter is None, "a drafting engine needs a policy (policy.draft_policy)"
         rng = np.random.default_rng(config.seed)
+        rules = rule_chooser(config.verify)
         context = list(prompt)
         stream = TextStream(config.stop)
         reason = None
@@ -252,7 +268,7 @@ class Engine:
                     reason = "max_tokens" if left <= 0 else "context_full"
                     break
                 # Never draft past the token budget or the context: a round makes up to k + 1 tokens.
-                decoded = self.decode_round(context, min(left, room) - 1, policy, config, rng)
+                decoded = self.decode_round(context, min(left, room) - 1, policy, config, rng, rules)
                 if decoded.rejected is not None:
                     yield decoded.rejected
                 emitting = time.perf_counter()
@@ -260,6 +276,7 @@ class Engine:
                 figures = dataclasses.replace(decoded.figures, seconds=decoded.figures.seconds + time.perf_counter() - emitting)
                 if policy is not None:
                     policy.observe(figures)
+                rules.observe(figures)
                 yield figures
             if not stream.stopped:
                 yield from stream.flush()

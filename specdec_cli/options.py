@@ -28,7 +28,7 @@ log = logging.getLogger("specdec")
 MAX_DRAFT_TOKENS = 64
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit for top_logprobs
 DRAFTERS = ("model", "lookup", "model+lookup", "cascade")  # see drafters.py and session.LoadedPair.engine
-VERIFY_RULES = tuple(VERIFIERS)  # ("token", "block"): speculative.verify, speculative.verify_block
+VERIFY_RULES = (*VERIFIERS, AUTO)  # ("token", "block", "auto"): speculative.verify, speculative.verify_block, rule_choice.AutoRule
 DEFAULT_CTX = 2048
 
 # What the C fields behind the settings hold (llama.cpp's n_ctx is uint32_t, n_threads and
@@ -133,7 +133,7 @@ def parse_drafter(text: str) -> str:
 
 
 def parse_verify(text: str) -> str:
-    """One verify rule (run, bench, audit, serve). Example: 'Block' -> 'block'."""
+    """One verify rule (run, bench, audit, serve), or auto (chosen each round: rule_choice.py). Example: 'Block' -> 'block'."""
     name = text.strip().lower()
     if name not in VERIFY_RULES:
         raise BadSetting("verify", f"must be one of {', '.join(VERIFY_RULES)}, got {text!r}")

@@ -13,7 +13,9 @@ processes them alike, so the output follows the processed target distribution ex
 `verify` applies it to the k + 1 rows of one target batch; `sample_row` draws a target-only
 token from p (the baseline, and plain steps under `auto`). At temperature 0 both are argmax.
 `verify_block` is block verification (Sun et al. 2025), which decides the block jointly and
-keeps at least as many drafts in expectation; `VERIFIERS` names both rules.
+keeps at least as many drafts in expectation; `VERIFIERS` names both rules. `expected_kept`
+gives, for the drafts of one block-verified round, how many each rule keeps in expectation
+(what `--verify auto` weighs against block's extra time: rule_choice.py).
 
 A filtered p is a small support (sampling.py), so the rule runs on it directly. A dense p
 (T > 0, no filter) goes through `_DenseTarget`: p itself is never approximated, but the
@@ -68,6 +70,9 @@ class Verdict:
     accepted: int
     token: int
     bonus: bool  # True: all drafts accepted and `token` is the bonus; False: a correction
+    # verify_block only (a sampled draft of 1 token or more): how many more drafts block verification
+    # keeps in expectation than the token rule, for these drafts (expected_kept's block - token)
+    block_gain: float | None = None
 
 
 def verify(
@@ -152,18 +157,21 @@ def verify_block(
     p = [distribution(target_logits[i], params).dense() for i in range(k + 1)]
     q = [row.dense() if isinstance(row, Distribution) else np.asarray(row, dtype=np.float64) for row in q_rows[:k]]
     w = block_weights(p, q, draft_tokens)
+    h = [block_acceptance(p, q, w, i) for i in range(1, k + 1)]  # h[i - 1] = h_i
+    token_kept, block_kept = expected_kept(p, q, draft_tokens, h)
+    gain = block_kept - token_kept  # for the next rounds' choice of rule only (rule_choice.py), never this one's
     eta = rng.random(k)
     tau = 0
     for i in range(1, k + 1):
-        if eta[i - 1] <= block_acceptance(p, q, w, i):
+        if eta[i - 1] <= h[i - 1]:
             tau = i
     if tau == k:
-        return Verdict(accepted=k, token=sample_row(target_logits[k], params, rng), bonus=True)
+        return Verdict(accepted=k, token=sample_row(target_logits[k], params, rng), bonus=True, block_gain=gain)
     left = np.maximum(w[tau] * p[tau] - q[tau], 0.0)
     # h_tau > 0 made tau possible, so the residual has mass (where w_tau = 1 and p_tau = q_tau,
     # h_{tau + 1} = 1 carries the block past tau)
     assert left.sum() > 0.0, "block verification stopped where its residual is empty"
-    return Verdict(accepted=tau, token=sample(left / left.sum(), rng), bonus=False)
+    return Verdict(accepted=tau, token=sample(left / left.sum(), rng), bonus=False, block_gain=gain)
 
 
 def block_weights(p: Sequence[np.ndarray], q: Sequence[np.ndarray], drafts: Sequence[int]) -> list[float]:
@@ -186,7 +194,33 @@ def block_acceptance(p: Sequence[np.ndarray], q: Sequence[np.ndarray], w: Sequen
     return mass / denominator if denominator > 0.0 else 1.0
 
 
-VERIFIERS = {"token": verify, "block": verify_block}  # options.VERIFY_RULES names them
+def expected_kept(p: Sequence[np.ndarray], q: Sequence[np.ndarray], drafts: Sequence[int], h: Sequence[float]) -> tuple[float, float]:
+    """How many of these drafts each rule keeps in expectation, given the drafts: (token rule, block).
+
+    With r_i = p_{i-1}(X_i) / q_{i-1}(X_i) and h_1..h_k as in verify_block (h[i - 1] = h_i):
+
+        token: sum_i prod_{j<=i} min(1, r_j)          (draft i is kept iff all of 1..i pass their test)
+        block: sum_i P(tau >= i) = sum_i (1 - prod_{j>=i} (1 - h_j))   (tau >= i iff some eta_j <= h_j, j >= i)
+
+    Exact figures, not samples: one round verified by block gives both, which is how
+    `--verify auto` learns block's gain without running the token rule on the same drafts.
+    Example, two drafts over two tokens: p_0 = [0.25, 0.75], q_0 = [0.5, 0.5], X_1 = 0 (r_1 = 0.5);
+    p_1 = [0.8, 0.2], q_1 = [0.4, 0.6], X_2 = 0 (r_2 = 2). Token: 0.5 + 0.5 x 1 = 1.0. Block:
+    w_1 = 0.5, w_2 = min(1, 0.5 x 2) = 1, h_1 = 0 (w_1 p_1 <= q_1: nothing left to correct to),
+    h_2 = w_2 = 1, so tau = 2 always: 2.0. The second draft rescues the first.
+    """
+    token, reach = 0.0, 1.0
+    for i, x in enumerate(drafts):
+        reach *= min(1.0, p[i][x] / q[i][x])
+        token += reach
+    block, missed = 0.0, 1.0  # missed = prod_{j>=i} (1 - h_j), built from the last draft back
+    for h_i in reversed(h):
+        missed *= 1.0 - h_i
+        block += 1.0 - missed
+    return token, block
+
+
+VERIFIERS = {"token": verify, "block": verify_block}  # options.VERIFY_RULES names them, with "auto" (rule_choice.py)
 
 
 def sample_row(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> int:

@@ -65,6 +65,7 @@ class RunStats:
     rejections: int = 0
     drafted_by_position: list[int] = field(default_factory=list)
     accepted_by_position: list[int] = field(default_factory=list)
+    rounds_by_rule: dict[str, int] = field(default_factory=dict)  # drafting rounds by the rule that verified them (Round.rule)
     draft_seconds: float = 0.0
     draft_decode_seconds: float = 0.0
     verify_seconds: float = 0.0
@@ -88,6 +89,7 @@ class RunStats:
                 self.drafted += event.drafted
                 self.accepted += event.accepted
                 self.rejections += event.accepted < event.drafted
+                self.rounds_by_rule[event.rule] = self.rounds_by_rule.get(event.rule, 0) + 1
                 self._grow(event.drafted)
                 for i in range(event.drafted):
                     self.drafted_by_position[i] += i <= event.accepted  # position i+1 was tried
@@ -111,6 +113,8 @@ class RunStats:
         for name in ("draft_seconds", "draft_decode_seconds", "verify_seconds", "generation_seconds"):
             setattr(out, name, getattr(self, name) + getattr(other, name))
         for s in (self, other):
+            for rule, rounds in s.rounds_by_rule.items():
+                out.rounds_by_rule[rule] = out.rounds_by_rule.get(rule, 0) + rounds
             out._grow(len(s.drafted_by_position))
             for i, (d, a) in enumerate(zip(s.drafted_by_position, s.accepted_by_position)):
                 out.drafted_by_position[i] += d

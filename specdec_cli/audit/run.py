@@ -76,7 +76,7 @@ class AuditConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int = 0  # draw i uses seed + i
     greedy_tokens: int = GREEDY_TOKENS
-    verify: str = "token"  # the rule that keeps drafts (speculative.VERIFIERS)
+    verify: str = "token"  # the rule that keeps drafts (options.VERIFY_RULES)
 
     @property
     def sampled(self) -> bool:

@@ -68,7 +68,7 @@ class BenchConfig:
     chat: bool = True  # wrap prompts in the target's chat template
     cost_repeats: int = 3  # timings per batch size inside one cost-curve measurement
     warmup_tokens: int = 16  # one unrecorded A and B run first (0: none)
-    verify: str = "token"  # the rule B keeps drafts by (speculative.VERIFIERS)
+    verify: str = "token"  # the rule B keeps drafts by (options.VERIFY_RULES)
 
     @property
     def fixed_k(self) -> tuple[int, ...]:

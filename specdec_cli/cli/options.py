@@ -61,7 +61,7 @@ LookupNgramMinOption = Annotated[int, typer.Option(help="Lookup: shortest n-gram
 LookupNgramMaxOption = Annotated[int, typer.Option(help="Lookup: longest n-gram to match (tried first).")]
 LookupMaxTokensOption = Annotated[int, typer.Option(help="Lookup: longest proposal.")]
 TemperatureOption = Annotated[float, typer.Option(help="0 is greedy.")]
-VerifyOption = Annotated[str, typer.Option(help="How drafts are kept: token (one by one) or block (jointly, Sun et al. 2025; needs a sampling model draft).")]
+VerifyOption = Annotated[str, typer.Option(help="How drafts are kept: token (one by one), block (jointly, Sun et al. 2025; needs a sampling model draft) or auto (each round the rule this run measures faster).")]
 
 
 class ColorMode(str, enum.Enum):

@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..cost_curve import CostCurve
-from ..events import DraftTokens, Event, Rejected, Source, Token
+from ..events import AUTO, DraftTokens, Event, Rejected, Source, Token
 from ..stats import RunStats, measured_speedup
 
 # ANSI SGR codes, shared by the stream, the legend and `specdec simulate`.
@@ -222,8 +222,10 @@ def stats_table(
     costs: CostCurve | None = None,
     note: str | None = None,
     context: str | None = None,
+    verify: str | None = None,
 ) -> Table:
-    """The run's figures as a two-column table; `predicted` and `costs` come from the measured cost curve."""
+    """The run's figures as a two-column table; `predicted` and `costs` come from the measured cost curve.
+    With verify "auto", a row says how many drafting rounds each rule verified."""
     table = Table(title="specdec run", box=box.SIMPLE_HEAD, show_header=False, title_justify="left", pad_edge=False)
     table.add_column("figure", style="bold", no_wrap=True)
     table.add_column("value", overflow="fold")
@@ -237,6 +239,9 @@ def stats_table(
         by_pos = " ".join(f"{i}:{rate:.0%}" for i, rate in enumerate(stats.acceptance_by_position, start=1))
         row("acceptance by position", by_pos)
         row("mean accepted length", f"{stats.mean_accepted:.2f} of k = {k}")
+        if verify == AUTO:
+            by_rule = ", ".join(f"{rule} {n}" for rule, n in sorted(stats.rounds_by_rule.items()))
+            row("verified by (auto)", f"{by_rule} rounds")
     else:
         row("drafted / accepted", "0 (no round had room to draft)")
     row("generation speed", f"{stats.tokens_per_second:.1f} tokens/s (prefill excluded)")

@@ -196,6 +196,7 @@ def run(
                 costs=after.costs,
                 note=after.note,
                 context=describe_contexts(contexts, options.n_ctx),
+                verify=verify,
             )
         )
     if after.interrupted:

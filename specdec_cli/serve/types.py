@@ -85,7 +85,7 @@ class _Common(BaseModel):
     logit_bias: Optional[dict] = None
     draft_tokens: Union[Literal["auto"], int, None] = None  # specdec: "auto" or a fixed k
     drafter: Optional[str] = None  # specdec: options.DRAFTERS
-    verify: Optional[str] = None  # specdec: token or block (speculative.VERIFIERS)
+    verify: Optional[str] = None  # specdec: token, block or auto (options.VERIFY_RULES)
     specdec_events: bool = False  # specdec: provenance, rejected drafts and rounds in the stream (the page)
 
     def unsupported(self) -> list[str]:

@@ -329,7 +329,7 @@ def test_prompt_longer_than_the_context_names_both_numbers_and_the_option(tmp_pa
         (["-n", "0", "x"], "--max-tokens must be at least 1, got 0"),
         (["--ctx", "0", "x"], "--ctx must be at least 1 token, got 0"),
         (["--stop", "", "x"], "--stop must not be an empty string"),
-        (["--verify", "tree", "x"], "--verify must be one of token, block, got 'tree'"),
+        (["--verify", "tree", "x"], "--verify must be one of token, block, auto, got 'tree'"),
         (["   "], "the prompt is empty"),
         (["--draft", "d.gguf", "x"], "give both --draft and --target"),
         (["--draft", "/nonexistent/d.gguf", "--target", "/nonexistent/t.gguf", "x"], "model file not found: /nonexistent/t.gguf"),
