@@ -12,7 +12,11 @@ back to the token rule), so only T > 0 is measured.
     flock /tmp/llama.lock python3 benchmarks/verify_rules.py --extra 60      # the deepened synthetic target
 
 `--extra N` uses synthetic_pair.py's deepened target (the built-in F32 target with N
-zero-output blocks: the same text at a realistic cost) instead of the built-in target.
+zero-output blocks: the same text at a realistic cost) instead of the built-in target;
+`--target FILE` another target for the built-in draft, e.g. Gemma 3 270M (a pair across
+vocabularies whose drafts are accepted far less often):
+
+    flock /tmp/llama.lock python3 benchmarks/verify_rules.py --target ~/.cache/specdec/gemma-3-270m-q4_k_m-F32.gguf
 
 Left out: the bench's A/B against target-only (`specdec bench --verify block` does that for
 one rule at a time); other drafters (lookup's drafts are deterministic: block = token).
@@ -45,7 +49,9 @@ RULES = ("token", "block")
 
 def measure(args: argparse.Namespace) -> list[dict]:
     draft, target = builtin_pair()
-    if args.extra:
+    if args.target:
+        target = args.target
+    elif args.extra:
         from synthetic_pair import deepened_target
 
         target = deepened_target(args.extra)
@@ -101,6 +107,7 @@ def main(argv=None) -> int:
     parser.add_argument("--top-p", type=float, default=0.95)
     parser.add_argument("--min-p", type=float, default=0.05)
     parser.add_argument("--extra", type=int, default=0, help="deepen the built-in target by N zero blocks (synthetic_pair.py)")
+    parser.add_argument("--target", type=Path, help="another target GGUF for the built-in draft, e.g. Gemma 3 270M at F32 (across vocabularies)")
     parser.add_argument("--out", type=Path, help="write the runs and the summary as JSON")
     args = parser.parse_args(argv)
     start = time.perf_counter()

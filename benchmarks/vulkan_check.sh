@@ -55,6 +55,28 @@ fi
 
 VERSION=$(python3 -c 'import importlib.metadata as m; print(m.version("llama-cpp-python"))')
 ENV=${SPECDEC_VULKAN_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/specdec/vulkan-$VERSION}
+HEADERS=$ENV.headers  # newer Vulkan headers, when the system's are too old (kept beside the environment)
+
+# llama.cpp's Vulkan backend uses VK_EXT_layer_settings, which Debian 12's headers (1.3.239) lack:
+# then the headers alone come from Debian 13's libvulkan-dev, unpacked beside the environment,
+# never installed (the loader and driver stay the system's; apt's own sources are not touched).
+vulkan_include=
+if ! grep -q VK_EXT_layer_settings /usr/include/vulkan/vulkan_core.h 2>/dev/null; then
+  if [ ! -f "$HEADERS/usr/include/vulkan/vulkan.hpp" ]; then
+    echo "[vulkan_check] the system's Vulkan headers lack VK_EXT_layer_settings: unpacking Debian 13's libvulkan-dev into $HEADERS ..." >&2
+    apt_tmp=$(mktemp -d)
+    mkdir -p "$apt_tmp/parts" "$apt_tmp/lists/partial" "$apt_tmp/cache/archives/partial"
+    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main" >"$apt_tmp/sources.list"
+    apt_opts=(-o "Dir::Etc::SourceList=$apt_tmp/sources.list" -o "Dir::Etc::SourceParts=$apt_tmp/parts" -o "Dir::State::Lists=$apt_tmp/lists"
+              -o "Dir::Cache=$apt_tmp/cache" -o APT::Sandbox::User=root)
+    apt-get "${apt_opts[@]}" update -qq
+    (cd "$apt_tmp" && apt-get "${apt_opts[@]}" download -qq libvulkan-dev)
+    rm -rf "$HEADERS"
+    dpkg-deb -x "$apt_tmp"/libvulkan-dev_*.deb "$HEADERS"
+    rm -rf "$apt_tmp"
+  fi
+  vulkan_include="-DVulkan_INCLUDE_DIR=$HEADERS/usr/include"
+fi
 PY=$ENV/bin/python
 export GGML_VK_VISIBLE_DEVICES=${GGML_VK_VISIBLE_DEVICES-0}
 has_vulkan='import sys, llama_cpp; sys.exit(0 if llama_cpp.llama_supports_gpu_offload() and b"Vulkan" in llama_cpp.llama_print_system_info() else 1)'
@@ -68,7 +90,7 @@ else
   python3 -m venv --system-site-packages "$ENV"
   # --ignore-installed: the CPU build outside satisfies pip otherwise; --no-cache-dir: its wheel
   # cache would hand back that build (pip keys wheels by version, not by CMAKE_ARGS).
-  if ! CMAKE_ARGS="-DGGML_VULKAN=on -DLLAVA_BUILD=off -DLLAMA_BUILD_TESTS=off -DLLAMA_BUILD_EXAMPLES=off -DLLAMA_BUILD_TOOLS=off" \
+  if ! CMAKE_ARGS="-DGGML_VULKAN=on $vulkan_include -DLLAVA_BUILD=off -DLLAMA_BUILD_TESTS=off -DLLAMA_BUILD_EXAMPLES=off -DLLAMA_BUILD_TOOLS=off" \
        CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
        "$PY" -m pip install -v --no-deps --ignore-installed --no-cache-dir --no-binary llama-cpp-python "llama-cpp-python==$VERSION" >"$out/build.log" 2>&1; then
     tail -40 "$out/build.log" >&2
