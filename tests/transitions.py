@@ -12,6 +12,8 @@ multinomials given the visit counts), and one p-value comes out.
 
 A biased rule shows up in some stratum: e.g. a drafter that drops a drawn token whose
 q(x) is small proposes from q restricted to likely tokens while verify divides by q.
+With by_rule, the strata are also split by the rule that verified the token's round
+(Round.rule, which `--verify auto` fixes before the round's draws: so the law holds in each).
 
     result = transition_test(events, prompt, table, params)
     assert result.p_value > 1e-3
@@ -26,7 +28,7 @@ from typing import Iterable, Sequence
 import numpy as np
 from scipy import stats
 
-from specdec_cli.events import Token
+from specdec_cli.events import Round, Token
 from specdec_cli.sampling import SamplingParams, probabilities
 from stat_checks import chi_square_statistic
 
@@ -47,18 +49,25 @@ def target_rows(table: np.ndarray, params: SamplingParams) -> np.ndarray:
     return np.stack([probabilities(row, params) for row in np.asarray(table, dtype=np.float32)])
 
 
-def transition_test(events: Iterable, prompt: Sequence[int], table: np.ndarray, params: SamplingParams) -> TransitionResult:
+def transition_test(events: Iterable, prompt: Sequence[int], table: np.ndarray, params: SamplingParams, by_rule: bool = False) -> TransitionResult:
     p = target_rows(table, params)
-    counts: dict[tuple[int, int], np.ndarray] = defaultdict(lambda: np.zeros(p.shape[1]))
+    counts: dict[tuple, np.ndarray] = defaultdict(lambda: np.zeros(p.shape[1]))
     previous = prompt[-1]
     n = 0
+    waiting: list[tuple[int, int, int]] = []  # (previous, position, id) of a round's tokens until its Round comes
     for event in events:
         if isinstance(event, Token):
-            counts[(previous, min(event.position, 3))][event.id] += 1
+            waiting.append((previous, min(event.position, 3), event.id))
             previous = event.id
             n += 1
+        elif isinstance(event, Round):
+            for s, j, x in waiting:
+                counts[(s, j, event.rule) if by_rule else (s, j)][x] += 1
+            waiting = []
+    for s, j, x in waiting:  # a stream without its last Round
+        counts[(s, j, "") if by_rule else (s, j)][x] += 1
     statistic, dof, strata = 0.0, 0, 0
-    for (s, _), observed in counts.items():
+    for (s, *_), observed in counts.items():
         total = observed.sum()
         support = p[s] > 0
         assert observed[~support].sum() == 0, f"a token with target probability 0 was emitted after {s}"
