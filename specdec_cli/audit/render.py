@@ -115,7 +115,7 @@ def sampled_line(t: SampledTest, level: float) -> list[str]:
 
 
 def report_text(result: AuditResult, describe: str) -> str:
-    """The report on stdout; `describe` names the pair and drafting (e.g. 'draft a.gguf -> target b.gguf, drafter model, k 4')."""
+    """The report on stdout; `describe` names the pair and drafting (e.g. 'draft a.gguf -> target b.gguf, drafter model, k 4, verify token')."""
     c = result.config
     lines = [f"specdec audit: {VERDICTS[result.verdict].format(alpha=c.alpha)}", f"  pair          {describe}"]
     lines.append(f"  sampling      {settings(c.sampling)}; seeds {c.seed}..{c.seed + max(c.samples, 1) - 1}")

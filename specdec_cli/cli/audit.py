@@ -94,7 +94,8 @@ def audit(
     from .run import load_pair
 
     params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
-    config = AuditConfig(samples=samples, alpha=alpha, sampling=params, seed=seed, greedy_tokens=greedy_tokens, verify=parse_verify(verify))
+    verify = parse_verify(verify)
+    config = AuditConfig(samples=samples, alpha=alpha, sampling=params, seed=seed, greedy_tokens=greedy_tokens, verify=verify)
     console = stderr_console(False)
     options = LoadOptions.from_cli(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers, repack, pair_name, chat=chat)
     with contextlib.ExitStack() as stack:
@@ -103,13 +104,13 @@ def audit(
         with AuditDisplay(console, greedy_tokens) as display:
             policy = draft_policy(k, p_min)
             result = run_audit(pair.engine(drafter=drafter), pair.engine(speculative=False), prompt_ids, config, policy, display)
-        describe = describe_pair(pair, drafter, k)
+        describe = describe_pair(pair, drafter, k, verify)
     typer.echo(json.dumps(result.to_dict() | {"pair": describe}) if json_out else report_text(result, describe))
     if result.verdict != "consistent":
         raise typer.Exit(1)
 
 
-def describe_pair(pair: LoadedPair, drafter: str, k: DraftTokens) -> str:
-    """Example: 'draft a.gguf -> target b.gguf, drafter model, k auto'."""
+def describe_pair(pair: LoadedPair, drafter: str, k: DraftTokens, verify: str = "token") -> str:
+    """Example: 'draft a.gguf -> target b.gguf, drafter model, k auto, verify token'."""
     draft = f"draft {pair.draft.path.name} -> " if pair.draft is not None and drafter != "lookup" else ""
-    return f"{draft}target {pair.target.path.name}, drafter {drafter}, k {k}"
+    return f"{draft}target {pair.target.path.name}, drafter {drafter}, k {k}, verify {verify}"

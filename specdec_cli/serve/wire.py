@@ -159,7 +159,7 @@ class Answer:
         if isinstance(event, Rejected):
             return self._envelope([], specdec={"rejected": {"text": event.text, "position": event.position}})
         if isinstance(event, Round):
-            figures = {"drafted": event.drafted, "accepted": event.accepted, "k": event.k, "source": event.source, "seconds": event.seconds}
+            figures = {"drafted": event.drafted, "accepted": event.accepted, "k": event.k, "source": event.source, "verify": event.rule, "seconds": event.seconds}
             return self._envelope([], specdec={"round": figures})
         return None
 

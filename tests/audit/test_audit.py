@@ -188,9 +188,9 @@ def toy_pair(seed: int) -> tuple[MarkovModel, MarkovModel]:
     return MarkovModel(table), MarkovModel(random_markov(6, rng, scale=1.5))  # the draft knows nothing of the target
 
 
-def audit_toy(target, draft, params=PLAIN, k=K, seed=0, samples=N):
+def audit_toy(target, draft, params=PLAIN, k=K, seed=0, samples=N, verify="token"):
     engines = Engine(target, ModelDrafter(draft)), Engine(target)
-    config = AuditConfig(samples=samples, alpha=ALPHA, sampling=params, seed=seed, greedy_tokens=64)
+    config = AuditConfig(samples=samples, alpha=ALPHA, sampling=params, seed=seed, greedy_tokens=64, verify=verify)
     return run_audit(*engines, [3, 0], config, draft_policy(k))
 
 
@@ -204,6 +204,16 @@ def test_a_correct_engine_passes(params, k):
     assert result.drafting.drafted_draws == N and result.drafting.drafted == N * k  # every draw tested speculation
     assert result.greedy.identical and result.greedy.tokens == 64
     assert result.first_pair.chi2.cells > result.first_token.chi2.cells > 1
+
+
+@pytest.mark.parametrize("params", [PLAIN, PROCESSED], ids=["plain", "processed"])
+def test_a_correct_engine_passes_with_verify_auto(params):
+    # Under auto the first round is verified by the token rule and the second by block
+    # (rule_choice.AutoRule), so the first pair tests both. False failure at most 1e-3 per case.
+    target, draft = toy_pair(1)
+    result = audit_toy(target, draft, params, seed=700, verify="auto")
+    assert result.verdict == "consistent", result.to_dict()
+    assert result.drafting.drafted_draws == N and result.greedy.identical
 
 
 def test_end_of_generation_is_an_outcome():
@@ -336,6 +346,13 @@ def test_cli_report_on_stdout_progress_on_stderr_exit_0(toy_cli):
     assert "100/1000 draws" in err and "1000/1000 draws" in err  # plain lines: stderr is not a terminal
 
 
+def test_cli_audits_verify_auto_and_names_the_rule(toy_cli):
+    result = runner.invoke(app, ["audit", *toy_cli, *TOY_ARGS, "--samples", "500", "--verify", "auto", "--json", "da"])
+    assert result.exit_code == 0, result.stdout + result.stderr
+    out = json.loads(result.stdout)
+    assert out["verdict"] == "consistent" and out["pair"].endswith("drafter model, k 4, verify auto")
+
+
 def test_the_report_says_when_most_draws_were_the_targets_own():
     target, draft = toy_pair(1)
     result = audit_toy(target, draft, samples=200)
@@ -373,6 +390,7 @@ def one_line(stderr: str) -> str:
         (["--greedy-tokens", "-1", "x"], "--greedy-tokens must be between 0 and 100000, got -1"),
         (["-k", "0", "x"], "--draft-tokens must be between 1 and 64, got 0"),
         (["--drafter", "oracle", "x"], "--drafter must be one of model, lookup, model+lookup, cascade, got 'oracle'"),
+        (["--verify", "tree", "x"], "--verify must be one of token, block, auto, got 'tree'"),
         (["--top-p", "0", "x"], "--top-p must be in (0, 1], got 0.0"),
         (["--p-min", "2", "x"], "--p-min must be in [0, 1], got 2.0"),
         (["--seed", "-1", "x"], "--seed must be between 0 and"),
@@ -426,13 +444,15 @@ def test_real_audit_of_the_builtin_pair_passes(builtin_paths):
     "method, prompt, seed",
     [
         (["--verify", "block"], "The history of the Roman Empire", 200001),
+        (["--verify", "auto"], "The history of the Roman Empire", 400001),
         # a prompt that repeats itself, so that lookup guesses for the cascade often
         (["--drafter", "cascade"], "one two three four one two three four one two", 300001),
     ],
-    ids=["block", "cascade"],
+    ids=["block", "auto", "cascade"],
 )
 def test_real_audit_passes_with_each_method(builtin_paths, method, prompt, seed):
-    # Block verification, or the cascade (lookup guesses, the draft model samples from one batch),
+    # Block verification, auto (round 1 verified by the token rule, round 2 by block), or the
+    # cascade (lookup guesses, the draft model samples from one batch),
     # at k = 4 (fixed, so every draw drafts) and run's sampling defaults: N = 400 draws, 32 greedy
     # tokens, false failure at most 1e-4 (simulated p-values). The seeds were picked before they were run.
     env = dict(os.environ, PYTHONPATH=str(ROOT))

@@ -489,6 +489,7 @@ def _main(monkeypatch, capsys, *args):
         (["--draft", "x.gguf"], "give both --draft and --target"),
         (["--native", "/nonexistent/llama-speculative-simple"], "--native: no executable"),
         (["--csv", "/nonexistent-dir/out.csv"], "--csv: the folder"),
+        (["--verify", "tree"], "--verify must be one of token, block, auto, got 'tree'"),
     ],
 )
 def test_cli_rejects_bad_options_before_loading(monkeypatch, capsys, args, fragment):
@@ -529,6 +530,15 @@ def test_cli_writes_json_csv_and_tables_on_the_right_streams(monkeypatch, capsys
     assert data["exact"] is True and len(data["runs"]) == 7 * 2 * 2 * 2 * 2  # built-in suite (default drafters: model, lookup)
     assert len(list(csv.DictReader(csv_path.open()))) == len(data["runs"])
     assert "summary over prompts" in err and "recommendation: " in err
+
+
+def test_cli_bench_takes_verify_auto(monkeypatch, capsys):
+    _fake_models(monkeypatch, FakePair())
+    code, out, err = _main(monkeypatch, capsys, "-n", 12, "-k", "3", "--drafter", "model", "--temperature", "0.7", "--repeats", 1, "--verify", "auto", "--json")
+    assert code == 0, err
+    speculative = [run["stats"] for run in json.loads(out)["runs"] if run["mode"] == "speculative"]
+    assert speculative and all(set(stats["rounds_by_rule"]) <= {"token", "block"} for stats in speculative)
+    assert any("block" in stats["rounds_by_rule"] for stats in speculative)  # round 2 of each drafted run
 
 
 def test_cli_divergence_exits_1_and_says_where(monkeypatch, capsys):

@@ -208,6 +208,34 @@ def test_json_object_schema(toy):
     assert s["speedup"] == pytest.approx(s["tokens_per_second"] / s["baseline_tokens_per_second"])
 
 
+def test_verify_auto_counts_the_rounds_each_rule_verified(toy):
+    # At temperature 1 the draft's rows are sampled: auto verifies round 1 by token, round 2 by
+    # block, round 3 by token (rule_choice.AutoRule), then chooses.
+    args = ("--raw", "-n", "20", "--temperature", "1", "--verify", "auto", "--seed", "1")
+    result = invoke(toy, *args, "--json", "a")
+    assert result.exit_code == 0, result.stderr
+    s = json.loads(result.stdout)["stats"]
+    assert set(s["rounds_by_rule"]) == {"token", "block"} and sum(s["rounds_by_rule"].values()) == s["rounds_with_draft"]
+    table = invoke(toy, *args, "a")
+    assert table.exit_code == 0 and table.stdout.endswith("\n")
+    row = next(line for line in table.stderr.splitlines() if "verified by (auto)" in line)
+    assert re.search(r"block \d+, token \d+ rounds", row), row
+    assert "verified by" not in invoke(toy, "--raw", "-n", "20", "--temperature", "1", "a").stderr  # only when auto was asked
+
+
+def test_serve_takes_verify_auto_and_refuses_a_bad_rule_in_one_line(monkeypatch):
+    from specdec_cli.cli import serve as cli_serve
+
+    seen = {}
+    monkeypatch.setattr(cli_serve, "run_server", lambda *args: seen.setdefault("defaults", args[4]))
+    result = runner.invoke(app, ["serve", "--verify", "auto"])
+    assert result.exit_code == 0, result.stderr
+    assert seen["defaults"].verify == "auto"
+    bad = runner.invoke(app, ["serve", "--verify", "tree"])
+    assert bad.exit_code == 2 and bad.stdout == ""
+    assert one_line(bad.stderr) == "specdec: error: --verify must be one of token, block, auto, got 'tree'"
+
+
 def test_jsonl_streams_tokens_then_stats(toy):
     result = invoke(toy, "--raw", "-n", "9", "--jsonl", "--show-rejected", "a")
     assert result.exit_code == 0, result.stderr

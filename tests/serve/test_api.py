@@ -152,6 +152,16 @@ def test_the_stream_ends_with_done_and_only_the_page_sees_rounds_and_rejections(
     assert "timings" in paged[-1]  # the page gets the figures without asking for usage
 
 
+def test_verify_auto_is_a_request_field_and_the_page_sees_which_rule_verified_each_round(served):
+    body = chat("a", stream=True, specdec_events=True, verify="auto", temperature=1)
+    request = urllib.request.Request(served.url + "/v1/chat/completions", data=json.dumps(body).encode())
+    with urllib.request.urlopen(request, timeout=30) as response:
+        chunks = [json.loads(line[6:]) for line in response.read().decode().split("\n\n") if line and line != "data: [DONE]"]
+    rounds = [c["specdec"]["round"] for c in chunks if "round" in c.get("specdec", {})]
+    # sampled drafts of 3 tokens: auto verifies round 1 by token, round 2 by block, round 3 by token
+    assert [r["verify"] for r in rounds][:3] == ["token", "block", "token"]
+
+
 def test_completions_take_the_prompt_as_it_is(served):
     status, _, body = served.post("/v1/completions", {"prompt": "k", "max_tokens": 4})
     assert status == 200, body
@@ -229,6 +239,7 @@ BAD = [
     (json.dumps(chat(max_tokens=0)).encode(), 400, "max_tokens", "max_tokens must be at least 1"),
     (json.dumps(chat(draft_tokens=65)).encode(), 400, "draft_tokens", "draft_tokens must be between 1 and 64"),
     (json.dumps(chat(drafter="oracle")).encode(), 400, "drafter", "drafter must be one of model, lookup, model+lookup, cascade"),
+    (json.dumps(chat(verify="tree")).encode(), 400, "verify", "verify must be one of token, block, auto, got 'tree'"),
     (json.dumps(chat(seed=-1)).encode(), 400, "seed", "seed must be between 0 and"),
     (json.dumps(chat(stop=[""])).encode(), 400, "stop", "stop must not be an empty string"),
     (json.dumps(chat(n=2)).encode(), 400, "n", "n is not supported"),
