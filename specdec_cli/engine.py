@@ -178,7 +178,8 @@ class Engine:
         try:
             logits = catch_up(self.target, list(context) + drafts, len(drafts) + 1)
             t2 = time.perf_counter()
-            # Decided before this round's verification, from earlier rounds (rule_choice.py: that keeps the law).
+            # The rule was fixed by earlier rounds; the proposal only tells where the two rules coincide
+            # (no q rows, T = 0, one draft). rule_choice.py says why that keeps the law.
             rule = rules.choose(sampled=proposal.q_rows is not None and not params.greedy, drafts=len(drafts))
             verdict = VERIFIERS[rule](logits[:, : self.vocab_limit], drafts, proposal.q_rows, params, rng)
             t3 = time.perf_counter()
