@@ -79,7 +79,7 @@ if ! grep -q VK_EXT_layer_settings /usr/include/vulkan/vulkan_core.h 2>/dev/null
 fi
 PY=$ENV/bin/python
 export GGML_VK_VISIBLE_DEVICES=${GGML_VK_VISIBLE_DEVICES-0}
-has_vulkan='import sys, llama_cpp; sys.exit(0 if llama_cpp.llama_supports_gpu_offload() and b"Vulkan" in llama_cpp.llama_print_system_info() else 1)'
+has_vulkan='import sys, specdec_cli.backend as b; sys.exit(0 if b.gpu_offload_supported() and any(d.name.startswith("Vulkan") for d in b.devices()) else 1)'
 
 if [ -x "$PY" ] && "$PY" -c "$has_vulkan" 2>/dev/null; then
   echo "[vulkan_check] llama-cpp-python $VERSION with Vulkan already in $ENV; no build" >&2
@@ -106,7 +106,7 @@ else
 fi
 [ "$build_only" = 1 ] && exit 0
 
-"$PY" -c 'import llama_cpp; print(llama_cpp.llama_print_system_info().decode())' >"$out/system_info.txt" 2>&1 || true
+"$PY" -c 'import specdec_cli.backend as b; print(b.system_info()); print(*b.devices(), sep="\n")' >"$out/system_info.txt" 2>&1 || true
 # The CPU-only reference: this machine's own llama-cpp-python, outside the environment.
 export SPECDEC_CPU_PYTHON=${SPECDEC_CPU_PYTHON:-$(command -v python3)}
 export SPECDEC_GPU_REPORT=$out

@@ -115,20 +115,32 @@ def parse_system_info(info: str) -> dict:
     return {"backends": backends, "cpu_features": _FLAG.findall(cpu)}
 
 
+def backends_of(reported: Sequence[str], devices: Sequence) -> list[str]:
+    """The backends in the system info, then those only a device names (a Vulkan build's system
+    info lists the CPU's features alone). Example: (["CPU"], [CPU, Vulkan0]) -> ["CPU", "Vulkan"]."""
+    found = list(reported)
+    for device in devices:
+        name = device.name.rstrip("0123456789")
+        if name and name not in found:
+            found.append(name)
+    return found
+
+
 def build_facts() -> dict:
     """What the llama.cpp loaded here was built with. Imports llama_cpp (through backend.py)."""
     from .. import backend
 
     info = backend.system_info()
     parsed = parse_system_info(info)
+    devices = backend.devices()
     return {
         "llama_cpp_python": backend.llama_cpp_version(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "system_info": info.strip(),
-        "backends": parsed["backends"],
+        "backends": backends_of(parsed["backends"], devices),
         "gpu_offload": backend.gpu_offload_supported(),
-        "devices": [asdict(device) for device in backend.devices()],
+        "devices": [asdict(device) for device in devices],
         "cpu_features": parsed["cpu_features"],
         "amx": backend.has_amx(info),
         "repack_default": backend.repack_default(info),

@@ -293,3 +293,11 @@ def test_the_device_line_of_the_doctor():
 
     vulkan = {"name": "Vulkan0", "description": "llvmpipe", "kind": "gpu", "free_mib": 7934, "total_mib": 7934}
     assert device_text(vulkan) == "Vulkan0 (gpu: llvmpipe, 7934 of 7934 MiB free)"
+
+
+def test_backends_named_by_devices_only_are_listed():
+    from specdec_cli.backend import Device
+
+    devices = [Device("CPU", "Test CPU", "cpu", 1, 1), Device("Vulkan0", "llvmpipe", "gpu", 1, 1), Device("Vulkan1", "other", "gpu", 1, 1)]
+    assert doctor.backends_of(["CPU"], devices) == ["CPU", "Vulkan"]
+    assert doctor.backends_of(["CPU", "CUDA"], [Device("CUDA0", "H200", "gpu", 1, 1)]) == ["CPU", "CUDA"]
