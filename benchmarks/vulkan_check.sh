@@ -72,6 +72,7 @@ if ! grep -q VK_EXT_layer_settings /usr/include/vulkan/vulkan_core.h 2>/dev/null
     apt-get "${apt_opts[@]}" update -qq
     (cd "$apt_tmp" && apt-get "${apt_opts[@]}" download -qq libvulkan-dev)
     rm -rf "$HEADERS"
+    mkdir -p "$HEADERS"  # its parent too: a fresh machine has no ~/.cache/specdec yet
     dpkg-deb -x "$apt_tmp"/libvulkan-dev_*.deb "$HEADERS"
     rm -rf "$apt_tmp"
   fi
