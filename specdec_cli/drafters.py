@@ -48,7 +48,7 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from .errors import BadInput
-from .memory import MATCH_CAP, RECALL_TOKENS, DraftMemory, Recall
+from .memory import MATCH_CAP, PLACES, RECALL_TOKENS, DraftMemory, Recall, agreement, longest_agreement
 from .sampling import Distribution, SamplingParams, argmax, proposal, residual, sample
 
 
@@ -220,50 +220,53 @@ class LookupOptions:
 
 
 class NgramIndex:
-    """Where each n-gram of a growing token list last ended, not counting the list's own end.
+    """Where each n-gram of a growing token list ended (its newest `places` occurrences), not
+    counting the list's own end; a match takes the occurrence that agrees with the context's end
+    furthest back, the latest on a tie (memory.longest_agreement, as the drafting memory does).
 
-    Example, sizes (2,): after update([5, 6, 7, 5, 6]) the bigram (5, 6) maps to 2 (its
+    Example, sizes (2,): after update([5, 6, 7, 5, 6]) the bigram (5, 6) maps to [2] (its
     occurrence ending at index 2; the one ending at 5 is the list's own suffix), so
     match([5, 6, 7, 5, 6]) == 2: what followed the earlier (5, 6) starts at index 2.
     """
 
-    def __init__(self, sizes: Sequence[int]) -> None:
+    def __init__(self, sizes: Sequence[int], places: int = PLACES) -> None:
         assert sizes and min(sizes) >= 1, "n-gram sizes are positive"
         self.sizes = tuple(sorted(set(sizes), reverse=True))
+        self.places = places
         self.tokens: list[int] = []
-        self.last_end: dict[tuple[int, ...], int] = {}
+        self.ends: dict[tuple[int, ...], list[int]] = {}  # n-gram -> where its newest occurrences end, oldest first
 
     def update(self, context: Sequence[int]) -> None:
         """Index `context`, incrementally when it extends what was indexed before."""
         n_old = len(self.tokens)
         if len(context) < n_old or list(context[:n_old]) != self.tokens:
-            self.tokens, self.last_end, n_old = [], {}, 0
+            self.tokens, self.ends, n_old = [], {}, 0
         self.tokens.extend(context[n_old:])
         # Ends 1 .. n_old - 1 are indexed; the old suffix (end n_old) and the new ones join them,
-        # all but the new suffix (end len): in increasing order, so the latest occurrence wins.
+        # all but the new suffix (end len), in increasing order.
         for end in range(max(n_old, 1), len(self.tokens)):
             for n in self.sizes:
                 if end >= n:
-                    self.last_end[tuple(self.tokens[end - n : end])] = end
+                    found = self.ends.setdefault(tuple(self.tokens[end - n : end]), [])
+                    found.append(end)
+                    if len(found) > self.places:
+                        del found[0]
 
     def match(self, context: Sequence[int]) -> int | None:
-        """Index in `context` where the continuation of its last n-gram's latest earlier occurrence starts."""
+        """Index in `context` where the continuation of its last n-gram's best earlier occurrence starts."""
         self.update(context)
         for n in self.sizes:
             if len(context) > n:
-                end = self.last_end.get(tuple(context[-n:]))
-                if end is not None:
-                    return end
+                found = self.ends.get(tuple(context[-n:]))
+                if found:
+                    return longest_agreement(context, ((end, end, context) for end in found))[1]
         return None
 
 
 def match_length(context: Sequence[int], start: int, cap: int = 8) -> int:
     """How many tokens before `start` equal the context's last ones (at most cap).
     Example: context [1, 2, 3, 9, 2, 3], start 3 -> 2 (the (2, 3) before index 3)."""
-    m, n = 0, len(context)
-    while m < cap and m < start and context[start - 1 - m] == context[n - 1 - m]:
-        m += 1
-    return m
+    return agreement(context, start, context, cap)
 
 
 def match_class(length: int, prefix: str = "lookup") -> str:

@@ -45,6 +45,7 @@ FORMAT = "specdec-draft-cache"
 VERSION = 1
 NGRAM = 3  # the index's key: a sequence's last NGRAM tokens (shorter at its start)
 MATCH_CAP = 32  # how far back a match is measured
+PLACES = 4  # the newest occurrences of each n-gram kept: a match takes the one that agrees longest
 RECALL_TOKENS = 64  # the most a recall hands out (options.MAX_DRAFT_TOKENS)
 DEFAULT_MAX_TOKENS = 200_000  # --draft-cache-size
 
@@ -61,17 +62,41 @@ class Recall:
     length: int
 
 
-class DraftMemory:
-    """Earlier token sequences, indexed by their n-grams; the newest occurrence wins."""
+def agreement(seq: Sequence[int], end: int, context: Sequence[int], cap: int = MATCH_CAP) -> int:
+    """How many tokens of `seq` before `end` equal the context's last ones (at most cap).
+    Example: seq [4, 2, 3, 9], end 3, context [1, 2, 3] -> 2 (the (2, 3) before index 3)."""
+    m, n = 0, len(context)
+    while m < cap and m < end and m < n and seq[end - 1 - m] == context[n - 1 - m]:
+        m += 1
+    return m
 
-    def __init__(self, max_tokens: int = DEFAULT_MAX_TOKENS, ngram: int = NGRAM) -> None:
+
+def longest_agreement(context: Sequence[int], places) -> tuple[int, object, int]:
+    """Of (key, end, seq) places, oldest first, the (agreement, key, end) that agrees with the
+    context's end longest, the newest on a tie. Example: context [1, 2, 3], places
+    [("a", 3, [1, 2, 3, 7]), ("b", 2, [5, 3, 8])] -> (3, "a", 3)."""
+    best = None
+    for key, end, seq in reversed(list(places)):
+        length = agreement(seq, end, context)
+        if best is None or length > best[0]:
+            best = (length, key, end)
+    return best
+
+
+class DraftMemory:
+    """Earlier token sequences, indexed by their n-grams. A match measures the newest `places`
+    occurrences of the context's last n-gram and takes the one whose earlier tokens agree with
+    the context's longest (the newest on a tie), as a suffix index takes the longest match."""
+
+    def __init__(self, max_tokens: int = DEFAULT_MAX_TOKENS, ngram: int = NGRAM, places: int = PLACES) -> None:
         assert max_tokens >= 1, "options.check_draft_cache_size checks the bound"
         self.max_tokens = max_tokens
         self.ngram = ngram
+        self.places = places
         self.sequences: deque[list[int]] = deque()
         self._first = 0  # the number of sequences evicted: sequence i lives at self.sequences[i - _first]
         self._size = 0
-        self._index: dict[tuple[int, ...], tuple[int, int]] = {}  # n-gram -> (sequence number, end)
+        self._index: dict[tuple[int, ...], list[tuple[int, int]]] = {}  # n-gram -> its newest (sequence number, end), oldest first
 
     def __len__(self) -> int:
         return self._size
@@ -87,24 +112,26 @@ class DraftMemory:
         for end in range(1, len(tokens)):  # not the sequence's own end: nothing follows it
             for n in range(1, self.ngram + 1):
                 if end >= n:
-                    self._index[tuple(tokens[end - n : end])] = (number, end)
+                    found = self._index.setdefault(tuple(tokens[end - n : end]), [])
+                    found.append((number, end))
+                    if len(found) > self.places:
+                        del found[0]
         if self._size > self.max_tokens:
             while self._size > self.max_tokens:
                 self._size -= len(self.sequences.popleft())
                 self._first += 1
-            self._index = {key: place for key, place in self._index.items() if place[0] >= self._first}
+            kept = ((key, [place for place in found if place[0] >= self._first]) for key, found in self._index.items())
+            self._index = {key: found for key, found in kept if found}
 
     def match(self, context: Sequence[int]) -> Recall | None:
-        """The continuation of the longest n-gram of the context's end seen in memory (longest n first)."""
+        """The continuation of the longest n-gram of the context's end seen in memory (longest n
+        first), from the occurrence that agrees with the context furthest back."""
         for n in range(min(self.ngram, len(context)), 0, -1):
-            place = self._index.get(tuple(context[-n:]))
-            if place is None:
+            found = self._index.get(tuple(context[-n:]))
+            if not found:
                 continue
-            number, end = place
+            length, number, end = longest_agreement(context, ((number, end, self.sequences[number - self._first]) for number, end in found))
             seq = self.sequences[number - self._first]
-            length = 0
-            while length < MATCH_CAP and length < end and length < len(context) and seq[end - 1 - length] == context[-1 - length]:
-                length += 1
             return Recall(tokens=seq[end : end + RECALL_TOKENS], length=length)
         return None
 

@@ -49,7 +49,7 @@ def test_no_match_proposes_nothing():
 def test_ngram_index_docstring_example():
     index = NgramIndex((2,))
     assert index.match([5, 6, 7, 5, 6]) == 2
-    assert index.last_end[(5, 6)] == 2  # the suffix's own occurrence (ending at 5) is not indexed
+    assert index.ends[(5, 6)] == [2]  # the suffix's own occurrence (ending at 5) is not indexed
 
 
 def test_match_copies_what_followed():
@@ -73,7 +73,17 @@ def test_repeated_ngrams_use_the_most_recent_occurrence():
 def test_the_largest_n_is_tried_first():
     context = [5, 6, 7, 1, 9, 7, 2, 5, 6, 7]
     assert propose(context, sizes=(3, 2, 1), max_tokens=2) == [1, 9]  # (5, 6, 7) ended at 3
-    assert propose(context, sizes=(1,), max_tokens=2) == [2, 5]  # (7,) last ended at 6
+    # (7,) ended at 3 and at 6; the one at 3 agrees with the context's end for 3 tokens, the one at 6 for 1
+    assert propose(context, sizes=(1,), max_tokens=2) == [1, 9]
+
+
+def test_of_equally_long_agreements_the_latest_occurrence_wins():
+    # (7,) ends at 2 and 5, each agreeing for 1 token (4 and 4 before them, 8 before the end)
+    assert propose([4, 7, 1, 4, 7, 2, 8, 7], sizes=(1,), max_tokens=2) == [2, 8]
+    # with one place kept per n-gram, the latest wins even where an older one agrees longer
+    drafter = LookupDrafter(LookupOptions((1,), 2))
+    drafter.index = NgramIndex((1,), places=1)
+    assert drafter.propose([5, 6, 7, 1, 9, 7, 2, 5, 6, 7], 16, GREEDY, RNG).tokens == [2, 5]
 
 
 def test_proposal_stops_after_an_end_of_generation_token():

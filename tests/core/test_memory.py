@@ -17,7 +17,7 @@ from fakes import MarkovModel
 from specdec_cli.drafters import LookupDrafter, LookupOptions, ModelAndLookup, ModelDrafter
 from specdec_cli.engine import Engine, GenerationConfig
 from specdec_cli.events import Round, Token
-from specdec_cli.memory import BadCache, DraftMemory, read_cache, save_cache
+from specdec_cli.memory import BadCache, DraftMemory, Recall, read_cache, save_cache
 from specdec_cli.policy import draft_policy
 from specdec_cli.sampling import GREEDY
 
@@ -33,6 +33,26 @@ def test_recall_is_what_followed_the_longest_match_in_an_earlier_call():
     assert memory.match([1, 2, 6, 7]).length == 2
     assert memory.match([0, 7]).tokens == [3]  # a unigram: the newest occurrence
     assert memory.match([42]) is None
+
+
+def test_of_an_ngrams_occurrences_the_one_that_agrees_longest_wins():
+    # Three earlier calls end their key (7, 8) differently; the context agrees with the oldest
+    # for 5 tokens, with the others for 3. A suffix index takes the longest: the oldest's 40.
+    memory = DraftMemory(30)
+    memory.add([1, 2, 3, 7, 8, 40])
+    memory.add([9, 3, 7, 8, 41])
+    memory.add([6, 3, 7, 8, 42])
+    assert memory.match([1, 2, 3, 7, 8]) == Recall(tokens=[40], length=5)
+    assert memory.match([5, 3, 7, 8]) == Recall(tokens=[42], length=3)  # a tie of 3: the newest
+    # Only the newest `places` occurrences are measured: with one, the newest wins whatever agrees.
+    newest_only = DraftMemory(30, places=1)
+    for seq in memory.sequences:
+        newest_only.add(seq)
+    assert newest_only.match([1, 2, 3, 7, 8]) == Recall(tokens=[42], length=3)
+    # Eviction drops the evicted call's occurrences and keeps the others'.
+    memory.add(list(range(50, 60)))
+    memory.add(list(range(60, 80)))  # 30 tokens at most: the first three calls (16 tokens) go
+    assert memory.match([3, 7, 8]) is None and memory.match([55, 56]).tokens == [57, 58, 59]
 
 
 def test_the_bound_drops_the_oldest_calls_first():

@@ -1,9 +1,9 @@
 """The model work of tests/gpu, one check per fresh process: the test process itself never
 loads a model on the device. A driver's crash (lavapipe's queue thread segfaulted under pytest,
 docs/benchmarks.md) then fails one check with its exit code and stderr, and the next check
-starts clean. Prints one JSON line, the last line of stdout.
+starts clean. Prints one JSON line, the last line of stdout; each finished run is a line on stderr.
 
-    python gpu_child.py greedy DRAFT TARGET --prompts chat,story --runs model:8,lookup:4 [--gpu-layers N] [--draft-gpu-layers N]
+    python gpu_child.py greedy DRAFT TARGET --prompts chat,story --runs model:8,lookup:4 [--gpu-layers N] [--draft-gpu-layers N] [--raw]
         {"target_layers": 31, "target_n_layer": 30, "draft_layers": 31, "draft_n_layer": 30,
          "vocab_map": false, "rows": [{"prompt": "chat", "drafter": "model", "k": 8, "tokens": 48, "divergence": null}, ...]}
     python gpu_child.py target-only TARGET --prompts chat,story [--against '{"chat": [...]}']
@@ -21,6 +21,8 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import json
+import sys
+import time
 from pathlib import Path
 
 import specdec_cli.backend as backend  # first: llama.cpp before numpy (specdec_cli/__init__.py)
@@ -50,6 +52,14 @@ def parse_runs(text: str) -> list[tuple[str, int | str]]:
     return runs
 
 
+START = time.monotonic()
+
+
+def progress(line: str) -> None:
+    """How far the check got, on stderr: a crash's report says which run it was in."""
+    print(f"[gpu_child {time.monotonic() - START:6.1f} s] {line}", file=sys.stderr, flush=True)
+
+
 def greedy(args) -> dict:
     """Target-only greedy tokens per prompt, and each speculative run's first divergence from them."""
     options = LoadOptions(n_ctx=N_CTX, gpu_layers=args.gpu_layers, draft_gpu_layers=args.draft_gpu_layers)
@@ -57,11 +67,13 @@ def greedy(args) -> dict:
     rows = []
     with open_pair(Path(args.draft), Path(args.target), options) as pair:
         for prompt in prompts(args.prompts):
-            ids = pair.prompt_tokens(prompt.text)
+            ids = pair.prompt_tokens(prompt.text, chat=not args.raw)
             expected = consume(pair.engine(speculative=False).generate(ids, config)).tokens
+            progress(f"{prompt.name}: target-only")
             for drafter, k in parse_runs(args.runs):
                 got = consume(pair.engine(drafter=drafter).generate(ids, config, draft_policy(k))).tokens
                 rows.append({"prompt": prompt.name, "drafter": drafter, "k": k, "tokens": len(got), "divergence": first_divergence(expected, got)})
+                progress(f"{prompt.name}: {drafter} k {k}, divergence {rows[-1]['divergence']}")
         return {
             "target_layers": pair.target.offloaded_layers, "target_n_layer": pair.target.n_layer,
             "draft_layers": pair.draft.offloaded_layers, "draft_n_layer": pair.draft.n_layer,
@@ -91,6 +103,7 @@ def target_only(args) -> dict:
                             "logit_gap": float(logits[a] - logits[b])}  # fmt: skip
                     target.rewind(0)
             rows.append(row)
+            progress(f"{prompt.name}: target-only, divergence {row['divergence']}")
         return {"gpu_offload": backend.gpu_offload_supported(), "layers": target.offloaded_layers, "rows": rows}
 
 
@@ -105,6 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     g.add_argument("--runs", default="model:8,lookup:4,model+lookup:auto")
     g.add_argument("--gpu-layers", type=int, default=None)  # None: every layer on the device
     g.add_argument("--draft-gpu-layers", type=int, default=None)
+    g.add_argument("--raw", action="store_true", help="the prompt as it is, not through the chat template")
     t = sub.add_parser("target-only")
     t.add_argument("target")
     t.add_argument("--prompts", default="chat,story")
