@@ -10,6 +10,9 @@ so all see the same machine state): target-only, the draft model (`-k auto`), lo
 model+lookup and cascade without memory, and the same three with the memory (memory.py, the
 same `DraftMemory` that `--draft-cache` loads and saves and `specdec serve` keeps; here it
 stays in the process between calls, each configuration with its own, starting empty).
+"lookup+memory latest" is lookup with the memory as it was before the longest agreement:
+each n-gram's latest occurrence wins, in the context and in the memory (places = 1).
+`--configs` picks some (target-only always runs).
 Greedy (T = 0) output must be identical across configurations; the script checks it.
 Reported per workload and configuration: tokens per target pass, decode tokens/s, and the
 speed-up over target-only (the ratio of tokens/s, decode only), and the drafting time per
@@ -36,7 +39,8 @@ import specdec_cli  # noqa: E402,F401  before numpy: see specdec_cli/__init__.py
 
 from specdec_cli.engine import GenerationConfig  # noqa: E402
 from specdec_cli.events import Round  # noqa: E402
-from specdec_cli.memory import DraftMemory  # noqa: E402
+from specdec_cli.drafters import LookupOptions  # noqa: E402
+from specdec_cli.memory import PLACES, DraftMemory  # noqa: E402
 from specdec_cli.models.registry import builtin_pair  # noqa: E402
 from specdec_cli.policy import draft_policy  # noqa: E402
 from specdec_cli.sampling import SamplingParams  # noqa: E402
@@ -74,7 +78,9 @@ CONFIGS = [  # (name, drafter, with memory); None: target-only
     ("target-only", None, False), ("model", "model", False), ("lookup", "lookup", False),
     ("model+lookup", "model+lookup", False), ("cascade", "cascade", False), ("lookup+memory", "lookup", True),
     ("model+lookup+memory", "model+lookup", True), ("cascade+memory", "cascade", True),
+    ("lookup+memory latest", "lookup", True),  # each n-gram's latest occurrence only, as before the longest agreement
 ]  # fmt: skip
+LATEST = " latest"  # a configuration whose lookup and memory keep one place per n-gram (places=1)
 
 
 def workloads() -> dict[str, list[str]]:
@@ -102,16 +108,18 @@ def measure(args: argparse.Namespace) -> dict:
             if args.workloads and workload not in args.workloads:
                 continue
             max_tokens = args.max_tokens or (96 if workload == "extract" else 160)
-            memories = {name: DraftMemory() for name, _, with_memory in CONFIGS if with_memory}
-            totals = {name: RunStats() for name, _, _ in CONFIGS}
-            drafting = {name: {} for name, _, _ in CONFIGS}  # kind of round -> [draft seconds, drafted tokens]
-            texts: dict[str, list[str]] = {name: [] for name, _, _ in CONFIGS}
+            configs = [c for c in CONFIGS if not args.configs or c[0] in args.configs or c[0] == "target-only"]
+            memories = {name: DraftMemory(places=1 if name.endswith(LATEST) else PLACES) for name, _, with_memory in configs if with_memory}
+            totals = {name: RunStats() for name, _, _ in configs}
+            drafting = {name: {} for name, _, _ in configs}  # kind of round -> [draft seconds, drafted tokens]
+            texts: dict[str, list[str]] = {name: [] for name, _, _ in configs}
             for i, text in enumerate(prompts):
                 ids = pair.prompt_tokens(text, chat=True)
                 config = GenerationConfig(max_tokens=max_tokens, sampling=SamplingParams(temperature=args.temperature), seed=i)
-                for name, drafter, _ in CONFIGS:
+                for name, drafter, _ in configs:
                     memory = memories.get(name)
-                    engine = pair.engine(speculative=drafter is not None, drafter=drafter or "model", memory=memory)
+                    lookup = LookupOptions(places=1 if name.endswith(LATEST) else PLACES)
+                    engine = pair.engine(speculative=drafter is not None, drafter=drafter or "model", lookup=lookup, memory=memory)
                     outcome = consume(engine.generate(ids, config, draft_policy("auto") if drafter else None), lambda e, d=drafting[name]: tally(e, d))
                     totals[name] = totals[name].merge(outcome.stats)
                     texts[name].append(outcome.text)
@@ -119,7 +127,7 @@ def measure(args: argparse.Namespace) -> dict:
                         memory.add(ids + outcome.tokens)
             base = totals["target-only"]
             rows = {}
-            for name, _, _ in CONFIGS:
+            for name, _, _ in configs:
                 t = totals[name]
                 rows[name] = {
                     "tokens": t.new_tokens, "target_passes": t.target_passes, "tokens_per_pass": t.tokens_per_pass,
@@ -134,6 +142,7 @@ def measure(args: argparse.Namespace) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", nargs="*", choices=["extract", "edit"])
+    parser.add_argument("--configs", nargs="*", choices=[c[0] for c in CONFIGS], help="which configurations (target-only always runs)")
     parser.add_argument("-n", "--max-tokens", type=int, default=0, help="per call (default: 96 extract, 160 edit)")
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--out", type=Path)

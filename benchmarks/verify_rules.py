@@ -11,6 +11,7 @@ back to the token rule), so only T > 0 is measured.
     flock /tmp/llama.lock python3 benchmarks/verify_rules.py --temperatures 0.8,1 -k 4,8 --seeds 4 -n 96
     flock /tmp/llama.lock python3 benchmarks/verify_rules.py --extra 60      # the deepened synthetic target
 
+`--rules token,block,auto` adds `--verify auto` (rule_choice.py) to each run's rules.
 `--extra N` uses synthetic_pair.py's deepened target (the built-in F32 target with N
 zero-output blocks: the same text at a realistic cost) instead of the built-in target;
 `--target FILE` another target for the built-in draft, e.g. Gemma 3 270M (a pair across
@@ -44,7 +45,7 @@ from specdec_cli.sampling import SamplingParams  # noqa: E402
 from specdec_cli.session import LoadOptions, open_pair  # noqa: E402
 from specdec_cli.stats import consume  # noqa: E402
 
-RULES = ("token", "block")
+RULES = ("token", "block")  # the default --rules; "auto" (rule_choice.py) may be added
 
 
 def measure(args: argparse.Namespace) -> list[dict]:
@@ -65,7 +66,7 @@ def measure(args: argparse.Namespace) -> list[dict]:
             for k in args.k:
                 for name, ids in prompts:
                     for seed in range(args.seeds):
-                        order = RULES if n % 2 == 0 else RULES[::-1]
+                        order = args.rules if n % 2 == 0 else args.rules[::-1]
                         n += 1
                         for rule in order:
                             config = GenerationConfig(max_tokens=args.max_tokens, sampling=sampling, seed=seed, verify=rule)
@@ -81,18 +82,23 @@ def measure(args: argparse.Namespace) -> list[dict]:
 
 
 def summary(rows: list[dict]) -> list[dict]:
+    """Per (T, k): each rule's tokens per pass and tokens/s, and each other rule over `token`."""
     out = []
+    rules = list(dict.fromkeys(r["verify"] for r in rows))
     for temperature, k in sorted({(r["temperature"], r["k"]) for r in rows}):
-        by = {rule: [r for r in rows if (r["temperature"], r["k"], r["verify"]) == (temperature, k, rule)] for rule in RULES}
+        by = {rule: [r for r in rows if (r["temperature"], r["k"], r["verify"]) == (temperature, k, rule)] for rule in rules}
         line = {"temperature": temperature, "k": k, "runs": len(by["token"])}
         for rule, rs in by.items():
             line[f"{rule}_tokens_per_pass"] = sum(r["new_tokens"] for r in rs) / sum(r["target_passes"] for r in rs)
             line[f"{rule}_tokens_per_second"] = sum(r["new_tokens"] for r in rs) / sum(r["generation_seconds"] for r in rs)
             line[f"{rule}_median_tokens_per_second"] = statistics.median(r["tokens_per_second"] for r in rs)
-        line["tokens_per_pass_ratio"] = line["block_tokens_per_pass"] / line["token_tokens_per_pass"]
-        line["speed_ratio"] = line["block_tokens_per_second"] / line["token_tokens_per_second"]
-        pairs = [(b["tokens_per_pass"], t["tokens_per_pass"]) for t, b in zip(by["token"], by["block"])]
-        line["runs_block_below_token"] = sum(b < t for b, t in pairs)
+        for rule in rules:
+            if rule == "token":
+                continue
+            line[f"{rule}_tokens_per_pass_ratio"] = line[f"{rule}_tokens_per_pass"] / line["token_tokens_per_pass"]
+            line[f"{rule}_speed_ratio"] = line[f"{rule}_tokens_per_second"] / line["token_tokens_per_second"]
+            pairs = [(b["tokens_per_pass"], t["tokens_per_pass"]) for t, b in zip(by["token"], by[rule])]
+            line[f"runs_{rule}_below_token"] = sum(b < t for b, t in pairs)
         out.append(line)
     return out
 
@@ -101,6 +107,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--temperatures", type=lambda s: [float(v) for v in s.split(",")], default=[0.8, 1.0])
     parser.add_argument("-k", type=lambda s: [int(v) for v in s.split(",")], default=[4, 8])
+    parser.add_argument("--rules", type=lambda s: tuple(s.split(",")), default=RULES, help="token first, then block and/or auto")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per prompt (each run twice: token and block)")
     parser.add_argument("-n", "--max-tokens", type=int, default=96)
     parser.add_argument("--top-k", type=int, default=40)
@@ -113,13 +120,14 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     rows = measure(args)
     lines = summary(rows)
-    print(f"{'T':>4} {'k':>3} {'runs':>4}  {'tok/pass token':>14} {'block':>6} {'ratio':>6}  {'tok/s token':>11} {'block':>6} {'ratio':>6}  block<token")
+    print(f"{'T':>4} {'k':>3} {'runs':>4} {'rule':>6}  {'tok/pass':>8} {'ratio':>6}  {'tok/s':>6} {'ratio':>6}  below token")
     for l in lines:
-        print(
-            f"{l['temperature']:>4g} {l['k']:>3} {l['runs']:>4}  {l['token_tokens_per_pass']:>14.3f} {l['block_tokens_per_pass']:>6.3f} "
-            f"{l['tokens_per_pass_ratio']:>6.3f}  {l['token_tokens_per_second']:>11.1f} {l['block_tokens_per_second']:>6.1f} "
-            f"{l['speed_ratio']:>6.3f}  {l['runs_block_below_token']}/{l['runs']}"
-        )
+        for rule in args.rules:
+            ratios = f"{l[rule + '_tokens_per_pass_ratio']:>6.3f}" if rule != "token" else " " * 6
+            speed = f"{l[rule + '_speed_ratio']:>6.3f}" if rule != "token" else " " * 6
+            below = f"{l['runs_' + rule + '_below_token']}/{l['runs']}" if rule != "token" else ""
+            print(f"{l['temperature']:>4g} {l['k']:>3} {l['runs']:>4} {rule:>6}  {l[rule + '_tokens_per_pass']:>8.3f} {ratios}  "
+                  f"{l[rule + '_tokens_per_second']:>6.1f} {speed}  {below}")  # fmt: skip
     print(f"({time.perf_counter() - start:.0f} s)")
     if args.out:
         args.out.write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k != "out"}, "summary": lines, "runs": rows}, indent=1))

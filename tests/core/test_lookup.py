@@ -81,8 +81,7 @@ def test_of_equally_long_agreements_the_latest_occurrence_wins():
     # (7,) ends at 2 and 5, each agreeing for 1 token (4 and 4 before them, 8 before the end)
     assert propose([4, 7, 1, 4, 7, 2, 8, 7], sizes=(1,), max_tokens=2) == [2, 8]
     # with one place kept per n-gram, the latest wins even where an older one agrees longer
-    drafter = LookupDrafter(LookupOptions((1,), 2))
-    drafter.index = NgramIndex((1,), places=1)
+    drafter = LookupDrafter(LookupOptions((1,), 2, places=1))
     assert drafter.propose([5, 6, 7, 1, 9, 7, 2, 5, 6, 7], 16, GREEDY, RNG).tokens == [2, 5]
 
 

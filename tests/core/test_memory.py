@@ -17,7 +17,7 @@ from fakes import MarkovModel
 from specdec_cli.drafters import LookupDrafter, LookupOptions, ModelAndLookup, ModelDrafter
 from specdec_cli.engine import Engine, GenerationConfig
 from specdec_cli.events import Round, Token
-from specdec_cli.memory import BadCache, DraftMemory, Recall, read_cache, save_cache
+from specdec_cli.memory import BadCache, DraftMemory, Recall, agreement, longest_agreement, read_cache, save_cache
 from specdec_cli.policy import draft_policy
 from specdec_cli.sampling import GREEDY
 
@@ -53,6 +53,13 @@ def test_of_an_ngrams_occurrences_the_one_that_agrees_longest_wins():
     memory.add(list(range(50, 60)))
     memory.add(list(range(60, 80)))  # 30 tokens at most: the first three calls (16 tokens) go
     assert memory.match([3, 7, 8]) is None and memory.match([55, 56]).tokens == [57, 58, 59]
+
+
+def test_agreement_docstring_examples():
+    assert agreement([4, 2, 3, 9], 3, [1, 2, 3]) == 2
+    assert agreement([4, 2, 3, 9], 3, [1, 2, 3], cap=1) == 1
+    assert longest_agreement([1, 2, 3], [("a", 3, [1, 2, 3, 7]), ("b", 2, [5, 3, 8])]) == (3, "a", 3)
+    assert longest_agreement([1, 2, 3], [("a", 2, [5, 3, 8]), ("b", 2, [6, 3, 9])]) == (1, "b", 2)  # a tie: the newest
 
 
 def test_the_bound_drops_the_oldest_calls_first():
