@@ -17,7 +17,7 @@ zero-output blocks: the same text at a realistic cost) instead of the built-in t
 `--target FILE` another target for the built-in draft, e.g. Gemma 3 270M (a pair across
 vocabularies whose drafts are accepted far less often):
 
-    flock /tmp/llama.lock python3 benchmarks/verify_rules.py --target ~/.cache/specdec/gemma-3-270m-q4_k_m-F32.gguf
+    flock /tmp/llama.lock python3 benchmarks/verify_rules.py --target ~/.cache/specdec/gemma-3-270m-q4_k_m.F32.gguf --raw
 
 Left out: the bench's A/B against target-only (`specdec bench --verify block` does that for
 one rule at a time); other drafters (lookup's drafts are deterministic: block = token).
@@ -59,7 +59,7 @@ def measure(args: argparse.Namespace) -> list[dict]:
     rows = []
     with open_pair(draft, target, LoadOptions(n_ctx=2048)) as pair:
         engine = pair.engine()
-        prompts = [(p.name, pair.prompt_tokens(p.text, chat=True)) for p in builtin_prompts()]
+        prompts = [(p.name, pair.prompt_tokens(p.text, chat=not args.raw)) for p in builtin_prompts()]
         n = 0
         for temperature in args.temperatures:
             sampling = SamplingParams(temperature=temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p)
@@ -115,6 +115,7 @@ def main(argv=None) -> int:
     parser.add_argument("--min-p", type=float, default=0.05)
     parser.add_argument("--extra", type=int, default=0, help="deepen the built-in target by N zero blocks (synthetic_pair.py)")
     parser.add_argument("--target", type=Path, help="another target GGUF for the built-in draft, e.g. Gemma 3 270M at F32 (across vocabularies)")
+    parser.add_argument("--raw", action="store_true", help="the prompts as they are, not through the chat template (a target without one)")
     parser.add_argument("--out", type=Path, help="write the runs and the summary as JSON")
     args = parser.parse_args(argv)
     start = time.perf_counter()
@@ -130,7 +131,7 @@ def main(argv=None) -> int:
                   f"{l[rule + '_tokens_per_second']:>6.1f} {speed}  {below}")  # fmt: skip
     print(f"({time.perf_counter() - start:.0f} s)")
     if args.out:
-        args.out.write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k != "out"}, "summary": lines, "runs": rows}, indent=1))
+        args.out.write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k != "out"}, "summary": lines, "runs": rows}, indent=1, default=str))
     return 0
 
 

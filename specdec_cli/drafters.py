@@ -208,6 +208,7 @@ class ModelDrafter:
 class LookupOptions:
     ngram_sizes: tuple[int, ...] = (3, 2, 1)  # tried largest first
     max_tokens: int = 10  # longest proposal
+    places: int = PLACES  # occurrences of an n-gram measured for the longest agreement (1: the latest wins)
 
     @classmethod
     def from_range(cls, ngram_min: int, ngram_max: int, max_tokens: int) -> "LookupOptions":
@@ -303,7 +304,7 @@ class LookupDrafter:
         assert options.max_tokens >= 1, "a lookup proposal may hold at least one token"
         self.options = options
         self.memory = memory  # earlier calls' sequences (memory.py); None: this context only
-        self.index = NgramIndex(options.ngram_sizes)
+        self.index = NgramIndex(options.ngram_sizes, options.places)
         self.vocab_limit = vocab_limit  # None: every id can be scored
         self.is_end = is_end or (lambda token: False)
 
