@@ -20,9 +20,15 @@ drafted token by kind of round (model: step by step; guessed: a cascade round th
 the lookup's guess in one draft batch).
 
     flock /tmp/llama.lock python3 benchmarks/memory_workloads.py --out /tmp/memory.json
+    flock /tmp/llama.lock python3 benchmarks/memory_workloads.py --extra 60 --temperature 0.8 --verify auto
 
-Left out: temperature > 0 (`--temperature` sets it, but then texts differ between
-configurations and only rates compare); llama.cpp's ngram-cache (not run here).
+`--extra N` uses synthetic_pair.py's deepened target (the built-in F32 target with N
+zero-output blocks: the same text at a realistic cost). `--verify` is the rule that keeps the
+model's drafts (lookup's are deterministic: every rule is the token rule there). At
+`--temperature` above 0 each call is seeded by its number, the same for every configuration,
+but texts differ between configurations and only rates compare ("same text" is not checked).
+
+Left out: llama.cpp's ngram-cache (native_workloads.py runs it beside these).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import specdec_cli  # noqa: E402,F401  before numpy: see specdec_cli/__init__.py
 
@@ -42,6 +49,7 @@ from specdec_cli.events import Round  # noqa: E402
 from specdec_cli.drafters import LookupOptions  # noqa: E402
 from specdec_cli.memory import PLACES, DraftMemory  # noqa: E402
 from specdec_cli.models.registry import builtin_pair  # noqa: E402
+from specdec_cli.options import DEFAULT_VERIFY, VERIFY_RULES, parse_verify  # noqa: E402
 from specdec_cli.policy import draft_policy  # noqa: E402
 from specdec_cli.sampling import SamplingParams  # noqa: E402
 from specdec_cli.session import LoadOptions, open_pair  # noqa: E402
@@ -102,6 +110,10 @@ def tally(event, drafting: dict) -> None:
 
 def measure(args: argparse.Namespace) -> dict:
     draft, target = builtin_pair()
+    if args.extra:
+        from synthetic_pair import deepened_target
+
+        target = deepened_target(args.extra)
     results = {}
     with open_pair(draft, target, LoadOptions(n_ctx=4096)) as pair:
         for workload, prompts in workloads().items():
@@ -115,7 +127,7 @@ def measure(args: argparse.Namespace) -> dict:
             texts: dict[str, list[str]] = {name: [] for name, _, _ in configs}
             for i, text in enumerate(prompts):
                 ids = pair.prompt_tokens(text, chat=True)
-                config = GenerationConfig(max_tokens=max_tokens, sampling=SamplingParams(temperature=args.temperature), seed=i)
+                config = GenerationConfig(max_tokens=max_tokens, sampling=SamplingParams(temperature=args.temperature), seed=i, verify=args.verify)
                 for name, drafter, _ in configs:
                     memory = memories.get(name)
                     lookup = LookupOptions(places=1 if name.endswith(LATEST) else PLACES)
@@ -132,7 +144,7 @@ def measure(args: argparse.Namespace) -> dict:
                 rows[name] = {
                     "tokens": t.new_tokens, "target_passes": t.target_passes, "tokens_per_pass": t.tokens_per_pass,
                     "tokens_per_second": t.tokens_per_second, "speedup": t.tokens_per_second / base.tokens_per_second,
-                    "acceptance": t.acceptance_rate, "identical_to_target_only": texts[name] == texts["target-only"],
+                    "acceptance": t.acceptance_rate, "identical_to_target_only": texts[name] == texts["target-only"] if args.temperature == 0 else None,
                     "draft_ms_per_token": {kind: 1e3 * sec / n for kind, (sec, n) in drafting[name].items() if n},
                 }  # fmt: skip
             results[workload] = {"calls": len(prompts), "max_tokens": max_tokens, "rows": rows}
@@ -145,6 +157,8 @@ def main(argv=None) -> int:
     parser.add_argument("--configs", nargs="*", choices=[c[0] for c in CONFIGS], help="which configurations (target-only always runs)")
     parser.add_argument("-n", "--max-tokens", type=int, default=0, help="per call (default: 96 extract, 160 edit)")
     parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--verify", type=parse_verify, default=DEFAULT_VERIFY, help="the rule that keeps the model's drafts: " + ", ".join(VERIFY_RULES))
+    parser.add_argument("--extra", type=int, default=0, help="deepen the built-in target by N zero blocks (synthetic_pair.py)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     start = time.perf_counter()

@@ -45,7 +45,7 @@ from .errors import ContextOverflow
 from .events import DraftPolicy, Event, Finished, Logprobs, Prefill, Rejected, Round, Source, Token
 from .rule_choice import RuleChooser, rule_chooser
 from .sampling import SamplingParams, log_probabilities
-from .speculative import VERIFIERS, sample_row
+from .speculative import DEFAULT_VERIFY, VERIFIERS, sample_row
 from .text_stream import TextStream
 
 
@@ -58,7 +58,7 @@ class GenerationConfig:
     seed: int = 0
     stop: tuple[str, ...] = ()
     logprobs: int | None = None  # None: none; n: each token's log p and its n likeliest alternatives (Token.logprobs)
-    verify: str = "token"  # the rule that keeps drafts: "token", "block" (speculative.VERIFIERS) or "auto" (rule_choice.py)
+    verify: str = DEFAULT_VERIFY  # the rule that keeps drafts: "token", "block" (speculative.VERIFIERS) or "auto" (rule_choice.py)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import math
 
 from .errors import BadInput
 from .events import AUTO, DraftTokens
-from .speculative import VERIFIERS
+from .speculative import DEFAULT_VERIFY, VERIFIERS
 
 log = logging.getLogger("specdec")
 

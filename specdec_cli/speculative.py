@@ -221,6 +221,7 @@ def expected_kept(p: Sequence[np.ndarray], q: Sequence[np.ndarray], drafts: Sequ
 
 
 VERIFIERS = {"token": verify, "block": verify_block}  # options.VERIFY_RULES names them, with "auto" (rule_choice.py)
+DEFAULT_VERIFY = "token"  # run, bench, audit and serve unless told: block and auto do not pay on the built-in pair (docs/benchmarks.md)
 
 
 def sample_row(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> int:

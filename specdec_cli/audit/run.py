@@ -50,6 +50,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..drafters import catch_up
+from ..options import DEFAULT_VERIFY
 from ..engine import Engine, GenerationConfig
 from ..errors import ContextOverflow
 from ..events import DraftPolicy, Finished, Round, Token
@@ -76,7 +77,7 @@ class AuditConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int = 0  # draw i uses seed + i
     greedy_tokens: int = GREEDY_TOKENS
-    verify: str = "token"  # the rule that keeps drafts (options.VERIFY_RULES)
+    verify: str = DEFAULT_VERIFY  # the rule that keeps drafts (options.VERIFY_RULES)
 
     @property
     def sampled(self) -> bool:
@@ -276,7 +277,7 @@ class AuditResult:
 
 
 def draw(
-    engine: Engine, prompt: Sequence[int], params: SamplingParams, seed: int, policy: DraftPolicy, verify: str = "token"
+    engine: Engine, prompt: Sequence[int], params: SamplingParams, seed: int, policy: DraftPolicy, verify: str = DEFAULT_VERIFY
 ) -> tuple[Outcome, Round | None]:
     """The first two outcomes of one generation (fewer only after END), and its round 1."""
     config = GenerationConfig(max_tokens=DRAW_BUDGET, sampling=params, seed=seed, verify=verify)
@@ -315,7 +316,7 @@ def target_law(target: Engine, prompt: Sequence[int], params: SamplingParams, n:
 
 
 def greedy_check(
-    speculative: Engine, target: Engine, prompt: Sequence[int], tokens: int, policy: DraftPolicy, verify: str = "token"
+    speculative: Engine, target: Engine, prompt: Sequence[int], tokens: int, policy: DraftPolicy, verify: str = DEFAULT_VERIFY
 ) -> GreedyCheck:
     """Speculative against target-only decoding at temperature 0, token for token."""
     config = GenerationConfig(max_tokens=tokens, sampling=GREEDY, seed=0, verify=verify)

@@ -19,6 +19,7 @@ from typing import Callable, Iterable, Protocol, Sequence
 
 from ..cost_curve import CostCurve
 from ..drafters import CausalModel, LookupOptions
+from ..options import DEFAULT_VERIFY
 from ..engine import Engine, GenerationConfig
 from ..events import AUTO, DraftTokens
 from .native import NativeResult
@@ -68,7 +69,7 @@ class BenchConfig:
     chat: bool = True  # wrap prompts in the target's chat template
     cost_repeats: int = 3  # timings per batch size inside one cost-curve measurement
     warmup_tokens: int = 16  # one unrecorded A and B run first (0: none)
-    verify: str = "token"  # the rule B keeps drafts by (options.VERIFY_RULES)
+    verify: str = DEFAULT_VERIFY  # the rule B keeps drafts by (options.VERIFY_RULES)
 
     @property
     def fixed_k(self) -> tuple[int, ...]:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from ..options import check_load_limits, check_p_min, check_sampling_options, check_seed, parse_draft_length, parse_drafter, parse_verify
+from ..options import DEFAULT_VERIFY, check_load_limits, check_p_min, check_sampling_options, check_seed, parse_draft_length, parse_drafter, parse_verify
 from .options import AUTO, CtxOption, DraftCtxOption, DraftGpuLayersOption, DraftOption, GpuLayersOption, MinPOption, PairOption, read_prompt, RepackOption, TargetOption, ThreadsOption, TopKOption, TopPOption, VerifyOption
 from ..errors import BadInput
 from ..inputs import argv_text
@@ -47,7 +47,7 @@ def audit(
     drafter: Annotated[str, typer.Option(help="Who drafts: model, lookup, model+lookup or cascade (as for run).")] = "model",
     p_min: Annotated[Optional[float], typer.Option(help="The draft model's early stop, as for run. Default 0: off.")] = None,
     temperature: Annotated[float, typer.Option(help="0 is greedy (then only the greedy check runs).")] = 0.8,
-    verify: VerifyOption = "token",
+    verify: VerifyOption = DEFAULT_VERIFY,
     top_k: TopKOption = 40,
     top_p: TopPOption = 0.95,
     min_p: MinPOption = 0.05,
@@ -110,7 +110,7 @@ def audit(
         raise typer.Exit(1)
 
 
-def describe_pair(pair: LoadedPair, drafter: str, k: DraftTokens, verify: str = "token") -> str:
+def describe_pair(pair: LoadedPair, drafter: str, k: DraftTokens, verify: str = DEFAULT_VERIFY) -> str:
     """Example: 'draft a.gguf -> target b.gguf, drafter model, k auto, verify token'."""
     draft = f"draft {pair.draft.path.name} -> " if pair.draft is not None and drafter != "lookup" else ""
     return f"{draft}target {pair.target.path.name}, drafter {drafter}, k {k}, verify {verify}"

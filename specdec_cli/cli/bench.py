@@ -17,7 +17,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..options import check_load_limits, check_sampling_options, check_seed, option_list, parse_draft_tokens, parse_drafters, parse_temperatures, parse_verify
+from ..options import DEFAULT_VERIFY, check_load_limits, check_sampling_options, check_seed, option_list, parse_draft_tokens, parse_drafters, parse_temperatures, parse_verify
 from ..bench.model import DEFAULT_DRAFT_TOKENS, DEFAULT_DRAFTERS, DEFAULT_REPEATS, DEFAULT_TEMPERATURES
 from ..bench.native import DEFAULT_NATIVE_TIMEOUT
 from .options import _err, CtxOption, DraftCtxOption, DraftGpuLayersOption, DraftOption, GpuLayersOption, MinPOption, PairOption, RepackOption, resolve_paths, TargetOption, ThreadsOption, TopKOption, TopPOption, VerifyOption
@@ -46,7 +46,7 @@ def bench(
     drafter: Annotated[str, typer.Option(help="Drafters to sweep: model (the draft GGUF), lookup (prompt lookup, no draft model), model+lookup, cascade; e.g. model,lookup.")] = option_list(DEFAULT_DRAFTERS),
     temperature: Annotated[str, typer.Option(help="Temperatures to sweep, e.g. 0,0.7 (0 is greedy and checks exactness).")] = option_list(DEFAULT_TEMPERATURES),
     repeats: Annotated[int, typer.Option(help="Interleaved A/B repetitions of the whole sweep; medians are reported.")] = DEFAULT_REPEATS,
-    verify: VerifyOption = "token",
+    verify: VerifyOption = DEFAULT_VERIFY,
     prompts: Annotated[
         Optional[Path],
         typer.Option(exists=True, dir_okay=False, help="Your prompts: JSONL with a \"prompt\" key, or one prompt per line (default: the built-in suite)."),

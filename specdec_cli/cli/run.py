@@ -24,7 +24,7 @@ import typer
 
 from ..memory import DEFAULT_MAX_TOKENS as DEFAULT_CACHE_TOKENS
 from ..memory import BadCache, DraftMemory, read_cache, save_cache
-from ..options import check_draft_cache_size, check_load_limits, check_p_min, check_sampling_options, check_seed, parse_draft_length, parse_drafter, parse_verify
+from ..options import DEFAULT_VERIFY, check_draft_cache_size, check_load_limits, check_p_min, check_sampling_options, check_seed, parse_draft_length, parse_drafter, parse_verify
 from .options import (
     AUTO,
     EXIT_INTERRUPTED,
@@ -78,7 +78,7 @@ def run(
     draft_cache: Annotated[Optional[Path], typer.Option(metavar="FILE", help="Lookup also drafts from earlier calls' prompts and outputs, kept in FILE (read, then updated).")] = None,
     draft_cache_size: Annotated[int, typer.Option(help="Tokens the draft cache keeps at most; the oldest calls go first.")] = DEFAULT_CACHE_TOKENS,
     temperature: TemperatureOption = 0.8,
-    verify: VerifyOption = "token",
+    verify: VerifyOption = DEFAULT_VERIFY,
     top_k: TopKOption = 40,
     top_p: TopPOption = 0.95,
     min_p: MinPOption = 0.05,

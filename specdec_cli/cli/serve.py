@@ -25,7 +25,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import BadInput, SpecdecError
-from ..options import check_load_limits, check_p_min, check_sampling_options, parse_draft_length, parse_drafter, parse_verify
+from ..options import DEFAULT_VERIFY, check_load_limits, check_p_min, check_sampling_options, parse_draft_length, parse_drafter, parse_verify
 from .options import (
     AUTO,
     CtxOption,
@@ -68,7 +68,7 @@ def serve(
     lookup_ngram_max: LookupNgramMaxOption = 3,
     lookup_max_tokens: LookupMaxTokensOption = 10,
     temperature: TemperatureOption = 0.8,
-    verify: VerifyOption = "token",
+    verify: VerifyOption = DEFAULT_VERIFY,
     top_k: TopKOption = 40,
     top_p: TopPOption = 0.95,
     min_p: MinPOption = 0.05,

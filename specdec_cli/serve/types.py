@@ -27,6 +27,7 @@ from ..engine import GenerationConfig
 from ..events import DraftTokens
 from ..options import (
     MAX_TOP_LOGPROBS,
+    DEFAULT_VERIFY,
     BadSetting,
     check_sampling_options,
     check_seed,
@@ -141,7 +142,7 @@ class Defaults:
     draft_tokens: DraftTokens = "auto"
     drafter: str = "model"
     p_min: float | None = None
-    verify: str = "token"
+    verify: str = DEFAULT_VERIFY
 
 
 @dataclass(frozen=True)
