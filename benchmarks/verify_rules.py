@@ -8,6 +8,12 @@ verification raises), decode tokens/s, and block over token for both, as medians
 runs and as the ratio of sums. At temperature 0 both rules are the same code (block falls
 back to the token rule), so only T > 0 is measured.
 
+"expect" is block over token in expectation, a figure with far less noise than the sampled
+ratio: each block round knows, from its rows, how many of its drafts each rule keeps in
+expectation (speculative.expected_kept, reported as Round.block_gain), so
+tokens / (tokens - the rounds' summed gain) is block's gain over the token rule on the very
+drafts block verified. Under auto it counts auto's block rounds only.
+
     flock /tmp/llama.lock python3 benchmarks/verify_rules.py --temperatures 0.8,1 -k 4,8 --seeds 4 -n 96
     flock /tmp/llama.lock python3 benchmarks/verify_rules.py --extra 60      # the deepened synthetic target
 
@@ -38,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import specdec_cli  # noqa: E402,F401  before numpy: see specdec_cli/__init__.py
 
 from specdec_cli.engine import GenerationConfig  # noqa: E402
+from specdec_cli.events import Round  # noqa: E402
 from specdec_cli.models.registry import builtin_pair  # noqa: E402
 from specdec_cli.policy import draft_policy  # noqa: E402
 from specdec_cli.prompts import builtin_prompts  # noqa: E402
@@ -70,15 +77,21 @@ def measure(args: argparse.Namespace) -> list[dict]:
                         n += 1
                         for rule in order:
                             config = GenerationConfig(max_tokens=args.max_tokens, sampling=sampling, seed=seed, verify=rule)
-                            stats = consume(engine.generate(ids, config, draft_policy(k))).stats
+                            gain = [0.0]  # block rounds' expected drafts kept beyond the token rule's (Round.block_gain)
+                            stats = consume(engine.generate(ids, config, draft_policy(k)), lambda e, g=gain: add_gain(e, g)).stats
                             rows.append({
                                 "temperature": temperature, "k": k, "prompt": name, "seed": seed, "verify": rule,
                                 "new_tokens": stats.new_tokens, "target_passes": stats.target_passes,
                                 "drafted": stats.drafted, "accepted": stats.accepted,
                                 "tokens_per_pass": stats.tokens_per_pass, "tokens_per_second": stats.tokens_per_second,
-                                "generation_seconds": stats.generation_seconds,
+                                "generation_seconds": stats.generation_seconds, "block_gain": gain[0],
                             })  # fmt: skip
     return rows
+
+
+def add_gain(event, gain: list[float]) -> None:
+    if isinstance(event, Round) and event.block_gain is not None:
+        gain[0] += event.block_gain
 
 
 def summary(rows: list[dict]) -> list[dict]:
@@ -97,6 +110,8 @@ def summary(rows: list[dict]) -> list[dict]:
                 continue
             line[f"{rule}_tokens_per_pass_ratio"] = line[f"{rule}_tokens_per_pass"] / line["token_tokens_per_pass"]
             line[f"{rule}_speed_ratio"] = line[f"{rule}_tokens_per_second"] / line["token_tokens_per_second"]
+            tokens = sum(r["new_tokens"] for r in by[rule])
+            line[f"{rule}_expected_ratio"] = tokens / (tokens - sum(r["block_gain"] for r in by[rule]))
             pairs = [(b["tokens_per_pass"], t["tokens_per_pass"]) for t, b in zip(by["token"], by[rule])]
             line[f"runs_{rule}_below_token"] = sum(b < t for b, t in pairs)
         out.append(line)
@@ -121,13 +136,14 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     rows = measure(args)
     lines = summary(rows)
-    print(f"{'T':>4} {'k':>3} {'runs':>4} {'rule':>6}  {'tok/pass':>8} {'ratio':>6}  {'tok/s':>6} {'ratio':>6}  below token")
+    print(f"{'T':>4} {'k':>3} {'runs':>4} {'rule':>6}  {'tok/pass':>8} {'ratio':>6} {'expect':>6}  {'tok/s':>6} {'ratio':>6}  below token")
     for l in lines:
         for rule in args.rules:
             ratios = f"{l[rule + '_tokens_per_pass_ratio']:>6.3f}" if rule != "token" else " " * 6
             speed = f"{l[rule + '_speed_ratio']:>6.3f}" if rule != "token" else " " * 6
+            expected = f"{l[rule + '_expected_ratio']:>6.3f}" if rule != "token" else " " * 6
             below = f"{l['runs_' + rule + '_below_token']}/{l['runs']}" if rule != "token" else ""
-            print(f"{l['temperature']:>4g} {l['k']:>3} {l['runs']:>4} {rule:>6}  {l[rule + '_tokens_per_pass']:>8.3f} {ratios}  "
+            print(f"{l['temperature']:>4g} {l['k']:>3} {l['runs']:>4} {rule:>6}  {l[rule + '_tokens_per_pass']:>8.3f} {ratios} {expected}  "
                   f"{l[rule + '_tokens_per_second']:>6.1f} {speed}  {below}")  # fmt: skip
     print(f"({time.perf_counter() - start:.0f} s)")
     if args.out:

@@ -289,7 +289,8 @@ def recall_length(match: int, options: LookupOptions) -> int:
 
 
 class LookupDrafter:
-    """Prompt-lookup drafting: copy what followed the latest earlier occurrence of the last n-gram."""
+    """Prompt-lookup drafting: copy what followed the earlier occurrence of the last n-gram that
+    agrees with the context longest (NgramIndex), or what followed it in an earlier call (memory)."""
 
     name = "lookup"
 

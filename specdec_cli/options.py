@@ -21,7 +21,7 @@ import math
 
 from .errors import BadInput
 from .events import AUTO, DraftTokens
-from .speculative import DEFAULT_VERIFY, VERIFIERS
+from .speculative import DEFAULT_VERIFY, VERIFIERS  # noqa: F401  DEFAULT_VERIFY: the front-ends read it here
 
 log = logging.getLogger("specdec")
 
