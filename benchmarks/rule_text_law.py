@@ -48,10 +48,10 @@ def decode(args: argparse.Namespace) -> dict[str, list[dict]]:
         for seed in range(args.N):
             for mode, engine in engines.items():
                 config = GenerationConfig(max_tokens=args.n, sampling=params, seed=10_000 + seed, verify="token" if mode == "target" else mode, logprobs=0)
-                tokens, logprobs = [], []
+                logprobs: list[float] = []  # consume keeps the ids (Outcome.tokens), not their log p
                 outcome = consume(engine.generate(ids, config, None if mode == "target" else draft_policy(args.k)),
-                                  lambda e: isinstance(e, Token) and (tokens.append(e.id), logprobs.append(e.logprobs.logprob)))  # fmt: skip
-                runs[mode].append({"tokens": tokens, "logprobs": logprobs, "passes": outcome.stats.target_passes})
+                                  lambda e, lp=logprobs: lp.append(e.logprobs.logprob) if isinstance(e, Token) else None)  # fmt: skip
+                runs[mode].append({"tokens": outcome.tokens, "logprobs": logprobs, "passes": outcome.stats.target_passes})
     return runs
 
 
