@@ -22,12 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specdec_cli.engine import GenerationConfig  # noqa: E402
+from specdec_cli.decoding.engine import GenerationConfig  # noqa: E402
 from specdec_cli.events import Round, Token  # noqa: E402
-from specdec_cli.policy import draft_policy  # noqa: E402
+from specdec_cli.tuning.policy import draft_policy  # noqa: E402
 from specdec_cli.prompts import BUILTIN_PROMPTS  # noqa: E402
-from specdec_cli.models.registry import builtin_pair  # noqa: E402
-from specdec_cli.sampling import GREEDY  # noqa: E402
+from specdec_cli.models.cache import builtin_pair  # noqa: E402
+from specdec_cli.maths.sampling import GREEDY  # noqa: E402
 from specdec_cli.session import LoadOptions, open_pair  # noqa: E402
 
 # The built-in suite's prompts: "story" (free prose) and "edit" (quotes a paragraph back).

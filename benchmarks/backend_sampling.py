@@ -33,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specdec_cli.sampling import SamplingParams, distribution, sample  # noqa: E402
+from specdec_cli.maths.sampling import SamplingParams, distribution, sample  # noqa: E402
 
 LOG: list[str] = []  # llama.cpp's log lines (part 2 reports why a decode was refused)
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")], align=True)

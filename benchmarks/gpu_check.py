@@ -45,16 +45,16 @@ import specdec_cli  # noqa: E402,F401  before numpy (gguf, synthetic_gguf): see 
 import synthetic_gguf as sg  # noqa: E402
 from synthetic_pair import ALPHAS, predictions, random_model  # noqa: E402
 
-from specdec_cli.backend import gpu_offload_supported  # noqa: E402
+from specdec_cli.llama.platform import gpu_offload_supported  # noqa: E402
 from specdec_cli.bench.run import decode_once, run_bench  # noqa: E402
 from specdec_cli.bench.model import SPECULATIVE, BenchConfig  # noqa: E402
 from specdec_cli.bench.stats import first_divergence  # noqa: E402
-from specdec_cli.cost_curve import measure_cost_curve  # noqa: E402
-from specdec_cli.engine import GenerationConfig  # noqa: E402
-from specdec_cli.stats import consume  # noqa: E402
-from specdec_cli.policy import AUTO  # noqa: E402
+from specdec_cli.tuning.cost_curve import measure_cost_curve  # noqa: E402
+from specdec_cli.decoding.engine import GenerationConfig  # noqa: E402
+from specdec_cli.decoding.consume import consume  # noqa: E402
+from specdec_cli.tuning.policy import AUTO  # noqa: E402
 from specdec_cli.prompts import BUILTIN_PROMPTS  # noqa: E402
-from specdec_cli.sampling import GREEDY  # noqa: E402
+from specdec_cli.maths.sampling import GREEDY  # noqa: E402
 from specdec_cli.session import LoadOptions, open_pair  # noqa: E402
 
 # name -> (draft shape, target shape, generated tokens, bench k, cost-curve length)
@@ -126,7 +126,7 @@ IMPORT_ORDERS = {"numpy first": "import numpy", "specdec_cli first": "import spe
 
 def import_order(model: Path, repack: bool | None) -> dict[str, int]:
     """The exit code of a model load (every layer on the GPU if there is one) after each of IMPORT_ORDERS."""
-    load = f"from specdec_cli.backend import LlamaModel; LlamaModel({str(model)!r}, n_ctx=512, repack={repack!r}).close()"
+    load = f"from specdec_cli.llama.model import LlamaModel; LlamaModel({str(model)!r}, n_ctx=512, repack={repack!r}).close()"
     root = str(Path(__file__).resolve().parents[1])
     codes = {}
     for name, imports in IMPORT_ORDERS.items():

@@ -44,16 +44,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import specdec_cli  # noqa: E402,F401  before numpy: see specdec_cli/__init__.py
 
-from specdec_cli.engine import GenerationConfig  # noqa: E402
+from specdec_cli.decoding.engine import GenerationConfig  # noqa: E402
 from specdec_cli.events import Round  # noqa: E402
-from specdec_cli.drafters import LookupOptions  # noqa: E402
-from specdec_cli.memory import PLACES, DraftMemory  # noqa: E402
-from specdec_cli.models.registry import builtin_pair  # noqa: E402
+from specdec_cli.drafting.lookup import LookupOptions  # noqa: E402
+from specdec_cli.drafting.memory import DraftMemory  # noqa: E402
+from specdec_cli.drafting.ngram import PLACES
+from specdec_cli.models.cache import builtin_pair  # noqa: E402
 from specdec_cli.options import DEFAULT_VERIFY, VERIFY_RULES, parse_verify  # noqa: E402
-from specdec_cli.policy import draft_policy  # noqa: E402
-from specdec_cli.sampling import SamplingParams  # noqa: E402
+from specdec_cli.tuning.policy import draft_policy  # noqa: E402
+from specdec_cli.maths.sampling import SamplingParams  # noqa: E402
 from specdec_cli.session import LoadOptions, open_pair  # noqa: E402
-from specdec_cli.stats import RunStats, consume  # noqa: E402
+from specdec_cli.decoding.consume import consume  # noqa: E402
+from specdec_cli.decoding.stats import RunStats
 
 PEOPLE = [
     ("Alice Moreau", 34, "Lyon", "nurse"), ("Bram de Vries", 51, "Utrecht", "carpenter"), ("Chen Wei", 28, "Chengdu", "designer"),

@@ -62,14 +62,14 @@ import specdec_cli  # noqa: E402,F401  before numpy: see specdec_cli/__init__.py
 
 from memory_workloads import workloads  # noqa: E402
 from specdec_cli.bench.native import native_command, run_native  # noqa: E402
-from specdec_cli.engine import GenerationConfig  # noqa: E402
+from specdec_cli.decoding.engine import GenerationConfig  # noqa: E402
 from specdec_cli.errors import SpecdecError  # noqa: E402
-from specdec_cli.memory import DraftMemory  # noqa: E402
-from specdec_cli.models.registry import builtin_pair  # noqa: E402
-from specdec_cli.policy import draft_policy  # noqa: E402
-from specdec_cli.sampling import SamplingParams  # noqa: E402
+from specdec_cli.drafting.memory import DraftMemory  # noqa: E402
+from specdec_cli.models.cache import builtin_pair  # noqa: E402
+from specdec_cli.tuning.policy import draft_policy  # noqa: E402
+from specdec_cli.maths.sampling import SamplingParams  # noqa: E402
 from specdec_cli.session import LoadOptions, open_pair  # noqa: E402
-from specdec_cli.stats import consume  # noqa: E402
+from specdec_cli.decoding.consume import consume  # noqa: E402
 
 K = 8  # llama.cpp's --spec-draft-n-max, and specdec's fixed k beside it
 CTX = 4096

@@ -19,7 +19,7 @@ prefix with probability --agreement (a draw fixed by the prefix), another row ot
 2. Simulated GPU (--gpu-vocab): the fakes wait so that each decode call costs a given curve
    (target: --target-ms per batch + --extra-ms per token beyond the first; draft:
    --draft-ms per call), and the table compares the measured speed-up over target-only
-   decoding with Leviathan et al.'s Theorem 3.8 prediction (stats.predicted_speedup) from
+   decoding with Leviathan et al.'s Theorem 3.8 prediction (tuning/speedup.predicted_speedup) from
    the measured per-token acceptance and the given costs, with the ratio split into three
    factors (tokens per round against the theorem's, modelled against measured round time,
    target-only time per token against --target-ms) and the measured round split into
@@ -75,7 +75,7 @@ class StoredRows:
     `agreement` None: the target (row = hash % rows). A number: a draft that takes the
     target's row with that probability (fixed per prefix), a different row otherwise.
     Rows come back as a view of one buffer that the next decode overwrites, as llama.cpp's
-    logits do (backend.py returns views of its buffer), not as fresh arrays (each would be
+    logits do (llama/model.py returns views of its buffer), not as fresh arrays (each would be
     fresh pages for numpy to fault in and read, a cost a real run does not have).
     `cost(n)` seconds, if given, is how long a decode of n tokens takes in all (it waits,
     spinning if `spin`, else sleeping). The rows are copied at the end of the call, after the
@@ -110,7 +110,7 @@ class StoredRows:
         if self.cost is not None:  # leaving time for the copy below (as long as the last one of as many rows)
             wait_until(start + self.cost(len(tokens)) - self.copy_seconds.get(n_logits, 0.0), self.spin)
         out = None
-        if n_logits:  # into one persistent buffer, returned as a view: llama.cpp's logits buffer, as backend.py returns it
+        if n_logits:  # into one persistent buffer, returned as a view: llama.cpp's logits buffer, as llama/model.py returns it
             copy_start = time.perf_counter()
             if len(self.out) < n_logits:
                 self.out = np.empty((max(n_logits, 16), self.n_vocab), dtype=self.bank.dtype)
@@ -133,9 +133,9 @@ def wait_until(deadline: float, spin: bool) -> None:
 
 
 def generate(engine, n_tokens: int, k: int, setting: tuple, seed: int) -> list:
-    from specdec_cli.engine import GenerationConfig
-    from specdec_cli.policy import draft_policy
-    from specdec_cli.sampling import SamplingParams
+    from specdec_cli.decoding.engine import GenerationConfig
+    from specdec_cli.tuning.policy import draft_policy
+    from specdec_cli.maths.sampling import SamplingParams
 
     # k goes through the policy argument, which both this branch and main accept.
     config = GenerationConfig(max_tokens=n_tokens, sampling=SamplingParams(*setting), seed=seed)
@@ -148,8 +148,8 @@ def rounds_of(events: list) -> list:
 
 
 def make_engine(target, draft):
-    from specdec_cli.drafters import ModelDrafter
-    from specdec_cli.engine import Engine
+    from specdec_cli.drafting.model import ModelDrafter
+    from specdec_cli.decoding.engine import Engine
 
     return Engine(target, ModelDrafter(draft) if draft is not None else None, piece=lambda t: b" w", is_end=lambda t: False)
 
@@ -196,10 +196,11 @@ def child_gpu(n_vocab: int, n_tokens: int, k: int, agreement: float, target_ms: 
     factors come from the Round events (round time = sum of Round.seconds), the ratio from
     RunStats; they agree where the rounds hold all the generation time.
     """
-    from specdec_cli import stats
+    from specdec_cli.decoding.stats import RunStats
+    from specdec_cli.tuning.speedup import predicted_speedup
 
-    def fold(events: list) -> "stats.RunStats":  # RunStats.add exists before and after issue 11
-        run = stats.RunStats()
+    def fold(events: list) -> "RunStats":  # RunStats.add exists before and after issue 11
+        run = RunStats()
         for event in events:
             run.add(event)
         return run
@@ -219,7 +220,7 @@ def child_gpu(n_vocab: int, n_tokens: int, k: int, agreement: float, target_ms: 
         )
         base, spec = fold(base_events), fold(spec_events)
         measured = spec.tokens_per_second / base.tokens_per_second
-        predicted = stats.predicted_speedup(spec.alpha, k, draft_ms, target_ms, target_ms + extra_ms * k)
+        predicted = predicted_speedup(spec.alpha, k, draft_ms, target_ms, target_ms + extra_ms * k)
         rounds = rounds_of(spec_events)
         alpha = spec.alpha
         tokens_predicted = float(k + 1) if alpha >= 1.0 else (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
@@ -246,7 +247,7 @@ def after_wait(n_vocab: int, wait_ms: float, rounds: int = 3, calls: int = 200) 
     times. This measures the machine, not the engine: on the development machine the same call
     ran 1.4-1.8 times slower right after a 2 ms wait of either kind, which is part of why the
     simulated GPU's Python time exceeds the overhead table's."""
-    from specdec_cli.sampling import SamplingParams, distribution
+    from specdec_cli.maths.sampling import SamplingParams, distribution
 
     bank = logit_bank(n_vocab)
     params = SamplingParams(*SETTINGS["T=0.8 defaults"])

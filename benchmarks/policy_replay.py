@@ -64,9 +64,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, os.environ.get("SPECDEC_CODE", str(ROOT)))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
 
-from specdec_cli.cost_curve import CostCurve  # noqa: E402
+from specdec_cli.tuning.cost_curve import CostCurve  # noqa: E402
 from specdec_cli.events import Round  # noqa: E402
-from specdec_cli.policy import AdaptivePolicy, FixedPolicy  # noqa: E402
+from specdec_cli.tuning.policy import AdaptivePolicy, FixedPolicy  # noqa: E402
 
 TRACES = Path(__file__).resolve().parent / "agreement_traces.json"
 CATCH_UP_PER_TOKEN = 0.1  # extra catch-up tokens cost this share of a draft step each
@@ -183,12 +183,12 @@ def record(max_tokens: int) -> dict[str, str]:
     given the same prefix (one batch over the whole text) is that token, else "0"."""
     import numpy as np
 
-    from specdec_cli.engine import GenerationConfig
+    from specdec_cli.decoding.engine import GenerationConfig
     from specdec_cli.prompts import BUILTIN_PROMPTS
-    from specdec_cli.models.registry import builtin_pair
-    from specdec_cli.sampling import GREEDY
+    from specdec_cli.models.cache import builtin_pair
+    from specdec_cli.maths.sampling import GREEDY
     from specdec_cli.session import LoadOptions, open_pair
-    from specdec_cli.stats import consume
+    from specdec_cli.decoding.consume import consume
 
     out = {}
     with open_pair(*builtin_pair(), LoadOptions(n_ctx=2048)) as pair:

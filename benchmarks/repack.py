@@ -42,7 +42,7 @@ TEXT = (
 def measure_once(path: Path, repack: bool, prompt_ids: list[int], gen_tokens: int, threads: int | None) -> dict:
     import numpy as np
 
-    from specdec_cli.backend import LlamaModel
+    from specdec_cli.llama.model import LlamaModel
 
     with LlamaModel(path, n_ctx=1024, n_threads=threads, n_gpu_layers=0, repack=repack) as model:
         model.decode(prompt_ids[:8])  # warm-up: first-call allocations
@@ -59,8 +59,8 @@ def measure_once(path: Path, repack: bool, prompt_ids: list[int], gen_tokens: in
 
 
 def models(folder: Path) -> list[tuple[str, Path]]:
-    from specdec_cli.backend import convert_gguf
-    from specdec_cli.models.registry import builtin_pair
+    from specdec_cli.llama.convert import convert_gguf
+    from specdec_cli.models.cache import builtin_pair
 
     draft, target = builtin_pair(on_convert=lambda dst: print(f"converting the built-in target into {dst} ...", file=sys.stderr))
     found = [("Q4_1 (built-in draft)", draft), ("F32 (built-in target)", target)]
@@ -74,7 +74,8 @@ def models(folder: Path) -> list[tuple[str, Path]]:
 
 
 def run(args: argparse.Namespace) -> list[dict]:
-    from specdec_cli.backend import LlamaModel, system_info
+    from specdec_cli.llama.model import LlamaModel
+    from specdec_cli.llama.platform import system_info
 
     with tempfile.TemporaryDirectory(prefix="specdec-repack-") as folder:
         rows = []

@@ -26,14 +26,14 @@ import specdec_cli  # noqa: E402,F401  before numpy: see specdec_cli/__init__.py
 import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
-from specdec_cli.engine import GenerationConfig  # noqa: E402
+from specdec_cli.decoding.engine import GenerationConfig  # noqa: E402
 from specdec_cli.events import Token  # noqa: E402
-from specdec_cli.models.registry import builtin_pair  # noqa: E402
-from specdec_cli.policy import draft_policy  # noqa: E402
+from specdec_cli.models.cache import builtin_pair  # noqa: E402
+from specdec_cli.tuning.policy import draft_policy  # noqa: E402
 from specdec_cli.prompts import builtin_prompts  # noqa: E402
-from specdec_cli.sampling import SamplingParams  # noqa: E402
+from specdec_cli.maths.sampling import SamplingParams  # noqa: E402
 from specdec_cli.session import LoadOptions, open_pair  # noqa: E402
-from specdec_cli.stats import consume  # noqa: E402
+from specdec_cli.decoding.consume import consume  # noqa: E402
 
 MODES = ("target", "token", "block")
 

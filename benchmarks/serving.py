@@ -387,7 +387,7 @@ def session_serve(args, logs: Path) -> dict:
 
 def render_prompts(target: Path, answers: list[str], turns: int) -> list[str]:
     """Each turn's request rendered by the target's chat template, as the server renders it."""
-    from specdec_cli.backend import LlamaModel
+    from specdec_cli.llama.model import LlamaModel
 
     with LlamaModel(target, vocab_only=True, role="target") as model:
         out = []
@@ -518,7 +518,7 @@ def near_ties(args, target: Path, prompt: str, turn: int, ways: dict, gap: float
     """
     import numpy as np
 
-    from specdec_cli.backend import LlamaModel
+    from specdec_cli.llama.model import LlamaModel
 
     steps, pieces = [], []
     with LlamaModel(target, n_ctx=args.ctx, n_threads=args.threads, role="target") as model:
@@ -702,7 +702,7 @@ def main() -> int:
     args.logs.mkdir(parents=True, exist_ok=True)
 
     import specdec_cli  # noqa: F401  (llama.cpp's libraries before numpy, as README says)
-    from specdec_cli.models.registry import builtin_pair
+    from specdec_cli.models.cache import builtin_pair
 
     draft, target = builtin_pair()
     results = {"machine": machine(), "draft": str(draft), "target": str(target), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),

@@ -56,15 +56,16 @@ from specdec_cli.bench.run import run_bench  # noqa: E402
 from specdec_cli.bench.model import BenchConfig  # noqa: E402
 from specdec_cli.bench.stats import first_divergence  # noqa: E402
 from specdec_cli.options import parse_draft_tokens  # noqa: E402
-from specdec_cli.cost_curve import CostCurve, measure_cost_curve  # noqa: E402
-from specdec_cli.engine import GenerationConfig  # noqa: E402
+from specdec_cli.tuning.cost_curve import CostCurve, measure_cost_curve  # noqa: E402
+from specdec_cli.decoding.engine import GenerationConfig  # noqa: E402
 from specdec_cli.errors import ModelNotFound  # noqa: E402
-from specdec_cli.policy import AUTO  # noqa: E402
+from specdec_cli.tuning.policy import AUTO  # noqa: E402
 from specdec_cli.prompts import BUILTIN_PROMPTS, Prompt  # noqa: E402
-from specdec_cli.models.registry import builtin_draft_path, builtin_pair, cache_dir  # noqa: E402
-from specdec_cli.sampling import GREEDY  # noqa: E402
+from specdec_cli.models.cache import builtin_draft_path, builtin_pair, cache_dir  # noqa: E402
+from specdec_cli.maths.sampling import GREEDY  # noqa: E402
 from specdec_cli.session import LoadOptions, open_pair  # noqa: E402
-from specdec_cli.stats import consume, predict  # noqa: E402
+from specdec_cli.decoding.consume import consume  # noqa: E402
+from specdec_cli.tuning.speedup import predict
 
 PROSE = ("chat", "story")  # the suite's free-prose prompts (the others are code, lists, copies)
 ALPHAS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)

@@ -43,14 +43,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import specdec_cli  # noqa: E402,F401  before numpy: see specdec_cli/__init__.py
 
-from specdec_cli.engine import GenerationConfig  # noqa: E402
+from specdec_cli.decoding.engine import GenerationConfig  # noqa: E402
 from specdec_cli.events import Round  # noqa: E402
-from specdec_cli.models.registry import builtin_pair  # noqa: E402
-from specdec_cli.policy import draft_policy  # noqa: E402
+from specdec_cli.models.cache import builtin_pair  # noqa: E402
+from specdec_cli.tuning.policy import draft_policy  # noqa: E402
 from specdec_cli.prompts import builtin_prompts  # noqa: E402
-from specdec_cli.sampling import SamplingParams  # noqa: E402
+from specdec_cli.maths.sampling import SamplingParams  # noqa: E402
 from specdec_cli.session import LoadOptions, open_pair  # noqa: E402
-from specdec_cli.stats import consume  # noqa: E402
+from specdec_cli.decoding.consume import consume  # noqa: E402
 
 RULES = ("token", "block")  # the default --rules; "auto" (rule_choice.py) may be added
 

@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import specdec_cli.backend as backend  # noqa: E402  (llama.cpp before numpy)
+from specdec_cli.llama.model import LlamaModel  # noqa: E402  (llama.cpp before numpy)
+from specdec_cli.llama.platform import devices  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -33,10 +34,10 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     faulthandler.enable()
-    model = backend.LlamaModel(args.model, n_ctx=512)
+    model = LlamaModel(args.model, n_ctx=512)
     ids = model.tokenize("The history of the Roman Empire is long and", add_special=True)
     model.decode(ids)
-    print(f"devices: {', '.join(d.name for d in backend.devices())}; {model.offloaded_layers}/{model.n_layer + 1} layers offloaded", flush=True)
+    print(f"devices: {', '.join(d.name for d in devices())}; {model.offloaded_layers}/{model.n_layer + 1} layers offloaded", flush=True)
     for n in range(1, args.largest + 1):
         for rep in range(args.repeats):
             model.rewind(len(ids))

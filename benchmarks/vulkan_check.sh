@@ -80,7 +80,7 @@ if ! grep -q VK_EXT_layer_settings /usr/include/vulkan/vulkan_core.h 2>/dev/null
 fi
 PY=$ENV/bin/python
 export GGML_VK_VISIBLE_DEVICES=${GGML_VK_VISIBLE_DEVICES-0}
-has_vulkan='import sys, specdec_cli.backend as b; sys.exit(0 if b.gpu_offload_supported() and any(d.name.startswith("Vulkan") for d in b.devices()) else 1)'
+has_vulkan='import sys, specdec_cli.llama.platform as b; sys.exit(0 if b.gpu_offload_supported() and any(d.name.startswith("Vulkan") for d in b.devices()) else 1)'
 
 if [ -x "$PY" ] && "$PY" -c "$has_vulkan" 2>/dev/null; then
   echo "[vulkan_check] llama-cpp-python $VERSION with Vulkan already in $ENV; no build" >&2
@@ -107,12 +107,12 @@ else
 fi
 [ "$build_only" = 1 ] && exit 0
 
-"$PY" -c 'import specdec_cli.backend as b; print(b.system_info()); print(*b.devices(), sep="\n")' >"$out/system_info.txt" 2>&1 || true
+"$PY" -c 'import specdec_cli.llama.platform as b; print(b.system_info()); print(*b.devices(), sep="\n")' >"$out/system_info.txt" 2>&1 || true
 # Mesa 22.3.6's lavapipe (Debian 12) segfaults in its queue thread running one of llama.cpp's
 # fused shaders: with the built-in target, the first batch of 4 tokens after batches of 1, 2 and 3
 # (benchmarks/vulkan_batches.py shows it). llama.cpp's unfused path runs; it computes the same
 # operations, one shader each. Only on lavapipe, and only unless the variable is set already.
-if "$PY" -c 'import sys, specdec_cli.backend as b; sys.exit(0 if any("llvmpipe" in d.description for d in b.devices()) else 1)'; then
+if "$PY" -c 'import sys, specdec_cli.llama.platform as b; sys.exit(0 if any("llvmpipe" in d.description for d in b.devices()) else 1)'; then
   export GGML_VK_DISABLE_FUSION=${GGML_VK_DISABLE_FUSION-1}
   echo "[vulkan_check] lavapipe: GGML_VK_DISABLE_FUSION=$GGML_VK_DISABLE_FUSION" >&2
 fi

@@ -38,7 +38,7 @@ from typing import Callable
 
 import numpy as np
 
-from .backend import VocabInfo
+from .llama.model import VocabInfo
 
 MAX_SIZE_DIFFERENCE = 128  # llama.cpp's SPEC_VOCAB_MAX_SIZE_DIFFERENCE
 FIRST_CHECKED_TOKEN = 5  # llama.cpp's SPEC_VOCAB_CHECK_START_TOKEN_ID
@@ -197,9 +197,9 @@ def measure_coverage(target, shared: np.ndarray, prompts: list[list[int]], n_tok
 def check_files(draft_path: Path, target_path: Path, coverage: bool = True) -> PairReport:
     """Compare two GGUF files' vocabularies; for different ones count the shared tokens and,
     with `coverage`, measure their coverage (which loads the target's weights and runs it)."""
-    from .backend import LlamaModel
+    from .llama.model import LlamaModel
     from .prompts import builtin_prompts
-    from .vocab_map import of_models
+    from .drafting.vocab_map import of_models
 
     with LlamaModel(draft_path, vocab_only=True) as draft, LlamaModel(target_path, vocab_only=True) as target:
         report = compare_vocabularies(draft.vocab, target.vocab, draft.token_text, target.token_text)

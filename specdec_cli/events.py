@@ -90,7 +90,8 @@ Event = Union[Prefill, Token, Rejected, Round, Finished]
 
 
 AUTO = "auto"
-DraftTokens = Union[int, str]  # a fixed k, or AUTO (policy.AdaptivePolicy)
+DraftTokens = Union[int, str]  # a fixed k, or AUTO (tuning/policy.AdaptivePolicy)
+MAX_DRAFT_TOKENS = 64  # the longest draft anything may ask for: -k, a catalogue pair's k, a memory recall
 
 
 class DraftPolicy(Protocol):

@@ -20,14 +20,13 @@ import logging
 import math
 
 from .errors import BadInput
-from .events import AUTO, DraftTokens
-from .speculative import DEFAULT_VERIFY, VERIFIERS  # noqa: F401  DEFAULT_VERIFY: the front-ends read it here
+from .events import AUTO, MAX_DRAFT_TOKENS, DraftTokens
+from .maths.speculative import DEFAULT_VERIFY, VERIFIERS  # noqa: F401  DEFAULT_VERIFY: the front-ends read it here
 
 log = logging.getLogger("specdec")
 
-MAX_DRAFT_TOKENS = 64
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit for top_logprobs
-DRAFTERS = ("model", "lookup", "model+lookup", "cascade")  # see drafters.py and session.LoadedPair.engine
+DRAFTERS = ("model", "lookup", "model+lookup", "cascade")  # see drafting/ and session.LoadedPair.engine
 VERIFY_RULES = (*VERIFIERS, AUTO)  # ("token", "block", "auto"): speculative.verify, speculative.verify_block, rule_choice.AutoRule
 DEFAULT_CTX = 2048
 
@@ -188,7 +187,7 @@ def check_p_min(p_min: float | None) -> None:
 
 def gpu_layers_to_load(gpu_layers: int, draft_gpu_layers: int) -> tuple[int, int]:
     """The layer counts to load with. Asking for GPU layers without a GPU backend warns once, then runs on the CPU."""
-    from .backend import gpu_offload_supported
+    from .llama.platform import gpu_offload_supported
 
     asked = [f"{flag(s)} {n}" for s, n in (("gpu_layers", gpu_layers), ("draft_gpu_layers", draft_gpu_layers)) if n > 0]
     if asked and not gpu_offload_supported():
@@ -202,7 +201,7 @@ def context_size(ctx: int | None, pair_name: str | None) -> int:
     if ctx is None:
         if pair_name is None:
             return DEFAULT_CTX
-        from .models.registry import find_pair
+        from .models.catalogue import find_pair
 
         return find_pair(pair_name).ctx
     if ctx < 1:

@@ -24,7 +24,7 @@ def pytest_collection_modifyitems(config, items):
 def builtin_paths(tmp_path_factory) -> tuple[Path, Path]:
     """(draft, target) of the built-in pair; the F32 target is converted once per cache."""
     os.environ.setdefault("SPECDEC_CACHE", str(Path.home() / ".cache" / "specdec"))
-    from specdec_cli.models.registry import builtin_pair
+    from specdec_cli.models.cache import builtin_pair
 
     return builtin_pair()
 
@@ -32,7 +32,7 @@ def builtin_paths(tmp_path_factory) -> tuple[Path, Path]:
 @pytest.fixture(scope="session")
 def builtin_models(builtin_paths):
     """Both built-in models loaded once for the session: (draft, target) LlamaModel."""
-    from specdec_cli.backend import LlamaModel
+    from specdec_cli.llama.model import LlamaModel
 
     draft_path, target_path = builtin_paths
     draft = LlamaModel(draft_path, n_ctx=2048)

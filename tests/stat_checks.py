@@ -33,7 +33,7 @@ import numpy as np
 from scipy import stats
 
 from specdec_cli.audit import gof
-from specdec_cli.sampling import SamplingParams
+from specdec_cli.maths.sampling import SamplingParams
 
 ALPHA = 1e-4  # per-test false-failure rate of every chi-square test in this suite
 MIN_EXPECTED = gof.MIN_EXPECTED

@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextCo
 
 from .run import AuditResult, Progress, SampledTest
 from .gof import MIN_EXPECTED, TV_LEVEL
-from ..sampling import SamplingParams
+from ..maths.sampling import SamplingParams
 
 VERDICTS = {
     "consistent": "consistent (nothing rejects at alpha {alpha:g})",

@@ -17,15 +17,16 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol, Sequence
 
 
-from ..cost_curve import CostCurve
-from ..drafters import CausalModel, LookupOptions
+from ..tuning.cost_curve import CostCurve
+from ..drafting.kv_sync import CausalModel
+from ..drafting.lookup import LookupOptions
 from ..options import DEFAULT_VERIFY
-from ..engine import Engine, GenerationConfig
+from ..decoding.engine import Engine, GenerationConfig
 from ..events import AUTO, DraftTokens
 from .native import NativeResult
 from ..prompts import Prompt
-from ..sampling import SamplingParams
-from ..stats import RunStats
+from ..maths.sampling import SamplingParams
+from ..decoding.stats import RunStats
 
 # The bench's default sweep: 7 prompts x 2 temperatures x 2 drafters x 5 k x (A, B) = 280
 # runs a repeat, two repeats. k = 1 is left out: on a CPU, where a round's overhead is paid

@@ -60,12 +60,12 @@ from .model import (
     Step,
 )
 from .stats import analyse, first_divergence, median_curve, recommend, summarise
-from ..cost_curve import CostCurve, measure_cost_curve, mid_generation
-from ..engine import Engine, GenerationConfig
+from ..tuning.cost_curve import CostCurve, measure_cost_curve, mid_generation
+from ..decoding.engine import Engine, GenerationConfig
 from ..events import AUTO, DraftTokens
-from ..policy import draft_policy
+from ..tuning.policy import draft_policy
 from ..prompts import Prompt
-from ..stats import Outcome, consume
+from ..decoding.consume import Outcome, consume
 
 
 def plan(prompts: Sequence[str], config: BenchConfig, native: bool = False) -> list[Step]:

@@ -30,9 +30,10 @@ from .model import (
     Spread,
     SummaryRow,
 )
-from ..cost_curve import CostCurve
+from ..tuning.cost_curve import CostCurve
 from ..events import AUTO, DraftTokens
-from ..stats import RunStats, predict
+from ..decoding.stats import RunStats
+from ..tuning.speedup import predict
 
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:

@@ -241,7 +241,7 @@ def main() -> None:
     Every error and exit code is decided in _Group.main. SPECDEC_LLAMA_LOG=1 also shows
     specdec's info lines (e.g. the repack choice).
     """
-    from ..crashguard import guard
+    from ..llama.crashguard import guard
 
     verbose = os.environ.get("SPECDEC_LLAMA_LOG", "") not in ("", "0")
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="specdec: %(message)s", stream=sys.stderr)

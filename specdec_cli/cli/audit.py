@@ -69,10 +69,10 @@ def audit(
     Example: specdec audit --samples 2000 --raw "The history of the Roman Empire"
     """
     from ..audit.run import AuditConfig, run_audit
-    from ..policy import draft_policy
+    from ..tuning.policy import draft_policy
     from .render import Activity, stderr_console
     from ..audit.render import AuditDisplay, report_text
-    from ..sampling import SamplingParams
+    from ..maths.sampling import SamplingParams
     from ..session import LoadOptions
 
     drafter = parse_drafter(drafter)

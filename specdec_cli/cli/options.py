@@ -125,7 +125,7 @@ def pair_files(
 ) -> tuple[Path | None, Path]:
     """The two files to load (no draft without need_draft: --drafter lookup), each checked to be a
     GGUF before anything long starts. Lookup with --target alone resolves it in both places."""
-    from ..backend import check_gguf_file
+    from ..llama.gguf import check_gguf_file
 
     if not need_draft and draft is not None:
         _err("specdec: --drafter lookup loads no draft model; ignoring --draft")

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from ..memory import DEFAULT_MAX_TOKENS as DEFAULT_CACHE_TOKENS
-from ..memory import BadCache, DraftMemory, read_cache, save_cache
+from ..drafting.memory import DEFAULT_MAX_TOKENS as DEFAULT_CACHE_TOKENS
+from ..drafting.memory import BadCache, DraftMemory, read_cache, save_cache
 from ..options import DEFAULT_VERIFY, check_draft_cache_size, check_load_limits, check_p_min, check_sampling_options, check_seed, parse_draft_length, parse_drafter, parse_verify
 from .options import (
     AUTO,
@@ -58,9 +58,10 @@ from ..errors import BadInput
 from ..inputs import argv_text, writable_file
 
 if TYPE_CHECKING:  # the real imports happen inside the command, keeping --help fast
-    from ..cost_curve import CostCurve
+    from ..tuning.cost_curve import CostCurve
     from ..session import LoadedPair
-    from ..stats import Outcome, RunStats
+    from ..decoding.consume import Outcome
+    from ..decoding.stats import RunStats
 
 
 def run(
@@ -106,7 +107,7 @@ def run(
     Colours: green = accepted draft token, yellow = the target's correction, cyan = the
     bonus token after a fully accepted draft, plain = a target-only step.
     """
-    from ..drafters import LookupOptions
+    from ..drafting.lookup import LookupOptions
 
     drafter = parse_drafter(drafter)
     draft_tokens = parse_draft_length(draft_tokens)
@@ -124,12 +125,13 @@ def run(
     if system is not None:
         system = argv_text(system, "--system")
 
-    from ..engine import GenerationConfig
+    from ..decoding.engine import GenerationConfig
     from .render import Activity, JsonlRenderer, TextRenderer, color_enabled, legend, stats_table, stderr_console
-    from ..sampling import SamplingParams
+    from ..maths.sampling import SamplingParams
     from ..session import LoadOptions
-    from ..policy import draft_policy
-    from ..stats import consume, measured_speedup
+    from ..tuning.policy import draft_policy
+    from ..decoding.consume import consume
+    from ..decoding.stats import measured_speedup
 
     out_color = color_enabled(color.value, sys.stdout)
     err_color = color_enabled(color.value, sys.stderr)
@@ -298,8 +300,9 @@ def measure_afterwards(pair, prompt_ids: list[int], config, k, result: Outcome, 
     timed halfway through the generated text (cost_curve.mid_generation); measure_cost_curve
     rewinds both caches itself. Ctrl-C here keeps what was measured.
     """
-    from ..cost_curve import measure_cost_curve, mid_generation
-    from ..stats import consume, predict
+    from ..tuning.cost_curve import measure_cost_curve, mid_generation
+    from ..decoding.consume import consume
+    from ..tuning.speedup import predict
 
     after = Afterwards()
     context = mid_generation(prompt_ids, result.tokens)

@@ -88,8 +88,8 @@ def serve(
 
     Example: specdec serve --port 8080, then point an OpenAI client at http://127.0.0.1:8080/v1
     """
-    from ..drafters import LookupOptions
-    from ..sampling import SamplingParams
+    from ..drafting.lookup import LookupOptions
+    from ..maths.sampling import SamplingParams
     from ..serve.types import Defaults
     from ..session import LoadOptions
 

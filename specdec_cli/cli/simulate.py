@@ -29,7 +29,7 @@ import numpy as np
 
 from ..events import Source
 from .render import SGR, SGR_REJECTED, paint
-from ..stats import expected_tokens_per_round
+from ..tuning.speedup import expected_tokens_per_round
 
 ACCEPTED, REJECTED, UNCHECKED, TARGET, PROPOSED = "■", "✗", "·", "■", "□"
 SGR_UNCHECKED = "2"  # dim

@@ -127,30 +127,31 @@ def backends_of(reported: Sequence[str], devices: Sequence) -> list[str]:
 
 
 def build_facts() -> dict:
-    """What the llama.cpp loaded here was built with. Imports llama_cpp (through backend.py)."""
-    from .. import backend
+    """What the llama.cpp loaded here was built with. Imports llama_cpp (through llama/platform.py)."""
+    from ..llama import platform as llama
 
-    info = backend.system_info()
+    info = llama.system_info()
     parsed = parse_system_info(info)
-    devices = backend.devices()
+    devices = llama.devices()
     return {
-        "llama_cpp_python": backend.llama_cpp_version(),
+        "llama_cpp_python": llama.llama_cpp_version(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "system_info": info.strip(),
         "backends": backends_of(parsed["backends"], devices),
-        "gpu_offload": backend.gpu_offload_supported(),
+        "gpu_offload": llama.gpu_offload_supported(),
         "devices": [asdict(device) for device in devices],
         "cpu_features": parsed["cpu_features"],
-        "amx": backend.has_amx(info),
-        "repack_default": backend.repack_default(info),
-        "repack_choosable": backend.can_choose_repack(),
+        "amx": llama.has_amx(info),
+        "repack_default": llama.repack_default(info),
+        "repack_choosable": llama.can_choose_repack(),
     }
 
 
 def paths() -> dict:
     from ..models.download import hub_cache_dir
-    from ..models.registry import cache_dir, user_catalogue_path
+    from ..models.cache import cache_dir
+    from ..models.catalogue import user_catalogue_path
 
     user_error = None
     try:

@@ -23,7 +23,7 @@ import time
 def probe(path: str, repack: bool, tokens: int) -> dict:
     import numpy as np
 
-    from ..backend import LlamaModel
+    from ..llama.model import LlamaModel
 
     start = time.perf_counter()
     with LlamaModel(path, n_ctx=256, repack=repack, role="model") as model:

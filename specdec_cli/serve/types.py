@@ -23,7 +23,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..engine import GenerationConfig
+from ..decoding.engine import GenerationConfig
 from ..events import DraftTokens
 from ..options import (
     MAX_TOP_LOGPROBS,
@@ -36,7 +36,7 @@ from ..options import (
     parse_drafter,
     parse_verify,
 )
-from ..sampling import SamplingParams
+from ..maths.sampling import SamplingParams
 
 _STRICT = ConfigDict(strict=True, extra="ignore")
 

@@ -34,7 +34,8 @@ import uuid
 from dataclasses import dataclass, field
 
 from ..events import Rejected, Round, Token
-from ..stats import Outcome, RunStats
+from ..decoding.consume import Outcome
+from ..decoding.stats import RunStats
 from .types import Settings
 
 FINISH_REASONS = {"eog": "stop", "stop": "stop", "max_tokens": "length", "context_full": "length"}

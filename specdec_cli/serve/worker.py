@@ -39,13 +39,14 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..drafters import LookupOptions, common_prefix
+from ..drafting.kv_sync import common_prefix
+from ..drafting.lookup import LookupOptions
 from ..errors import BadInput, ContextOverflow, SpecdecError
 from ..events import Event
-from ..memory import DraftMemory
-from ..policy import draft_policy
+from ..drafting.memory import DraftMemory
+from ..tuning.policy import draft_policy
 from ..session import LoadedPair
-from ..stats import Outcome, consume
+from ..decoding.consume import Outcome, consume
 from .types import Settings
 
 log = logging.getLogger("specdec")

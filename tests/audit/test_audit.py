@@ -31,17 +31,18 @@ from typer.testing import CliRunner
 
 from fakes import MarkovModel, random_markov
 from specdec_cli.audit import run as audit_module
-from specdec_cli import sampling, session, speculative
+from specdec_cli import session
+from specdec_cli.maths import sampling, speculative
 from specdec_cli.audit.run import END, REST, AuditConfig, first_pair_law, run_audit, token_cells
 from specdec_cli.cli.app import app
 from specdec_cli.options import MAX_DRAFT_TOKENS
-from specdec_cli.drafters import ModelDrafter
-from specdec_cli.engine import Engine
+from specdec_cli.drafting.model import ModelDrafter
+from specdec_cli.decoding.engine import Engine
 from specdec_cli.audit.gof import chi2_sf, chi_square, pool_cells, pooled, simulated_test, simulations_for, total_variation, tv_margin
-from specdec_cli.policy import draft_policy
+from specdec_cli.tuning.policy import draft_policy
 from specdec_cli.audit.render import FEW_DRAFTED, duration, report_text, settings, simulated
-from specdec_cli.sampling import Distribution, SamplingParams, distribution, probabilities, sample
-from specdec_cli.speculative import Verdict
+from specdec_cli.maths.sampling import Distribution, SamplingParams, distribution, probabilities, sample
+from specdec_cli.maths.speculative import Verdict
 from stat_checks import PLAIN, PROCESSED, power_against
 
 ROOT = Path(__file__).resolve().parents[2]

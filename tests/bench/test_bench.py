@@ -24,14 +24,17 @@ from specdec_cli.bench.output import CSV_COLUMNS, report_dict, write_csv
 from specdec_cli.bench.stats import analyse, first_divergence, recommend
 from specdec_cli.options import option_list, parse_draft_length, parse_draft_tokens, parse_drafters, parse_temperatures
 from specdec_cli.bench.model import DEFAULT_DRAFT_TOKENS, DEFAULT_DRAFTERS, DEFAULT_REPEATS
-from specdec_cli.drafters import LookupDrafter, LookupOptions, ModelAndLookup, ModelDrafter
-from specdec_cli.cost_curve import DRAFT_RUN, CostCurve, measure_cost_curve, mid_generation
-from specdec_cli.engine import Engine
+from specdec_cli.drafting.combined import ModelAndLookup
+from specdec_cli.drafting.lookup import LookupDrafter, LookupOptions
+from specdec_cli.drafting.model import ModelDrafter
+from specdec_cli.tuning.cost_curve import CostCurve, DRAFT_RUN, measure_cost_curve, mid_generation
+from specdec_cli.decoding.engine import Engine
 from specdec_cli.errors import BadInput, SpecdecError
 from specdec_cli.bench.native import NativeResult, find_binary, native_command, parse_output, run_native
 from specdec_cli.prompts import BUILTIN_PROMPTS, Prompt, load_prompts
 from specdec_cli.bench.render import by_position, divergence_message, recommendation_line, require_matplotlib, spread, write_plot
-from specdec_cli.stats import RunStats, predict
+from specdec_cli.decoding.stats import RunStats
+from specdec_cli.tuning.speedup import predict
 
 VOCAB = 12
 

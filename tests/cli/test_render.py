@@ -13,10 +13,10 @@ import re
 import numpy as np
 from rich.console import Console
 
-from specdec_cli.drafters import ModelDrafter
-from specdec_cli.cost_curve import CostCurve
-from specdec_cli.engine import Engine, GenerationConfig
-from specdec_cli.policy import draft_policy
+from specdec_cli.drafting.model import ModelDrafter
+from specdec_cli.tuning.cost_curve import CostCurve
+from specdec_cli.decoding.engine import Engine, GenerationConfig
+from specdec_cli.tuning.policy import draft_policy
 from specdec_cli.events import Finished, Prefill, Rejected, Round, Source, Token
 from specdec_cli.cli.render import (
     SGR,
@@ -30,8 +30,8 @@ from specdec_cli.cli.render import (
     paint,
     stats_table,
 )
-from specdec_cli.sampling import GREEDY
-from specdec_cli.stats import RunStats, consume, measured_speedup
+from specdec_cli.decoding.consume import consume
+from specdec_cli.decoding.stats import RunStats, measured_speedup
 
 from fakes import MarkovModel
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from specdec_cli import resources
+from specdec_cli.llama import resources
 
 from specdec_cli.doctor import findings as doctor
 
-from specdec_cli.models import registry
+from specdec_cli.models import cache
 from specdec_cli.cli.app import app
 from specdec_cli.cli.run import describe_contexts
 from specdec_cli.errors import BadInput
@@ -92,7 +92,7 @@ def test_the_largest_seed_runs(toy):
 
 
 def test_repack_default_is_off_exactly_when_llama_cpp_reports_amx():
-    from specdec_cli.backend import has_amx, repack_default
+    from specdec_cli.llama.platform import has_amx, repack_default
 
     assert has_amx(AMX_INFO) and not repack_default(AMX_INFO)
     assert not has_amx(NO_AMX_INFO) and repack_default(NO_AMX_INFO)
@@ -107,19 +107,19 @@ def test_repack_flag_reaches_the_load_options(toy, flag, expected):
 
 
 def test_the_auto_choice_on_amx_is_said_once_at_info_level(monkeypatch, caplog):
-    from specdec_cli import backend
+    from specdec_cli.llama import platform
 
-    backend.auto_repack.cache_clear()
-    monkeypatch.setattr(backend, "system_info", lambda: AMX_INFO)
+    platform.auto_repack.cache_clear()
+    monkeypatch.setattr(platform, "system_info", lambda: AMX_INFO)
     try:
         with caplog.at_level("INFO", logger="specdec"):
-            assert backend.resolve_repack(None) is False
-            assert backend.resolve_repack(None) is False
-            assert backend.resolve_repack(True) is True
+            assert platform.resolve_repack(None) is False
+            assert platform.resolve_repack(None) is False
+            assert platform.resolve_repack(True) is True
         said = [r for r in caplog.records if "AMX" in r.getMessage()]
         assert len(said) == 1 and said[0].levelname == "INFO"
     finally:
-        backend.auto_repack.cache_clear()
+        platform.auto_repack.cache_clear()
 
 
 # -- the context: memory, padding --------------------------------------------------------------
@@ -171,19 +171,19 @@ def test_stale_partial_files_of_dead_writers_are_removed(tmp_path):
     other = tmp_path / ".Other.F32.gguf.999999999.partial"
     for path in (dead, alive, other):
         path.write_bytes(b"half")
-    assert registry.remove_stale_partials(dst) == [dead]
+    assert cache.remove_stale_partials(dst) == [dead]
     assert not dead.exists() and alive.exists() and other.exists()
 
 
 def test_a_conversion_starts_by_removing_stale_partials(tmp_path, monkeypatch):
-    from specdec_cli import convert
+    from specdec_cli.llama import convert
 
     src = tmp_path / "Model.Q4_1.gguf"
     src.write_bytes(b"GGUF")  # a header llama.cpp cannot read: no size known, no space check
     stale = tmp_path / ".Model.F32.gguf.999999999.partial"
     stale.write_bytes(b"half")
     monkeypatch.setattr(convert, "convert_in_child", lambda s, d, t: Path(d).write_bytes(b"GGUF whole"))
-    dst = registry.ensure_converted(src, "F32", directory=tmp_path)
+    dst = cache.ensure_converted(src, "F32", directory=tmp_path)
     assert dst.read_bytes() == b"GGUF whole" and not stale.exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")] == []
 
@@ -196,7 +196,7 @@ class _InterruptingText:
 
 
 def test_a_ctrl_c_inside_the_log_callback_is_kept_and_raised_after_the_call():
-    from specdec_cli.backend import llama_log
+    from specdec_cli.llama.log import llama_log
 
     captured = llama_log()
     captured._on_log(2, _InterruptingText(), None)  # would be printed and dropped by ctypes
@@ -296,7 +296,7 @@ def test_the_device_line_of_the_doctor():
 
 
 def test_backends_named_by_devices_only_are_listed():
-    from specdec_cli.backend import Device
+    from specdec_cli.llama.platform import Device
 
     devices = [Device("CPU", "Test CPU", "cpu", 1, 1), Device("Vulkan0", "llvmpipe", "gpu", 1, 1), Device("Vulkan1", "other", "gpu", 1, 1)]
     assert doctor.backends_of(["CPU"], devices) == ["CPU", "Vulkan"]

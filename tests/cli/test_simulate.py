@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from specdec_cli.cli.app import app
 from specdec_cli.cli.simulate import SimRound, cells, play, simulate
-from specdec_cli.stats import expected_tokens_per_round
+from specdec_cli.tuning.speedup import expected_tokens_per_round
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 runner = CliRunner()

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from specdec_cli.drafters import catch_up
-from specdec_cli.cost_curve import CostCurve
-from specdec_cli.engine import GenerationConfig
+from specdec_cli.drafting.kv_sync import catch_up
+from specdec_cli.tuning.cost_curve import CostCurve
+from specdec_cli.decoding.engine import GenerationConfig
 from specdec_cli.events import Round
-from specdec_cli.policy import AdaptivePolicy, draft_policy
+from specdec_cli.tuning.policy import AdaptivePolicy, draft_policy
 from specdec_cli.prompts import BUILTIN_PROMPTS
-from specdec_cli.sampling import GREEDY, SamplingParams, probabilities
+from specdec_cli.maths.sampling import GREEDY, SamplingParams, probabilities
 from specdec_cli.session import LoadedPair, check_pair
 from stat_checks import first_two_law, first_two_pvalue
 

@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 
 from fakes import MarkovModel, random_markov
-from specdec_cli import speculative
-from specdec_cli.drafters import ModelDrafter
-from specdec_cli.engine import Engine, GenerationConfig
+from specdec_cli.maths import speculative
+from specdec_cli.drafting.model import ModelDrafter
+from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.events import Round, Token
-from specdec_cli.policy import draft_policy
-from specdec_cli.sampling import GREEDY, Distribution, SamplingParams, distribution, probabilities, proposal, sample
+from specdec_cli.tuning.policy import draft_policy
+from specdec_cli.maths.sampling import Distribution, GREEDY, SamplingParams, distribution, probabilities, proposal, sample
 from stat_checks import ALPHA, PLAIN, first_two_law, first_two_pvalue
 
 FILTERED = SamplingParams(temperature=0.8, top_k=4, top_p=0.95, min_p=0.05)

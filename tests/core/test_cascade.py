@@ -15,11 +15,14 @@ import numpy as np
 import pytest
 
 from fakes import MarkovModel, random_markov
-from specdec_cli.drafters import CascadeDrafter, GuessedDraft, LookupDrafter, ModelDrafter, Proposal
-from specdec_cli.engine import Engine, GenerationConfig
+from specdec_cli.drafting.cascade import CascadeDrafter, GuessedDraft
+from specdec_cli.drafting.interface import Proposal
+from specdec_cli.drafting.lookup import LookupDrafter
+from specdec_cli.drafting.model import ModelDrafter
+from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.events import Round, Token
-from specdec_cli.policy import draft_policy
-from specdec_cli.sampling import GREEDY, SamplingParams, probabilities
+from specdec_cli.tuning.policy import draft_policy
+from specdec_cli.maths.sampling import GREEDY, SamplingParams, probabilities
 from stat_checks import ALPHA, PLAIN, first_two_law, first_two_pvalue
 
 FILTERED = SamplingParams(temperature=0.8, top_k=4, top_p=0.95, min_p=0.05)

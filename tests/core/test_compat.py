@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from fakes import MarkovModel
-from specdec_cli.backend import VocabInfo
+from specdec_cli.llama.model import VocabInfo
 from specdec_cli.compat import FIRST_CHECKED_TOKEN, MAX_SIZE_DIFFERENCE, compare_vocabularies, report_lines
 
 BASE = VocabInfo(n_vocab=1000, vocab_type="bpe", bos=1, eos=2, eot=0, add_bos=False, add_eos=False)
@@ -268,7 +268,7 @@ def test_check_smollm2_against_gemma_is_cross_vocabulary_with_the_shared_tokens(
 
 @pytest.mark.model
 def test_check_refuses_a_pair_that_shares_too_few_tokens_with_exit_3(builtin_paths, gemma_path, monkeypatch, capsys):
-    from specdec_cli import vocab_map
+    from specdec_cli.drafting import vocab_map
 
     real = vocab_map.of_models
 

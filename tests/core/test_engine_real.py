@@ -16,11 +16,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdec_cli.drafters import ModelDrafter, catch_up
-from specdec_cli.engine import Engine, GenerationConfig
-from specdec_cli.policy import draft_policy
+from specdec_cli.drafting.kv_sync import catch_up
+from specdec_cli.drafting.model import ModelDrafter
+from specdec_cli.decoding.engine import Engine, GenerationConfig
+from specdec_cli.tuning.policy import draft_policy
 from specdec_cli.events import Rejected, Round, Token
-from specdec_cli.sampling import GREEDY, probabilities
+from specdec_cli.maths.sampling import GREEDY, probabilities
 from specdec_cli.session import check_pair
 from stat_checks import ALPHA, PLAIN, chi_square_pvalue, first_two_law, first_two_pvalue, power_against
 
@@ -45,7 +46,7 @@ def pair(builtin_models):
 @pytest.fixture(scope="module")
 def twin(builtin_paths):
     """A second, independent instance of the target (one model holds one cache)."""
-    from specdec_cli.backend import LlamaModel
+    from specdec_cli.llama.model import LlamaModel
 
     model = LlamaModel(builtin_paths[1], n_ctx=2048)
     yield model
@@ -81,7 +82,7 @@ def cut_blocks(src, dst, n_blocks: int) -> None:
 
 @pytest.fixture(scope="module")
 def weak_draft(builtin_paths, tmp_path_factory):
-    from specdec_cli.backend import LlamaModel
+    from specdec_cli.llama.model import LlamaModel
 
     path = tmp_path_factory.mktemp("weak") / f"draft-{WEAK_BLOCKS}-blocks.gguf"
     cut_blocks(builtin_paths[0], path, WEAK_BLOCKS)

@@ -33,9 +33,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from specdec_cli import convert, session
+from specdec_cli import session
+from specdec_cli.llama import convert
 
-from specdec_cli.models import registry
+from specdec_cli.models import cache
 from specdec_cli.cli.app import app
 from specdec_cli.errors import SpecdecError
 
@@ -151,7 +152,7 @@ def test_a_target_without_a_chat_template_is_bad_input_before_anything_loads(gem
         raise Loaded(path)
 
     monkeypatch.setattr(session, "LlamaModel", refuse)
-    draft = registry.builtin_draft_path()
+    draft = cache.builtin_draft_path()
     result = runner.invoke(app, [command[0], "--draft", str(draft), "--target", str(gemma_path), *command[1:]])
     assert result.exit_code == 2 and result.stdout == "", result.stderr
     assert one_line(result.stderr) == "specdec: error: gemma-3-270m-q4_k_m.gguf has no chat template; pass --raw to send the prompt as it is"
@@ -161,9 +162,9 @@ def test_a_target_without_a_chat_template_is_bad_input_before_anything_loads(gem
 
 
 def test_a_target_with_a_chat_template_passes_the_check():
-    from specdec_cli.backend import read_gguf_header, require_chat_template
+    from specdec_cli.llama.gguf import read_gguf_header, require_chat_template
 
-    draft = registry.builtin_draft_path()
+    draft = cache.builtin_draft_path()
     assert read_gguf_header(draft).chat_template.startswith("{% for message in messages %}")
     require_chat_template(draft)  # no error
 
@@ -196,7 +197,7 @@ def test_a_folder_without_room_is_refused_before_converting(tmp_path, monkeypatc
     monkeypatch.setattr(convert, "convert_in_child", never)
     told = []
     with pytest.raises(SpecdecError) as refused:
-        registry.ensure_converted(registry.builtin_draft_path(), "F32", directory=tmp_path, on_convert=told.append)
+        cache.ensure_converted(cache.builtin_draft_path(), "F32", directory=tmp_path, on_convert=told.append)
     assert str(refused.value) == no_room_line(tmp_path, "52 MB")
     assert told == [] and list(tmp_path.iterdir()) == []
 
@@ -212,7 +213,7 @@ def test_a_conversion_that_fails_says_no_room_only_when_the_disk_filled_up(tmp_p
     monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(0, 0, next(free)))
     monkeypatch.setattr(convert, "convert_in_child", fails_after_1000_bytes)
     with pytest.raises(SpecdecError) as failed:
-        registry.ensure_converted(registry.builtin_draft_path(), "F32", directory=tmp_path)
+        cache.ensure_converted(cache.builtin_draft_path(), "F32", directory=tmp_path)
     # the partial file's 1000 bytes count as free: they come back when it goes
     assert str(failed.value) == (no_room_line(tmp_path, "1.0 kB") if disk_full else "llama.cpp could not convert x to F32: failed to quantize: basic_ios::clear: iostream error")
     assert list(tmp_path.iterdir()) == []

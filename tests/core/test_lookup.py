@@ -7,22 +7,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdec_cli.drafters import (
-    LookupDrafter,
-    LookupOptions,
-    ModelAndLookup,
-    ModelDrafter,
-    NgramIndex,
-    match_class,
-    match_length,
-)
-from specdec_cli.cost_curve import CostCurve
-from specdec_cli.engine import Engine, GenerationConfig
-from specdec_cli.policy import draft_policy
+from specdec_cli.drafting.combined import ModelAndLookup
+from specdec_cli.drafting.lookup import LookupDrafter, LookupOptions, match_class, match_length
+from specdec_cli.drafting.model import ModelDrafter
+from specdec_cli.drafting.ngram import NgramIndex
+from specdec_cli.tuning.cost_curve import CostCurve
+from specdec_cli.decoding.engine import Engine, GenerationConfig
+from specdec_cli.tuning.policy import draft_policy
 from specdec_cli.events import Finished, Round, Source, Token
 from specdec_cli.errors import BadInput
-from specdec_cli.policy import AdaptivePolicy, FixedPolicy
-from specdec_cli.sampling import GREEDY
+from specdec_cli.tuning.policy import AdaptivePolicy, FixedPolicy
+from specdec_cli.maths.sampling import GREEDY
 
 from fakes import MarkovModel, random_markov
 from stat_checks import PLAIN, PROCESSED

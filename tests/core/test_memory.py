@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 
 from fakes import MarkovModel
-from specdec_cli.drafters import LookupDrafter, LookupOptions, ModelAndLookup, ModelDrafter
-from specdec_cli.engine import Engine, GenerationConfig
+from specdec_cli.drafting.lookup import LookupDrafter, LookupOptions
+from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.events import Round, Token
-from specdec_cli.memory import BadCache, DraftMemory, Recall, agreement, longest_agreement, read_cache, save_cache
-from specdec_cli.policy import draft_policy
-from specdec_cli.sampling import GREEDY
+from specdec_cli.drafting.memory import BadCache, DraftMemory, Recall, read_cache, save_cache
+from specdec_cli.drafting.ngram import agreement, longest_agreement
+from specdec_cli.tuning.policy import draft_policy
+from specdec_cli.maths.sampling import GREEDY
 
 FP = "fingerprint-a"
 ROOT = Path(__file__).resolve().parents[2]

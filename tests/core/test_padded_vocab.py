@@ -23,12 +23,12 @@ import numpy as np
 import pytest
 
 from gguf_padding import read_f32_tensor, write_padded
-from specdec_cli.backend import LlamaModel
-from specdec_cli.drafters import catch_up
-from specdec_cli.engine import Engine, GenerationConfig
-from specdec_cli.policy import draft_policy
+from specdec_cli.llama.model import LlamaModel
+from specdec_cli.drafting.kv_sync import catch_up
+from specdec_cli.decoding.engine import Engine, GenerationConfig
+from specdec_cli.tuning.policy import draft_policy
 from specdec_cli.events import Finished, Rejected, Round, Token
-from specdec_cli.sampling import GREEDY
+from specdec_cli.maths.sampling import GREEDY
 from specdec_cli.session import LoadedPair, check_pair
 from stat_checks import PLAIN
 

@@ -12,28 +12,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specdec_cli.drafters import ModelDrafter, Proposal, top_probability
-from specdec_cli.cost_curve import CostCurve
-from specdec_cli.engine import Engine, GenerationConfig
+from specdec_cli.drafting.interface import Proposal
+from specdec_cli.drafting.model import ModelDrafter
+from specdec_cli.maths.sampling import softmax_at as top_probability
+from specdec_cli.tuning.cost_curve import CostCurve
+from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.events import Round, Token
 from specdec_cli.errors import BadInput
-from specdec_cli.estimates import Acceptance, BatchCost, WeightedMean, clamp
-from specdec_cli.policy import (
-    DEFAULT_P_MIN,
-    FIRST_BACKOFF,
-    PROBE_BUDGET,
-    PRIOR_DRAFT_WEIGHT,
-    REFRESH_MARGIN,
-    REFRESH_ROUNDS,
-    STALE_ROUNDS,
-    AdaptivePolicy,
-    FixedPolicy,
-    best_draft_length,
-    draft_policy,
-    draft_step_seconds,
-    expected_tokens,
-)
-from specdec_cli.sampling import GREEDY, SamplingParams, probabilities, sample
+from specdec_cli.tuning.estimates import Acceptance, BatchCost, WeightedMean, clamp
+from specdec_cli.tuning.policy import AdaptivePolicy, DEFAULT_P_MIN, FIRST_BACKOFF, FixedPolicy, PRIOR_DRAFT_WEIGHT, PROBE_BUDGET, REFRESH_MARGIN, REFRESH_ROUNDS, STALE_ROUNDS, best_draft_length, draft_policy, draft_step_seconds, expected_tokens
+from specdec_cli.maths.sampling import GREEDY, SamplingParams, probabilities, sample
 
 from fakes import MarkovModel, random_markov
 from stat_checks import PLAIN, PROCESSED

@@ -46,7 +46,7 @@ def test_default_settings_decode_the_quantized_draft_in_a_subprocess(builtin_pat
 
 def llama_cpp_reports_amx() -> bool:
     """What the installed llama.cpp says of this CPU (`AMX_INT8 = 1` in its system info)."""
-    from specdec_cli.backend import has_amx, system_info
+    from specdec_cli.llama.platform import has_amx, system_info
 
     return has_amx(system_info())
 
@@ -81,7 +81,7 @@ def test_a_crash_inside_llama_decode_names_the_model_and_what_to_try(builtin_pat
     code = textwrap.dedent(
         """
         import ctypes, sys
-        from specdec_cli import backend
+        from specdec_cli.llama import model as backend
         from specdec_cli.cli import app as cli
         backend.lc.llama_decode = lambda ctx, batch: ctypes.string_at(0)
         sys.argv = ["specdec", *sys.argv[1:]]
@@ -145,7 +145,7 @@ def test_ctrl_c_inside_llama_cpps_log_callback_during_a_load_exits_130(builtin_p
 
 def test_sigterm_during_the_conversion_leaves_a_partial_that_the_next_start_removes(builtin_paths, tmp_path):
     """A conversion killed outright cannot clean up; the next conversion into that folder does."""
-    from specdec_cli.models.registry import converted_path, ensure_converted
+    from specdec_cli.models.cache import converted_path, ensure_converted
 
     draft = builtin_paths[0]
     cache = tmp_path / "cache"

@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 
 from fakes import MarkovModel, random_markov
-from specdec_cli.drafters import LookupDrafter, ModelDrafter
-from specdec_cli.engine import Engine, GenerationConfig
+from specdec_cli.drafting.lookup import LookupDrafter
+from specdec_cli.drafting.model import ModelDrafter
+from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.events import Round
-from specdec_cli.policy import FixedPolicy
-from specdec_cli.rule_choice import BLOCK, PROBE_EVERY, TOKEN, AutoRule, FixedRule, block_pays, rule_chooser
-from specdec_cli.sampling import GREEDY, SamplingParams
-from specdec_cli.stats import consume
+from specdec_cli.tuning.policy import FixedPolicy
+from specdec_cli.tuning.rule_choice import AutoRule, BLOCK, FixedRule, PROBE_EVERY, TOKEN, block_pays, rule_chooser
+from specdec_cli.maths.sampling import GREEDY, SamplingParams
+from specdec_cli.decoding.consume import consume
 from stat_checks import PLAIN
 from transitions import transition_test
 

@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 
 from fakes import MarkovModel
-from specdec_cli import sampling, speculative
-from specdec_cli.drafters import ModelDrafter
-from specdec_cli.engine import Engine, GenerationConfig
-from specdec_cli.policy import draft_policy
+from specdec_cli.maths import sampling, speculative
+from specdec_cli.drafting.model import ModelDrafter
+from specdec_cli.decoding.engine import Engine, GenerationConfig
+from specdec_cli.tuning.policy import draft_policy
 from specdec_cli.events import Round, Token
 from specdec_cli.errors import NumericalError
-from specdec_cli.sampling import GREEDY, SamplingParams, probabilities, residual, sample
-from specdec_cli.speculative import verify
+from specdec_cli.maths.sampling import GREEDY, SamplingParams, probabilities, residual, sample
+from specdec_cli.maths.speculative import verify
 from stat_checks import ALPHA, PLAIN, PROCESSED, binomial_within, chi_square_pvalue, power_against
 
 FILTERED = SamplingParams(temperature=0.8, top_k=8, top_p=0.9, min_p=0.02)

@@ -22,16 +22,14 @@ import pytest
 
 from fakes import MarkovModel
 from stat_checks import ALPHA, chi_square_pvalue
-from specdec_cli import sampling, speculative
-from specdec_cli.drafters import ModelDrafter
-from specdec_cli.engine import Engine, GenerationConfig
+from specdec_cli.maths import sampling, speculative
+from specdec_cli.drafting.model import ModelDrafter
+from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.events import Token
-from specdec_cli.policy import draft_policy
+from specdec_cli.tuning.policy import draft_policy
 from specdec_cli.errors import NumericalError
-from specdec_cli.sampling import (
-    GREEDY, Distribution, SamplingParams, distribution, probabilities, proposal, residual, sample, top_k_ids,
-)
-from specdec_cli.speculative import verify
+from specdec_cli.maths.sampling import Distribution, GREEDY, SamplingParams, distribution, probabilities, proposal, residual, sample, top_k_ids
+from specdec_cli.maths.speculative import verify
 
 TOP_K = [0, 1, 3, 40, 10_000]
 TOP_P = [1.0, 0.95, 0.5]

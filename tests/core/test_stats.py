@@ -7,7 +7,8 @@ import math
 import pytest
 
 from specdec_cli.events import Finished, Prefill, Round, Source, Token
-from specdec_cli.stats import RunStats, consume
+from specdec_cli.decoding.consume import consume
+from specdec_cli.decoding.stats import RunStats
 
 
 def round_(drafted: int, accepted: int, seconds: float = 0.01) -> Round:

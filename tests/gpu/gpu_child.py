@@ -25,14 +25,14 @@ import sys
 import time
 from pathlib import Path
 
-import specdec_cli.backend as backend  # first: llama.cpp before numpy (specdec_cli/__init__.py)
+import specdec_cli.llama.platform as platform  # first: llama.cpp before numpy (specdec_cli/__init__.py)
 from specdec_cli.bench.stats import first_divergence
-from specdec_cli.engine import GenerationConfig
-from specdec_cli.policy import draft_policy
+from specdec_cli.decoding.engine import GenerationConfig
+from specdec_cli.tuning.policy import draft_policy
 from specdec_cli.prompts import BUILTIN_PROMPTS
-from specdec_cli.sampling import GREEDY
+from specdec_cli.maths.sampling import GREEDY
 from specdec_cli.session import LoadOptions, open_pair
-from specdec_cli.stats import consume
+from specdec_cli.decoding.consume import consume
 
 TOKENS = 48
 N_CTX = 1024
@@ -104,7 +104,7 @@ def target_only(args) -> dict:
                     target.rewind(0)
             rows.append(row)
             progress(f"{prompt.name}: target-only, divergence {row['divergence']}")
-        return {"gpu_offload": backend.gpu_offload_supported(), "layers": target.offloaded_layers, "rows": rows}
+        return {"gpu_offload": platform.gpu_offload_supported(), "layers": target.offloaded_layers, "rows": rows}
 
 
 def main(argv: list[str] | None = None) -> None:

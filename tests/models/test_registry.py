@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from hubcache import put_in_cache
-from specdec_cli.models import download
-from specdec_cli.models import registry
+from specdec_cli.events import MAX_DRAFT_TOKENS
+from specdec_cli.models import catalogue as catalogue_module, download, registry
 from specdec_cli.errors import BadConfig, BadInput, ModelNotFound
-from specdec_cli.models.registry import HubModel, load_catalogue, parse_model, resolve_pair
+from specdec_cli.models.catalogue import HubModel, load_catalogue
+from specdec_cli.models.registry import parse_model, resolve_pair
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_TOML = REPO_ROOT / "specdec_cli" / "models" / "models.toml"
@@ -80,16 +81,16 @@ def test_top_level_models_toml_is_the_package_file():
 
 def test_shipped_catalogue_parses_and_every_entry_is_complete():
     raw = tomllib.loads(PACKAGE_TOML.read_text())
-    assert raw["schema"] == registry.SCHEMA_VERSION
+    assert raw["schema"] == catalogue_module.SCHEMA_VERSION
     catalogue = load_catalogue(user_file=None)
     assert len(catalogue) == len(raw["pair"]) >= 10
     for table in raw["pair"]:  # the shipped file states k, ctx and a note for every pair
         assert {"name", "k", "ctx", "note"} <= set(table), table["name"]
         assert table["note"].strip()
     builtins = [e for e in catalogue.values() if e.builtin]
-    assert [e.name for e in builtins] == [registry.BUILTIN_PAIR_NAME]
+    assert [e.name for e in builtins] == [catalogue_module.BUILTIN_PAIR_NAME]
     for entry in catalogue.values():
-        assert 1 <= entry.k <= registry.MAX_K and entry.ctx >= registry.MIN_CTX
+        assert 1 <= entry.k <= MAX_DRAFT_TOKENS and entry.ctx >= catalogue_module.MIN_CTX
         if entry.builtin:
             assert entry.draft is None and entry.target is None
             continue
@@ -97,7 +98,7 @@ def test_shipped_catalogue_parses_and_every_entry_is_complete():
         assert entry.draft != entry.target, entry.name
         for model in (entry.draft, entry.target):
             assert download.REPO_RE.match(model.repo), model
-            assert registry.pattern_problem(model.pattern) is None, model
+            assert catalogue_module.pattern_problem(model.pattern) is None, model
             assert model.pattern.lower().endswith(".gguf")
 
 
@@ -148,7 +149,7 @@ def test_user_file_adds_pairs_and_changes_only_the_keys_it_gives(tmp_path, monke
     assert merged["gemma-3-270m-4b"].target == HubModel("me/gemma-GGUF", "*Q8_0.gguf")
     assert merged["gemma-3-270m-4b"].draft == shipped["gemma-3-270m-4b"].draft
     assert merged["mine"].draft == HubModel("me/small-GGUF", "small-*.gguf")
-    assert (merged["mine"].k, merged["mine"].ctx) == (registry.DEFAULT_K, registry.DEFAULT_CTX)
+    assert (merged["mine"].k, merged["mine"].ctx) == (catalogue_module.DEFAULT_PAIR_K, catalogue_module.DEFAULT_PAIR_CTX)
     assert list(merged)[: len(shipped)] == list(shipped)  # shipped order kept, new pairs last
 
 
@@ -220,8 +221,8 @@ def test_resolve_without_anything_is_the_builtin_pair(monkeypatch):
     calls = []
     monkeypatch.setattr(registry, "builtin_pair", lambda on_convert=None: calls.append(1) or (Path("d.gguf"), Path("t.gguf")))
     assert resolve_pair(None, None) == (Path("d.gguf"), Path("t.gguf"))
-    assert resolve_pair(None, None, registry.BUILTIN_PAIR_NAME) == (Path("d.gguf"), Path("t.gguf"))
-    assert resolve_pair("mine.gguf", None, registry.BUILTIN_PAIR_NAME) == (Path("mine.gguf"), Path("t.gguf"))
+    assert resolve_pair(None, None, catalogue_module.BUILTIN_PAIR_NAME) == (Path("d.gguf"), Path("t.gguf"))
+    assert resolve_pair("mine.gguf", None, catalogue_module.BUILTIN_PAIR_NAME) == (Path("mine.gguf"), Path("t.gguf"))
     assert len(calls) == 3
     with pytest.raises(BadInput, match="give both --draft and --target"):
         resolve_pair("a.gguf", None)
@@ -268,7 +269,7 @@ def test_cli_resolve_paths_delegates_to_the_registry(tmp_path, monkeypatch, hf_c
 def test_context_size_takes_the_pairs_suggestion_unless_ctx_is_given():
     from specdec_cli.options import context_size, DEFAULT_CTX
 
-    entry = registry.find_pair("qwen2.5-0.5b-7b")
+    entry = catalogue_module.find_pair("qwen2.5-0.5b-7b")
     assert context_size(None, "qwen2.5-0.5b-7b") == entry.ctx != DEFAULT_CTX
     assert context_size(None, None) == DEFAULT_CTX
     assert context_size(512, "qwen2.5-0.5b-7b") == 512

@@ -26,7 +26,7 @@ import pytest
 import uvicorn
 
 from fakes import ToyModel, successor_table
-from specdec_cli.sampling import SamplingParams
+from specdec_cli.maths.sampling import SamplingParams
 from specdec_cli.serve.app import create_app
 from specdec_cli.serve.types import Defaults
 from specdec_cli.serve.worker import Worker

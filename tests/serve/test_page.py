@@ -21,7 +21,7 @@ import urllib.request
 
 import pytest
 
-from specdec_cli.stats import expected_tokens_per_round
+from specdec_cli.tuning.speedup import expected_tokens_per_round
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")

@@ -62,7 +62,7 @@ def test_a_native_crash_in_llama_cpp_ends_the_server_with_the_guards_line_and_ex
     code = textwrap.dedent(
         """
         import ctypes, sys
-        from specdec_cli import backend
+        from specdec_cli.llama import model as backend
         from specdec_cli.cli import app
         real = backend.lc.llama_decode
         calls = {"n": 0}

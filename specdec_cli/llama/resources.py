@@ -22,8 +22,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .models.download import human_size
-from .errors import BadInput
+from ..models.download import human_size
+from ..errors import BadInput
 
 F16_BYTES = 2
 CTX_STEP = 256  # llama.cpp pads a context to a multiple of 256 tokens (--ctx 64 gets 256)

@@ -39,7 +39,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .sampling import Distribution
+from ..maths.sampling import Distribution
 
 TEXT, BYTE, SPECIAL = "text", "byte", "special"  # the kinds backend.LlamaModel.token_kind reports
 

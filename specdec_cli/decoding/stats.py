@@ -1,51 +1,20 @@
-"""Consuming a generation into counters and timings, and the speed-up model that explains them.
+"""A generation's counters and timings (`RunStats`): what a user asks about a run.
 
-`consume` runs one generation (the engine's event stream) and folds it into an `Outcome`:
-its `RunStats`, the numbers a user asks about (tokens per target pass, acceptance overall
-and by draft position, where the time went), and the tokens and text. `run` and `bench`
-both consume generations through it; `RunStats.merge` pools several runs.
+Tokens per target pass, acceptance overall and by draft position, where the time went.
+`run` and `bench` both fold generations into it (consume.py); `RunStats.merge` pools several runs:
 
-The model is Leviathan et al. 2022, Theorem 3.8, with the verify cost measured instead of
-assumed equal to one target step. With per-token acceptance alpha and k drafts a round
-yields E = (1 - alpha^(k+1)) / (1 - alpha) tokens on average (k + 1 when alpha = 1), and
+    stats = RunStats(); stats.add(event) for each event  ->  stats.tokens_per_pass, stats.alpha
 
-    speedup = E * T_target(1) / (k * T_draft + T_target(k + 1))
-
-where T_target(n) is the time of one target batch of n tokens and T_draft one draft step.
-Example: alpha = 0.8, k = 4, T_draft = 5 ms, T_target(1) = 12 ms, T_target(5) = 18 ms
--> E = 3.36, speedup = 3.36 * 12 / 38 = 1.06.
-
-Left out: printing (cli/render.py) and measuring the cost curve (cost_curve.measure_cost_curve).
+Left out: running the generation (consume.py), the speed-up model (tuning/speedup.py), printing
+(cli/render.py).
 """
 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterator
 
-from .cost_curve import CostCurve
-from .events import Event, Finished, Prefill, Rejected, Round, Token
-
-
-def expected_tokens_per_round(alpha: float, k: int) -> float:
-    """E[tokens per round] under i.i.d. acceptance alpha (Leviathan et al. 2022, eq. 1)."""
-    if alpha >= 1.0:
-        return float(k + 1)
-    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
-
-
-def predicted_speedup(alpha: float, k: int, draft_step: float, target_step: float, verify_batch: float) -> float:
-    """Theorem 3.8 with a measured verify cost: time per token target-only / speculative."""
-    if k == 0:
-        return 1.0
-    return expected_tokens_per_round(alpha, k) * target_step / (k * draft_step + verify_batch)
-
-
-def predict(alpha: float, k: int, cost: CostCurve) -> float:
-    """predicted_speedup from a measured cost curve, whose verify cost is T_target(k + 1)."""
-    return predicted_speedup(alpha, k, cost.draft_step, cost.target_step, cost.target_batch[k])
+from ..events import Event, Finished, Prefill, Rejected, Round, Token
 
 
 def measured_speedup(run: "RunStats", baseline: "RunStats") -> float:
@@ -175,44 +144,3 @@ class RunStats:
         for name in ("acceptance_rate", "alpha", "acceptance_by_position", "mean_accepted", "tokens_per_pass", "tokens_per_second", "python_share"):
             out[name] = getattr(self, name)
         return out
-
-
-@dataclass
-class Outcome:
-    """What one generation left behind, also when Ctrl-C cut it short."""
-
-    stats: RunStats
-    tokens: list[int] = field(default_factory=list)  # the ids of the Token events
-    text: str = ""  # their text, joined
-    wall_seconds: float = 0.0  # the whole call, prefill and Python included
-
-    @property
-    def interrupted(self) -> bool:
-        return self.stats.finish_reason == "interrupted"
-
-
-def consume(events: Iterator[Event], on_event: Callable[[Event], None] | None = None) -> Outcome:
-    """Run a generation (the engine's event generator) to its end, or to Ctrl-C, and fold it.
-
-    Every event goes to `on_event` too (a renderer). Ctrl-C ends the run with finish reason
-    "interrupted"; the generator is closed in a `finally` either way, so the engine rolls its
-    caches back now, not at garbage collection.
-    """
-    outcome = Outcome(RunStats())
-    pieces = []
-    start = time.perf_counter()
-    try:
-        for event in events:
-            outcome.stats.add(event)
-            if isinstance(event, Token):
-                outcome.tokens.append(event.id)
-                pieces.append(event.text)
-            if on_event is not None:
-                on_event(event)
-    except KeyboardInterrupt:
-        outcome.stats.finish_reason = "interrupted"
-    finally:
-        events.close()
-        outcome.text = "".join(pieces)
-        outcome.wall_seconds = time.perf_counter() - start
-    return outcome

@@ -40,12 +40,13 @@ from typing import Generator, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
-from .drafters import CausalModel, Drafter, Proposal, Proposer, catch_up, common_prefix
-from .errors import ContextOverflow
-from .events import DraftPolicy, Event, Finished, Logprobs, Prefill, Rejected, Round, Source, Token
-from .rule_choice import RuleChooser, rule_chooser
-from .sampling import SamplingParams, log_probabilities
-from .speculative import DEFAULT_VERIFY, VERIFIERS, sample_row
+from ..drafting.interface import Drafter, Proposal, Proposer
+from ..drafting.kv_sync import CausalModel, catch_up, common_prefix
+from ..errors import ContextOverflow
+from ..events import DraftPolicy, Event, Finished, Logprobs, Prefill, Rejected, Round, Source, Token
+from ..tuning.rule_choice import RuleChooser, rule_chooser
+from ..maths.sampling import SamplingParams, log_probabilities
+from ..maths.speculative import DEFAULT_VERIFY, VERIFIERS, sample_row
 from .text_stream import TextStream
 
 

@@ -87,9 +87,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
-from .errors import BadInput
-from .estimates import DECAY, PRIOR_BATCH_SLOPE, Acceptance, BatchCost, WeightedMean, clamp
-from .events import AUTO, DraftPolicy, DraftTokens, Round
+from ..errors import BadInput
+from ..maths.speculative import expected_tokens
+from .estimates import Acceptance, BatchCost, DECAY, PRIOR_BATCH_SLOPE, WeightedMean, clamp
+from ..events import AUTO, DraftPolicy, DraftTokens, Round
 
 if TYPE_CHECKING:
     from .cost_curve import CostCurve
@@ -147,15 +148,6 @@ class FixedPolicy:
 # -- the maths ------------------------------------------------------------------------
 
 
-def expected_tokens(acceptance: Sequence[float], k: int) -> float:
-    """E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j. Example: a = [0.8, 0.5], k = 2 -> 1 + 0.8 + 0.4 = 2.2."""
-    total, reach = 1.0, 1.0
-    for a in acceptance[:k]:
-        reach *= a
-        total += reach
-    return total
-
-
 def best_draft_length(
     acceptance: Sequence[float],
     draft_step: float,
@@ -173,11 +165,9 @@ def best_draft_length(
     """
     assert len(acceptance) >= max_k and len(batch_seconds) > max_k and 0 <= min_k <= max(max_k, 1)
     best_k, best_rate = (0, 1.0 / batch_seconds[0]) if min_k == 0 else (0, -1.0)
-    expected, reach = 1.0, 1.0
+    expected = expected_tokens(acceptance[:max_k])
     for k in range(1, max_k + 1):
-        reach *= acceptance[k - 1]
-        expected += reach
-        rate = expected / (draft_overhead + k * draft_step + batch_seconds[k])
+        rate = expected[k] / (draft_overhead + k * draft_step + batch_seconds[k])
         if k >= min_k and rate > best_rate:
             best_k, best_rate = k, rate
     return best_k, best_rate

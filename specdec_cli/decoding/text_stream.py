@@ -14,7 +14,7 @@ from __future__ import annotations
 import codecs
 from typing import Sequence
 
-from .events import Logprobs, Source, Token
+from ..events import Logprobs, Source, Token
 
 
 class TextStream:

@@ -56,7 +56,7 @@ from typing import Union
 
 import numpy as np
 
-from .errors import NumericalError
+from ..errors import NumericalError
 
 # How many of the largest weights are sorted before falling back to a full sort for top-p.
 _TOP_P_CANDIDATES = 1024
@@ -185,10 +185,15 @@ def argmax(logits: np.ndarray) -> int:
     return _checked_argmax(logits)
 
 
-def one_hot(n: int, index: int) -> np.ndarray:
-    out = np.zeros(n, dtype=np.float64)
-    out[index] = 1.0
-    return out
+def point_mass(n: int, x: int) -> "Distribution":
+    """The one-hot distribution at x over n ids: the q of a deterministic draft. Example: point_mass(4, 2).dense() -> [0, 0, 1, 0]."""
+    return Distribution(n, np.array([x]), np.array([1.0]))
+
+
+def softmax_at(row: np.ndarray, index: int) -> float:
+    """softmax(row)[index] at temperature 1, in float64 (a draft's confidence for --p-min). Example: [0, 0], 1 -> 0.5."""
+    z = row.astype(np.float64) - float(row.max())
+    return float(np.exp(z[index]) / np.exp(z).sum())
 
 
 def distribution(logits: np.ndarray, params: SamplingParams) -> Distribution:
@@ -354,12 +359,6 @@ def dense_weight(logit: float, top: float, temperature: float) -> float:
     if temperature < 1.0:
         z = max(z, -_UNDERFLOW_GAPS * temperature)
     return float(np.exp(z / temperature))
-
-
-def top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
-    """Ids of the k largest logits, ascending; ties at the k-th value go to the lowest ids.
-    Example: [1, 5, 3, 4.5], k=2 -> [1, 3]. See `_top_k_ranked`."""
-    return np.sort(_top_k_ranked(logits, k))
 
 
 def _top_k_ranked(logits: np.ndarray, k: int) -> np.ndarray:

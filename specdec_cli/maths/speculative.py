@@ -26,7 +26,7 @@ Example (greedy): p = one-hot(7), q = one-hot(7) -> the draft token 7 is accepte
 p = one-hot(3), q = one-hot(7) -> 7 is rejected and the residual is one-hot(3).
 
 Left out: processing logits into p and q, the draws and the residual themselves
-(sampling.py); who drafts (drafters.py); the loop around a round (engine.py).
+(sampling.py); who drafts (drafting/); the loop around a round (decoding/engine.py).
 """
 
 from __future__ import annotations
@@ -36,19 +36,7 @@ from typing import Sequence, Union
 
 import numpy as np
 
-from .sampling import (
-    FLOAT32_EPS,
-    Distribution,
-    SamplingParams,
-    argmax,
-    check_finite,
-    dense_weight,
-    distribution,
-    float32_path,
-    residual,
-    sample,
-    softmax_row,
-)
+from .sampling import Distribution, FLOAT32_EPS, SamplingParams, argmax, check_finite, dense_weight, distribution, float32_path, point_mass, residual, sample, softmax_row
 
 # A target row goes the float32 way only if |top| <= this many temperatures: then float32's
 # spacing near the top (|top| 2^-23) is at most T / 128, so the floor 86 T below the top
@@ -102,7 +90,7 @@ def verify(
     n = target_logits.shape[1]
     for i, x in enumerate(draft_tokens):
         if q_rows is None:
-            q = Distribution(n, np.array([x]), np.array([1.0]))
+            q = point_mass(n, x)
         else:
             q = q_rows[i] if isinstance(q_rows[i], Distribution) else Distribution.from_dense(q_rows[i])
         q_x = q.prob(x)
@@ -115,11 +103,28 @@ def verify(
             if row.accepts(u, x, q_x):
                 continue
             return Verdict(accepted=i, token=row.draw_residual(q, rng), bonus=False)
-        p = distribution(target_logits[i], params)
-        if u < p.prob(x) / q_x:  # u < p/q happens with probability min(1, p/q)
-            continue
-        return Verdict(accepted=i, token=sample(residual(p, q), rng), bonus=False)
+        correction = keep_or_correct(distribution(target_logits[i], params), x, q, u, rng)
+        if correction is not None:
+            return Verdict(accepted=i, token=correction, bonus=False)
     return Verdict(accepted=k, token=sample_row(target_logits[k], params, rng), bonus=True)
+
+
+def keep_or_correct(p: Distribution, x: int, q: Distribution, u: float, rng: np.random.Generator) -> int | None:
+    """One position of the rule: None when draft x ~ q is kept (u < p(x) / q(x), which happens with
+    probability min(1, p(x) / q(x))), else the correction drawn from normalise(max(0, p - q)).
+    Example: p = [0.5, 0.5], q = point_mass(2, 0), u = 0.7 -> x = 0 rejected, the correction is 1."""
+    if u < p.prob(x) / q.prob(x):
+        return None
+    return sample(residual(p, q), rng)
+
+
+def keep_or_resample(q: Distribution, guess: int, rng: np.random.Generator) -> int:
+    """A deterministic guess verified against q as `verify` verifies a lookup draft against p: the
+    guess with probability q(guess), else a draw from normalise(max(0, q - onehot(guess))); the
+    result is distributed as q (the cascade's draft, drafting/cascade.py)."""
+    u = rng.random()
+    correction = keep_or_correct(q, guess, point_mass(q.n, guess), u, rng)
+    return guess if correction is None else correction
 
 
 def verify_block(
@@ -209,15 +214,24 @@ def expected_kept(p: Sequence[np.ndarray], q: Sequence[np.ndarray], drafts: Sequ
     w_1 = 0.5, w_2 = min(1, 0.5 x 2) = 1, h_1 = 0 (w_1 p_1 <= q_1: nothing left to correct to),
     h_2 = w_2 = 1, so tau = 2 always: 2.0. The second draft rescues the first.
     """
-    token, reach = 0.0, 1.0
-    for i, x in enumerate(drafts):
-        reach *= min(1.0, p[i][x] / q[i][x])
-        token += reach
+    token = expected_tokens([min(1.0, p[i][x] / q[i][x]) for i, x in enumerate(drafts)])[-1] - 1.0
     block, missed = 0.0, 1.0  # missed = prod_{j>=i} (1 - h_j), built from the last draft back
     for h_i in reversed(h):
         missed *= 1.0 - h_i
         block += 1.0 - missed
     return token, block
+
+
+def expected_tokens(acceptance: Sequence[float]) -> list[float]:
+    """E(k) for k = 0..len(acceptance): the tokens a round of k drafts yields in expectation,
+    1 + sum_{i<=k} prod_{j<=i} a_j, where a_j is the chance that draft j is kept once drafts
+    1..j-1 were (Leviathan et al. 2022, eq. 1, with acceptance by position).
+    Example: [0.8, 0.5] -> [1, 1.8, 2.2]."""
+    out, reach = [1.0], 1.0
+    for a in acceptance:
+        reach *= a
+        out.append(out[-1] + reach)
+    return out
 
 
 VERIFIERS = {"token": verify, "block": verify_block}  # options.VERIFY_RULES names them, with "auto" (rule_choice.py)

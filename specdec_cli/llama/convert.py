@@ -1,4 +1,4 @@
-"""A precision conversion (backend.convert_gguf) in a child process, so that it can be stopped.
+"""A GGUF rewritten at another precision by llama.cpp's quantizer (`convert_gguf`), in a child process that can be stopped.
 
 llama.cpp's quantizer is one long C call with no way to abort it. A Ctrl-C that arrives
 meanwhile can only surface in llama.cpp's log callback, where ctypes prints "Exception
@@ -10,20 +10,21 @@ the caller's process only waits, and the quantizer runs in a child it can kill:
     parent: waits for the child, reading the one line it writes if it fails. Ctrl-C (or any
             exception) kills the child, waits for it to end, and is raised again; the caller
             then removes the partial file (registry.ensure_converted), which no one writes any more.
-    child:  `python -m specdec_cli.convert SRC DST TYPE`, in a session of its own (a terminal's
+    child:  `python -m specdec_cli.llama.convert SRC DST TYPE`, in a session of its own (a terminal's
             Ctrl-C reaches only the parent, which decides). A thread reads stdin, a pipe from
             the parent: end of file means the parent has gone (killed by SIGTERM or SIGKILL),
             and the child ends at once instead of writing on for nobody. It exits 0 when the
-            file is written, else 1 after one line on stdout, backend.convert_gguf's message.
+            file is written, else 1 after one line on stdout, convert_gguf's message.
 
 The child's stderr is the parent's: SPECDEC_LLAMA_LOG=1 shows llama.cpp's log as it converts.
 
 Left out: where the file goes, the free-space check and the partial file's name and
-removal (models/registry.py); the quantizer call itself (backend.py).
+removal (models/cache.py).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -31,17 +32,22 @@ import sys
 import threading
 from pathlib import Path
 
-from .crashguard import signal_name
-from .errors import SpecdecError
+import llama_cpp as lc
 
-_PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # so the child imports this very package
+from ..errors import SpecdecError
+from . import crashguard
+from .crashguard import signal_name
+from .gguf import FILE_TYPES
+from .log import llama_log
+
+_PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # so the child imports this very package
 
 
 def convert_in_child(src: Path, dst: Path, file_type: str) -> None:
-    """backend.convert_gguf(src, dst, file_type) in a child process; SpecdecError with its reason if it fails."""
+    """convert_gguf(src, dst, file_type) in a child process; SpecdecError with its reason if it fails."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p)
-    command = [sys.executable, "-m", "specdec_cli.convert", str(src), str(dst), file_type]
+    command = [sys.executable, "-m", "specdec_cli.llama.convert", str(src), str(dst), file_type]
     with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True) as child:
         try:
             reason = child.stdout.read().decode("utf-8", errors="replace").strip()
@@ -57,6 +63,29 @@ def convert_in_child(src: Path, dst: Path, file_type: str) -> None:
     raise SpecdecError(reason or f"converting {src.name} to {file_type} failed (the converter exited with {code})")
 
 
+def convert_gguf(src: Path, dst: Path, file_type: str = "F32", n_threads: int = 0) -> None:
+    """Rewrite a GGUF at another precision with llama.cpp's quantizer (requantizing allowed).
+
+    Writes straight to `dst`; callers that need atomicity write to a temporary name first.
+    The quantizer is one long C call that nothing interrupts: convert.py runs it in a child
+    process that can be stopped. A failure is one line, llama.cpp's reason: "llama.cpp could
+    not convert a.gguf to F32: failed to quantize: basic_ios::clear: iostream error".
+    """
+    captured = llama_log()
+    params = lc.llama_model_quantize_default_params()
+    params.nthread = n_threads
+    params.ftype = FILE_TYPES[file_type][0]
+    params.allow_requantize = True
+    crashguard.mark(f"converting {src.name} to {file_type}")
+    mark = captured.count
+    rc = lc.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    captured.raise_pending()
+    if rc != 0:
+        raise SpecdecError(
+            f"llama.cpp could not convert {src} to {file_type}: {captured.reason(mark)} (SPECDEC_LLAMA_LOG=1 shows llama.cpp's full log)"
+        )
+
+
 def _end_when_the_parent_goes() -> None:
     while os.read(0, 4096):  # b"" at end of file: the parent closed the pipe or died
         pass  # (os.read, not sys.stdin: a daemon thread in a buffered read breaks the interpreter's shutdown)
@@ -67,8 +96,6 @@ def main(argv: list[str]) -> int:
     """The child: convert, and say on stdout why not."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the parent stops a conversion
     threading.Thread(target=_end_when_the_parent_goes, daemon=True).start()
-    from .backend import convert_gguf
-
     src, dst, file_type = argv
     try:
         convert_gguf(Path(src), Path(dst), file_type)

@@ -2,7 +2,7 @@
 
 SuffixDecoding (Oliaro, Jia, Campos, Qiao, NeurIPS 2025) drafts from a suffix index over the
 prompt, the output so far and earlier outputs, and proposes more tokens the longer the
-match. Here the lookup drafter (drafters.LookupDrafter) searches the context first, as prompt
+match. Here the lookup drafter (lookup.LookupDrafter) searches the context first, as prompt
 lookup does, then this memory: the sequences of earlier generations (prompt + output),
 indexed by their n-grams. A repetitive workload (the same JSON fields extracted from many
 texts, a function edited call after call) finds its next tokens in what it wrote before.
@@ -11,7 +11,7 @@ texts, a function edited call after call) finds its next tokens in what it wrote
     memory.add([5, 6, 7, 8, 9])              # an earlier call's prompt + output
     memory.match([1, 2, 6, 7])               # -> Recall(tokens=[8, 9], length=2)
 
-Three levels: within a call (the context itself, in drafters.py), across calls of the CLI
+Three levels: within a call (the context itself, in lookup.py), across calls of the CLI
 (`--draft-cache FILE`: `load` and `save` below), across requests of `specdec serve` (one
 memory kept in the worker). The memory holds at most `max_tokens` tokens; the oldest
 sequences go first.
@@ -23,7 +23,7 @@ vocabulary lacks, saying why in one line, and the caller starts afresh (the next
 rebuilds it). `save` merges with what another process saved meanwhile, under an advisory
 lock (fcntl) on FILE.lock, and replaces the file atomically (a temporary file, fsync, rename).
 
-Left out: proposing and verifying (drafters.py, speculative.py); when to save (the CLI and the
+Left out: the n-gram table (ngram.py); proposing and verifying (lookup.py, maths/speculative.py); when to save (the CLI and the
 server decide).
 """
 
@@ -39,14 +39,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from .errors import BadInput
+from ..errors import BadInput
+from .ngram import PLACES, RECALL_TOKENS, NgramTable
 
 FORMAT = "specdec-draft-cache"
 VERSION = 1
 NGRAM = 3  # the index's key: a sequence's last NGRAM tokens (shorter at its start)
-MATCH_CAP = 32  # how far back a match is measured
-PLACES = 4  # the newest occurrences of each n-gram kept: a match takes the one that agrees longest
-RECALL_TOKENS = 64  # the most a recall hands out (options.MAX_DRAFT_TOKENS)
 DEFAULT_MAX_TOKENS = 200_000  # --draft-cache-size
 
 
@@ -62,27 +60,6 @@ class Recall:
     length: int
 
 
-def agreement(seq: Sequence[int], end: int, context: Sequence[int], cap: int = MATCH_CAP) -> int:
-    """How many tokens of `seq` before `end` equal the context's last ones (at most cap).
-    Example: seq [4, 2, 3, 9], end 3, context [1, 2, 3] -> 2 (the (2, 3) before index 3)."""
-    m, n = 0, len(context)
-    while m < cap and m < end and m < n and seq[end - 1 - m] == context[n - 1 - m]:
-        m += 1
-    return m
-
-
-def longest_agreement(context: Sequence[int], places) -> tuple[int, object, int]:
-    """Of (key, end, seq) places, oldest first, the (agreement, key, end) that agrees with the
-    context's end longest, the newest on a tie. Example: context [1, 2, 3], places
-    [("a", 3, [1, 2, 3, 7]), ("b", 2, [5, 3, 8])] -> (3, "a", 3)."""
-    best = None
-    for key, end, seq in reversed(list(places)):
-        length = agreement(seq, end, context)
-        if best is None or length > best[0]:
-            best = (length, key, end)
-    return best
-
-
 class DraftMemory:
     """Earlier token sequences, indexed by their n-grams. A match measures the newest `places`
     occurrences of the context's last n-gram and takes the one whose earlier tokens agree with
@@ -96,7 +73,7 @@ class DraftMemory:
         self.sequences: deque[list[int]] = deque()
         self._first = 0  # the number of sequences evicted: sequence i lives at self.sequences[i - _first]
         self._size = 0
-        self._index: dict[tuple[int, ...], list[tuple[int, int]]] = {}  # n-gram -> its newest (sequence number, end), oldest first
+        self._table = NgramTable(range(1, ngram + 1), places)  # n-gram -> its newest (sequence number, end)
 
     def __len__(self) -> int:
         return self._size
@@ -109,31 +86,21 @@ class DraftMemory:
         number = self._first + len(self.sequences)
         self.sequences.append(tokens)
         self._size += len(tokens)
-        for end in range(1, len(tokens)):  # not the sequence's own end: nothing follows it
-            for n in range(1, self.ngram + 1):
-                if end >= n:
-                    found = self._index.setdefault(tuple(tokens[end - n : end]), [])
-                    found.append((number, end))
-                    if len(found) > self.places:
-                        del found[0]
+        self._table.add(tokens, range(1, len(tokens)), number)  # not the sequence's own end: nothing follows it
         if self._size > self.max_tokens:
             while self._size > self.max_tokens:
                 self._size -= len(self.sequences.popleft())
                 self._first += 1
-            kept = ((key, [place for place in found if place[0] >= self._first]) for key, found in self._index.items())
-            self._index = {key: found for key, found in kept if found}
+            self._table.keep(lambda number: number >= self._first)
 
     def match(self, context: Sequence[int]) -> Recall | None:
         """The continuation of the longest n-gram of the context's end seen in memory (longest n
         first), from the occurrence that agrees with the context furthest back."""
-        for n in range(min(self.ngram, len(context)), 0, -1):
-            found = self._index.get(tuple(context[-n:]))
-            if not found:
-                continue
-            length, number, end = longest_agreement(context, ((number, end, self.sequences[number - self._first]) for number, end in found))
-            seq = self.sequences[number - self._first]
-            return Recall(tokens=seq[end : end + RECALL_TOKENS], length=length)
-        return None
+        found = self._table.best(context, lambda number: self.sequences[number - self._first])
+        if found is None:
+            return None
+        length, number, end = found
+        return Recall(tokens=self.sequences[number - self._first][end : end + RECALL_TOKENS], length=length)
 
     # -- the cache file ---------------------------------------------------------------------
 

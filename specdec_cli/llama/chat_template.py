@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Sequence
 
-from .errors import BadInput
+from ..errors import BadInput
 
 # A chat template is code that comes with the GGUF file: it renders under these limits.
 TEMPLATE_SECONDS = 2.0  # real templates render in milliseconds

@@ -1,0 +1,57 @@
+"""The driver: one generation (the engine's event stream) run to its end, or to Ctrl-C, and folded into an `Outcome`.
+
+    outcome = consume(engine.generate(ids, config, policy), on_event=renderer)
+    outcome.text, outcome.tokens, outcome.stats.tokens_per_second
+
+Left out: the counters themselves (stats.py), showing the events (the front-ends' on_event).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from ..events import Event, Token
+from .stats import RunStats
+
+
+@dataclass
+class Outcome:
+    """What one generation left behind, also when Ctrl-C cut it short."""
+
+    stats: RunStats
+    tokens: list[int] = field(default_factory=list)  # the ids of the Token events
+    text: str = ""  # their text, joined
+    wall_seconds: float = 0.0  # the whole call, prefill and Python included
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stats.finish_reason == "interrupted"
+
+
+def consume(events: Iterator[Event], on_event: Callable[[Event], None] | None = None) -> Outcome:
+    """Run a generation (the engine's event generator) to its end, or to Ctrl-C, and fold it.
+
+    Every event goes to `on_event` too (a renderer). Ctrl-C ends the run with finish reason
+    "interrupted"; the generator is closed in a `finally` either way, so the engine rolls its
+    caches back now, not at garbage collection.
+    """
+    outcome = Outcome(RunStats())
+    pieces = []
+    start = time.perf_counter()
+    try:
+        for event in events:
+            outcome.stats.add(event)
+            if isinstance(event, Token):
+                outcome.tokens.append(event.id)
+                pieces.append(event.text)
+            if on_event is not None:
+                on_event(event)
+    except KeyboardInterrupt:
+        outcome.stats.finish_reason = "interrupted"
+    finally:
+        events.close()
+        outcome.text = "".join(pieces)
+        outcome.wall_seconds = time.perf_counter() - start
+    return outcome

@@ -1,0 +1,102 @@
+"""The cascade: where lookup has a guess, the draft model checks it in ONE batch and samples its own draft from it.
+
+Left out: the draft model alone (model.py), lookup alone (lookup.py).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ..maths.sampling import SamplingParams, argmax, proposal, sample
+from ..maths.speculative import keep_or_resample
+from .combined import ModelAndLookup
+from .interface import Proposal, Proposer
+from .kv_sync import catch_up
+
+
+@dataclass(frozen=True)
+class GuessedDraft:
+    """One cascade round: the lookup match that guesses, and the draft model that samples from the guess."""
+
+    name: str
+    drafter: CascadeDrafter
+    guess: Proposer
+
+    def propose(
+        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
+    ) -> Proposal:
+        guessed = self.guess.propose(context, k, params, rng, p_min).tokens
+        return self.drafter.sample_with_guess(context, guessed, k, params, rng, p_min)
+
+
+
+class CascadeDrafter(ModelAndLookup):
+    """Drafting for the draft: where lookup (or the memory) has a guess, the draft model scores the
+    guess in ONE batch instead of k sequential steps, and its own exact sample comes out of it.
+
+    Staged speculative decoding (Spector & Re 2023) and CS-Drafting (Chen et al., NeurIPS 2024)
+    cascade drafters; here the lookup's guess g_1..g_m is verified against the draft model's q
+    as the target verifies drafts (a deterministic proposal: keep g_i with probability q_i(g_i),
+    else draw from normalise(max(0, q_i - onehot(g_i))) and stop; all kept: one more token from
+    q_{m+1}). So the tokens are an exact sample of the draft model, and q_rows are the very rows
+    that batch gave, which is all the target's verification needs (speculative.verify: x ~ q).
+    Without a guess it drafts as ModelDrafter does. A ModelAndLookup otherwise (its two drafters,
+    prefill, sync), whose lookup candidates are turned into guessed rounds. At temperature 0 the sample is the draft's
+    greedy continuation. Where the sample leaves the guess (or takes all of it) short of k tokens,
+    the draft model drafts on from there step by step, as ModelDrafter does. Example: k = 4, guess
+    [7, 8, 9], the draft's greedy choices 7, 8, 5 -> proposal [7, 8, 5] from one draft batch of 4
+    rows, then one step from 5 on gives the fourth token (2 of ModelDrafter's 4 steps saved).
+
+    Left out: p_min's early stop in a guessed round (the batch is scored whole); drafts of another
+    vocabulary (the guess is in target ids: session uses it for a same-vocabulary pair only).
+    """
+
+    name = "cascade"
+
+    def candidates(self, context: Sequence[int]) -> list[Proposer]:
+        """A guessed round named by its lookup match ("cascade:3-5", "cascade:memory:6+"), else the draft model."""
+        found = self.lookup.candidates(context)
+        if found:
+            return [GuessedDraft("cascade:" + found[0].name.split(":", 1)[1], self, found[0])]
+        return self.model.candidates(context)
+
+    def sample_with_guess(
+        self, context: Sequence[int], guess: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
+    ) -> Proposal:
+        """Up to k tokens of the draft model's own sample: decided from one batch that scores `guess`
+        as far as the sample follows it (and one token more), then step by step as ModelDrafter drafts."""
+        drafter = self.model
+        model = drafter.model
+        own = drafter.own_context(context)
+        k = min(k, model.n_ctx - len(own))
+        guess = list(guess[: max(0, k - 1)])
+        out = Proposal(q_rows=None if params.greedy else [])
+        if k <= 0 or not own:
+            return out
+        t0 = time.perf_counter()
+        logits = catch_up(model, own + guess, len(guess) + 1)  # row i: after own + guess[:i]
+        kept = 0
+        try:
+            for i in range(len(guess) + 1):
+                row = logits[i, : drafter.vocab_limit]
+                q = None if params.greedy else proposal(row, params)
+                x = argmax(row) if q is None else sample(q, rng) if i == len(guess) else keep_or_resample(q, guess[i], rng)
+                out.tokens.append(x)
+                if q is not None:
+                    out.q_rows.append(q)
+                if i == len(guess) or x != guess[i]:
+                    break
+                kept += 1
+        finally:
+            model.rewind(len(own) + kept)  # the cache holds the sample but its last token, as ModelDrafter leaves it
+        out.decode_seconds = out.catch_up_seconds = time.perf_counter() - t0
+        if len(out.tokens) < k:
+            t0 = time.perf_counter()
+            row = model.decode(out.tokens[-1:], 1)[0]
+            out.decode_seconds += time.perf_counter() - t0
+            drafter.extend(out, row, k, params, rng, p_min)
+        return out

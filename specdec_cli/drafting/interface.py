@@ -1,0 +1,56 @@
+"""What a drafter is: asked for up to k tokens that continue `context`, it answers with a `Proposal`.
+
+The proposal holds the token ids and, for a sampling drafter, the processed distribution q it
+drew each one from (None for a deterministic drafter, whose q is one-hot). It never verifies;
+that is `maths.speculative.verify`'s job.
+
+    drafter = ModelDrafter(LlamaModel("tiny.gguf"))
+    proposal = drafter.propose(context=[1, 2, 3], k=4, params=GREEDY, rng=rng)
+    proposal.tokens  # e.g. [4, 5, 6, 7]
+
+`candidates(context)` lists who can propose for this context, preferred first; the
+draft-length policy (tuning/policy.py) picks one and its k each round. Lookup names its match by
+length ("lookup:1", "lookup:2", "lookup:3-5", "lookup:6+"), so that the policy learns
+separately how well short and long matches are accepted.
+
+Left out: the drafters themselves (model.py, lookup.py, combined.py, cascade.py, cross_vocab.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from ..maths.sampling import Distribution, SamplingParams
+
+
+@dataclass
+class Proposal:
+    tokens: list[int] = field(default_factory=list)
+    q_rows: list[Distribution] | None = None  # the sparse q of each draft; None: deterministic (q one-hot)
+    decode_seconds: float = 0.0  # time spent inside the draft model's decode calls
+    catch_up_seconds: float = 0.0  # of which bringing its cache up to the context (see policy.draft_step_seconds)
+
+
+class Proposer(Protocol):
+    """One way to propose for the current context; `name` ("model", "lookup:3-5") is the key
+    under which the policy keeps its measurements."""
+
+    name: str
+
+    def propose(
+        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
+    ) -> Proposal: ...
+
+
+class Drafter(Proposer, Protocol):
+    def prefill(self, context: Sequence[int]) -> None: ...
+
+    def candidates(self, context: Sequence[int]) -> list[Proposer]:
+        """Who can propose for this context, preferred first (empty: a plain target step)."""
+        ...
+
+    def sync(self, context: Sequence[int]) -> None: ...
+

@@ -1,0 +1,56 @@
+"""Bringing a model's KV cache to a context: the rule both the draft model and the target follow.
+
+A cache is matched to the context lazily: keep the longest common prefix of what the cache
+holds and the context, drop the rest, and evaluate only the tokens after it.
+
+    common_prefix([1, 2, 3], [1, 2, 4])        # -> 2
+    catch_up(model, [1, 2, 4])                 # model.tokens [1, 2, 3] -> rewind(2), decode([4])
+
+Left out: when to sync (the engine and the drafters decide).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+import numpy as np
+
+
+class CausalModel(Protocol):
+    """What drafting and verification need from a model (the llama.cpp backend or a fake)."""
+
+    tokens: list[int]
+    n_vocab: int
+    n_ctx: int
+
+    def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray | None: ...
+
+    def rewind(self, n_keep: int) -> None: ...
+
+    def piece(self, token: int) -> bytes: ...
+
+    def is_end_of_generation(self, token: int) -> bool: ...
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token lists. Example: [1,2,3], [1,2,4] -> 2."""
+    n = min(len(a), len(b))
+    if list(a[:n]) == list(b[:n]):
+        return n
+    i = 0
+    while a[i] == b[i]:
+        i += 1
+    return i
+
+
+def catch_up(model: CausalModel, context: Sequence[int], n_logits: int = 1) -> np.ndarray | None:
+    """Bring a model's KV cache to `context` and return logits for its last `n_logits` tokens.
+
+    At least `n_logits` tokens are (re)evaluated, so the last row is always fresh; with
+    n_logits=0 (a prefill) only what the cache lacks is evaluated, possibly nothing.
+    """
+    keep = min(common_prefix(model.tokens, context), len(context) - n_logits)
+    model.rewind(keep)
+    if keep == len(context):
+        return None
+    return model.decode(context[keep:], n_logits)

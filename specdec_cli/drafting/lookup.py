@@ -1,0 +1,161 @@
+"""Prompt lookup: drafts copied from an earlier occurrence of the context's end, needing no model.
+
+`LookupDrafter` finds the earlier occurrence of the context's last n-gram (largest n first)
+that agrees with the context longest, and proposes what followed it (prompt-lookup decoding).
+Example, sizes (2, 1): context [5, 6, 7, 9, 5, 6] ends in (5, 6), seen before ending at index 2
+-> proposal [7, 9, 5, 6, ...]: the copy may run on into the text it is producing (as in LZ77),
+so a repeating pattern is proposed in full. It proposes nothing when nothing matches, stops
+after an end-of-generation token, and before any id the verifier cannot score. With a memory
+(memory.py) it also proposes what followed the context's end in an earlier call.
+
+Left out: the index itself (ngram.py), the memory's file (memory.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..errors import BadInput
+from ..maths.sampling import SamplingParams
+from .interface import Proposal, Proposer
+from .memory import DraftMemory, Recall
+from .ngram import MATCH_CAP, PLACES, RECALL_TOKENS, NgramIndex, agreement
+
+
+@dataclass(frozen=True)
+class LookupOptions:
+    ngram_sizes: tuple[int, ...] = (3, 2, 1)  # tried largest first
+    max_tokens: int = 10  # longest proposal
+    places: int = PLACES  # occurrences of an n-gram measured for the longest agreement (1: the latest wins)
+
+    @classmethod
+    def from_range(cls, ngram_min: int, ngram_max: int, max_tokens: int) -> "LookupOptions":
+        """Checked user options. Example: (1, 3, 10) -> sizes (3, 2, 1), proposals of up to 10 tokens."""
+        if not 1 <= ngram_min <= ngram_max:
+            raise BadInput(f"lookup n-gram sizes must satisfy 1 <= min <= max, got min {ngram_min}, max {ngram_max}")
+        if max_tokens < 1:
+            raise BadInput(f"--lookup-max-tokens must be at least 1, got {max_tokens}")
+        return cls(tuple(range(ngram_max, ngram_min - 1, -1)), max_tokens)
+
+
+
+def match_length(context: Sequence[int], start: int, cap: int = 8) -> int:
+    """How many tokens before `start` equal the context's last ones (at most cap).
+    Example: context [1, 2, 3, 9, 2, 3], start 3 -> 2 (the (2, 3) before index 3)."""
+    return agreement(context, start, context, cap)
+
+
+def match_class(length: int, prefix: str = "lookup") -> str:
+    """The policy's key for a lookup match: its acceptance depends much on how long the match is
+    (a repeated passage is copied whole, a one-token match mostly fails). 1, 2 -> 'lookup:1',
+    'lookup:2'; 3..5 -> 'lookup:3-5'; 6 or more -> 'lookup:6+'; a memory match of 16 or more
+    (prefix 'lookup:memory') -> 'lookup:memory:16+'."""
+    if length <= 2:
+        return f"{prefix}:{length}"
+    if length <= 5:
+        return f"{prefix}:3-5"
+    return f"{prefix}:6+" if length < 16 or prefix == "lookup" else f"{prefix}:16+"
+
+
+def recall_length(match: int, options: LookupOptions) -> int:
+    """How many tokens a memory match may propose: more the longer the match (SuffixDecoding's
+    speculation length), at least the lookup's own cap. Example: match 12, cap 10 -> 24."""
+    return max(options.max_tokens, min(RECALL_TOKENS, 2 * match))
+
+
+class LookupDrafter:
+    """Prompt-lookup drafting: copy what followed the earlier occurrence of the last n-gram that
+    agrees with the context longest (NgramIndex), or what followed it in an earlier call (memory)."""
+
+    name = "lookup"
+
+    def __init__(
+        self,
+        options: LookupOptions = LookupOptions(),
+        *,
+        vocab_limit: int | None = None,
+        is_end: Callable[[int], bool] | None = None,
+        memory: DraftMemory | None = None,
+    ) -> None:
+        assert options.max_tokens >= 1, "a lookup proposal may hold at least one token"
+        self.options = options
+        self.memory = memory  # earlier calls' sequences (memory.py); None: this context only
+        self.index = NgramIndex(options.ngram_sizes, options.places)
+        self.vocab_limit = vocab_limit  # None: every id can be scored
+        self.is_end = is_end or (lambda token: False)
+
+    def prefill(self, context: Sequence[int]) -> None:
+        self.index.update(context)
+
+    def candidates(self, context: Sequence[int]) -> list[Proposer]:
+        """The match in this context and the one in the memory (the longer first), each named by
+        its length class (see match_class): a memory match only if it is the longer."""
+        out: list[Proposer] = []
+        start = self.index.match(context)
+        here = match_length(context, start, MATCH_CAP) if start is not None else 0
+        if start is not None:
+            out.append(LookupMatch(match_class(min(here, 8)), self, start))
+        recall = self.memory.match(context) if self.memory is not None else None
+        if recall is not None and recall.tokens and recall.length > here:
+            out.insert(0, MemoryMatch(match_class(recall.length, "lookup:memory"), self, recall))
+        return out
+
+    def copy(self, context: Sequence[int], start: int, k: int) -> Proposal:
+        """Up to k tokens of context from `start` on, running on into the copy itself."""
+        n = len(context)
+        out = Proposal()
+
+        def source():
+            j = start
+            while True:
+                yield context[j] if j < n else out.tokens[j - n]
+                j += 1
+
+        return self.take(source(), min(k, self.options.max_tokens), out)
+
+    def take(self, tokens, k: int, out: Proposal | None = None) -> Proposal:
+        """Up to k of `tokens` as a proposal: before any id the verifier cannot score, through an
+        end of generation at the latest (nothing after it can be emitted)."""
+        out = Proposal() if out is None else out
+        for token in tokens:
+            if len(out.tokens) >= k or (self.vocab_limit is not None and token >= self.vocab_limit):
+                break
+            out.tokens.append(token)
+            if self.is_end(token):
+                break
+        return out
+
+    def sync(self, context: Sequence[int]) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class LookupMatch:
+    """A lookup proposal found for one context, ready to copy (what `candidates` hands out)."""
+
+    name: str
+    drafter: LookupDrafter
+    start: int
+
+    def propose(
+        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
+    ) -> Proposal:
+        return self.drafter.copy(context, self.start, k)
+
+
+@dataclass(frozen=True)
+class MemoryMatch:
+    """What followed the context's end in an earlier call (memory.Recall), ready to propose."""
+
+    name: str
+    drafter: LookupDrafter
+    recall: Recall
+
+    def propose(
+        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
+    ) -> Proposal:
+        return self.drafter.take(self.recall.tokens, min(k, recall_length(self.recall.length, self.drafter.options)))
+
