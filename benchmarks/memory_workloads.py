@@ -104,7 +104,7 @@ def tally(event, drafting: dict) -> None:
     """Draft seconds and drafted tokens by kind of round: 'model' (step by step), 'guessed' (a
     cascade round that scored a lookup guess in one batch), 'lookup' (copied, no model)."""
     if isinstance(event, Round) and event.drafted:
-        kind = "guessed" if event.source.startswith("cascade:") else event.source.split(":", 1)[0]
+        kind = "guessed" if event.drafter.startswith("cascade:") else event.drafter.split(":", 1)[0]
         sec_n = drafting.setdefault(kind, [0.0, 0])
         sec_n[0] += event.draft_seconds
         sec_n[1] += event.drafted

@@ -134,7 +134,7 @@ def replay(agrees: Sequence[bool], policy, costs: Costs, max_tokens: int) -> Rep
         name, k = policy.choose(["model"], n - pos - 1)  # a round makes up to k + 1 tokens
         if k == 0:
             seconds = costs.batch(1)
-            event = Round(0, 0, 0.0, 0.0, seconds, seconds, source="", k=0)
+            event = Round(0, 0, 0.0, 0.0, seconds, seconds, drafter="", k=0)
             pos += 1
         else:
             accepted = 0
@@ -143,7 +143,7 @@ def replay(agrees: Sequence[bool], policy, costs: Costs, max_tokens: int) -> Rep
             catch_up = costs.catch_up(pos - seen)
             draft = catch_up + (k - 1) * costs.draft_step
             verify = costs.batch(k + 1)
-            event = Round(k, accepted, draft, draft, verify, draft + verify, source=name, draft_catch_up_seconds=catch_up, k=k)
+            event = Round(k, accepted, draft, draft, verify, draft + verify, drafter=name, draft_catch_up_seconds=catch_up, k=k)
             pos += accepted + 1
             # The draft model evaluated the context and d_1..d_(k-1): after a rejection it lacks
             # the correction, after a fully accepted round d_k and the bonus.

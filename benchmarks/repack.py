@@ -46,7 +46,7 @@ def measure_once(path: Path, repack: bool, prompt_ids: list[int], gen_tokens: in
 
     with LlamaModel(path, n_ctx=1024, n_threads=threads, n_gpu_layers=0, repack=repack) as model:
         model.decode(prompt_ids[:8])  # warm-up: first-call allocations
-        model.reset()
+        model.rewind(0)
         start = time.perf_counter()
         logits = model.decode(prompt_ids)
         prompt_s = time.perf_counter() - start

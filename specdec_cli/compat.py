@@ -197,9 +197,9 @@ def measure_coverage(target, shared: np.ndarray, prompts: list[list[int]], n_tok
 def check_files(draft_path: Path, target_path: Path, coverage: bool = True) -> PairReport:
     """Compare two GGUF files' vocabularies; for different ones count the shared tokens and,
     with `coverage`, measure their coverage (which loads the target's weights and runs it)."""
+    from .drafting.vocab_map import of_models
     from .llama.model import LlamaModel
     from .prompts import builtin_prompts
-    from .drafting.vocab_map import of_models
 
     with LlamaModel(draft_path, vocab_only=True) as draft, LlamaModel(target_path, vocab_only=True) as target:
         report = compare_vocabularies(draft.vocab, target.vocab, draft.token_text, target.token_text)

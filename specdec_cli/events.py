@@ -69,14 +69,14 @@ class Round:
     accepted: int
     draft_seconds: float  # the drafter's propose call
     draft_decode_seconds: float  # of which inside the draft model's decode calls
-    verify_seconds: float  # the target's batch decode
+    target_seconds: float  # the target's batch decode (the stats table's "verify" time)
     seconds: float  # the whole round
-    source: str = ""  # who drafted ("model", "lookup:3-5", see drafters.py); "" for a plain target step
+    drafter: str = ""  # the proposer that drafted ("model", "lookup:3-5", see drafting/); "" for a plain target step
     draft_catch_up_seconds: float = 0.0  # of draft_seconds, the draft model catching up with the context
     k: int = 0  # the most tokens the policy allowed this round (a drafter may propose fewer)
-    rule: str = ""  # the rule that verified the drafts ("token", "block": speculative.VERIFIERS); "" for a plain step
+    rule: str = ""  # the rule that verified the drafts ("token", "block": maths/speculative.VERIFIERS); "" for a plain step
     rule_seconds: float = 0.0  # that rule's own computation, after the target's batch
-    block_gain: float | None = None  # block rounds: drafts kept beyond the token rule's, in expectation (speculative.expected_kept)
+    block_gain: float | None = None  # block rounds: drafts kept beyond the token rule's, in expectation (maths/speculative.expected_kept)
 
 
 @dataclass(frozen=True)

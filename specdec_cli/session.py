@@ -28,19 +28,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+from .compat import MIN_SHARED_TOKENS, compare_vocabularies
+from .decoding.engine import Engine
+from .drafting.cascade import CascadeDrafter
+from .drafting.combined import ModelAndLookup
+from .drafting.cross_vocab import CrossVocabDrafter
+from .drafting.lookup import LookupDrafter, LookupOptions
+from .drafting.memory import DraftMemory
+from .drafting.model import ModelDrafter
+from .drafting.vocab_map import VocabMap, of_models
+from .errors import BadInput, IncompatiblePair
 from .llama.gguf import require_chat_template
 from .llama.model import LlamaModel
 from .options import DRAFTERS, context_size, gpu_layers_to_load
-from .compat import MIN_SHARED_TOKENS, compare_vocabularies
-from .drafting.cross_vocab import CrossVocabDrafter
-from .drafting.cascade import CascadeDrafter
-from .drafting.combined import ModelAndLookup
-from .drafting.lookup import LookupDrafter, LookupOptions
-from .drafting.model import ModelDrafter
-from .decoding.engine import Engine
-from .drafting.memory import DraftMemory
-from .errors import BadInput, IncompatiblePair
-from .drafting.vocab_map import VocabMap, of_models
 
 log = logging.getLogger("specdec")
 

@@ -15,11 +15,12 @@ Left out: computing anything (audit/run.py, audit/gof.py); choosing what to run 
 from __future__ import annotations
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import Progress as Bar
 
-from .run import AuditResult, Progress, SampledTest
-from .gof import MIN_EXPECTED, TV_LEVEL
 from ..maths.sampling import SamplingParams
+from .gof import MIN_EXPECTED, TV_LEVEL
+from .run import AuditResult, Progress, SampledTest
 
 VERDICTS = {
     "consistent": "consistent (nothing rejects at alpha {alpha:g})",

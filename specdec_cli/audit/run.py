@@ -49,14 +49,14 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..drafting.kv_sync import catch_up
-from ..options import DEFAULT_VERIFY
+from ..decoding.consume import consume
 from ..decoding.engine import Engine, GenerationConfig
+from ..drafting.kv_sync import catch_up
 from ..errors import ContextOverflow
 from ..events import DraftPolicy, Finished, Round, Token
+from ..maths.sampling import GREEDY, Distribution, SamplingParams, distribution
+from ..options import DEFAULT_VERIFY
 from .gof import MIN_EXPECTED, TV_LEVEL, ChiSquare, SimulatedTest, TotalVariation, chi_square, simulated_test, total_variation
-from ..maths.sampling import Distribution, GREEDY, SamplingParams, distribution
-from ..decoding.consume import consume
 
 END = -1  # the outcome "generation ended" (any end-of-generation token)
 REST = -2  # in a pair (x1, REST): x1, then one of the second tokens too rare to stand alone

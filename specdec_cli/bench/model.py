@@ -16,17 +16,16 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol, Sequence
 
-
-from ..tuning.cost_curve import CostCurve
+from ..decoding.engine import Engine, GenerationConfig
+from ..decoding.stats import RunStats
 from ..drafting.kv_sync import CausalModel
 from ..drafting.lookup import LookupOptions
-from ..options import DEFAULT_VERIFY
-from ..decoding.engine import Engine, GenerationConfig
 from ..events import AUTO, DraftTokens
-from .native import NativeResult
-from ..prompts import Prompt
 from ..maths.sampling import SamplingParams
-from ..decoding.stats import RunStats
+from ..options import DEFAULT_VERIFY
+from ..prompts import Prompt
+from ..tuning.cost_curve import CostCurve
+from .native import NativeResult
 
 # The bench's default sweep: 7 prompts x 2 temperatures x 2 drafters x 5 k x (A, B) = 280
 # runs a repeat, two repeats. k = 1 is left out: on a CPU, where a round's overhead is paid

@@ -27,9 +27,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from .model import BenchReport, Divergence, ProgressCallback, Recommendation, Spread
-from ..events import AUTO
 from ..errors import BadInput
+from ..events import AUTO
+from .model import BenchReport, Divergence, ProgressCallback, Recommendation, Spread
 
 
 def bench_console() -> Console:

@@ -46,26 +46,14 @@ from __future__ import annotations
 import time
 from typing import Sequence
 
-from .model import (
-    NATIVE,
-    SPECULATIVE,
-    TARGET,
-    BenchConfig,
-    BenchReport,
-    NativeRunner,
-    Pair,
-    ProgressCallback,
-    RunRecord,
-    Setting,
-    Step,
-)
-from .stats import analyse, first_divergence, median_curve, recommend, summarise
-from ..tuning.cost_curve import CostCurve, measure_cost_curve, mid_generation
+from ..decoding.consume import Outcome, consume
 from ..decoding.engine import Engine, GenerationConfig
 from ..events import AUTO, DraftTokens
-from ..tuning.policy import draft_policy
 from ..prompts import Prompt
-from ..decoding.consume import Outcome, consume
+from ..tuning.cost_curve import CostCurve, measure_cost_curve, mid_generation
+from ..tuning.policy import draft_policy
+from .model import NATIVE, SPECULATIVE, TARGET, BenchConfig, BenchReport, NativeRunner, Pair, ProgressCallback, RunRecord, Setting, Step
+from .stats import analyse, first_divergence, median_curve, recommend, summarise
 
 
 def plan(prompts: Sequence[str], config: BenchConfig, native: bool = False) -> list[Step]:

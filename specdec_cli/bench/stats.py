@@ -17,23 +17,11 @@ import math
 import statistics
 from typing import Callable, Iterable, Sequence
 
-from .model import (
-    NATIVE,
-    SPECULATIVE,
-    TARGET,
-    BenchConfig,
-    Divergence,
-    Recommendation,
-    RunRecord,
-    Setting,
-    SettingResult,
-    Spread,
-    SummaryRow,
-)
-from ..tuning.cost_curve import CostCurve
-from ..events import AUTO, DraftTokens
 from ..decoding.stats import RunStats
+from ..events import AUTO, DraftTokens
+from ..tuning.cost_curve import CostCurve
 from ..tuning.speedup import predict
+from .model import NATIVE, SPECULATIVE, TARGET, BenchConfig, Divergence, Recommendation, RunRecord, Setting, SettingResult, Spread, SummaryRow
 
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:

@@ -35,16 +35,15 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperGroup
 
+from ..errors import BadInput, SpecdecError
+from ..options import check_draft_tokens, check_seed
 from .audit import audit
 from .bench import bench
 from .doctor import doctor
 from .models import models_app
-from ..options import check_draft_tokens, check_seed
-from .options import _err, ColorMode, EXIT_INTERRUPTED
+from .options import EXIT_INTERRUPTED, ColorMode, _err
 from .run import run
 from .serve import serve
-from ..errors import BadInput, SpecdecError
-
 
 # click's exception classes, as the installed Typer raises them (typer >= 0.26 vendors click).
 _ClickException, _UsageError = (next(c for c in typer.BadParameter.__mro__ if c.__name__ == name) for name in ("ClickException", "UsageError"))

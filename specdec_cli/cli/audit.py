@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from ..options import DEFAULT_VERIFY, check_load_limits, check_p_min, check_sampling_options, check_seed, parse_draft_length, parse_drafter, parse_verify
-from .options import AUTO, CtxOption, DraftCtxOption, DraftGpuLayersOption, DraftOption, GpuLayersOption, MinPOption, PairOption, read_prompt, RepackOption, TargetOption, ThreadsOption, TopKOption, TopPOption, VerifyOption
 from ..errors import BadInput
 from ..inputs import argv_text
+from ..options import DEFAULT_VERIFY, check_load_limits, check_p_min, check_sampling_options, check_seed, parse_draft_length, parse_drafter, parse_verify
+from .options import AUTO, CtxOption, DraftCtxOption, DraftGpuLayersOption, DraftOption, GpuLayersOption, MinPOption, PairOption, RepackOption, TargetOption, ThreadsOption, TopKOption, TopPOption, VerifyOption, read_prompt
 
 if TYPE_CHECKING:
     from ..events import DraftTokens
@@ -68,12 +68,12 @@ def audit(
 
     Example: specdec audit --samples 2000 --raw "The history of the Roman Empire"
     """
-    from ..audit.run import AuditConfig, run_audit
-    from ..tuning.policy import draft_policy
-    from .render import Activity, stderr_console
     from ..audit.render import AuditDisplay, report_text
+    from ..audit.run import AuditConfig, run_audit
     from ..maths.sampling import SamplingParams
     from ..session import LoadOptions
+    from ..tuning.policy import draft_policy
+    from .render import Activity, stderr_console
 
     drafter = parse_drafter(drafter)
     k = parse_draft_length(draft_tokens)

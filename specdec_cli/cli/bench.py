@@ -17,12 +17,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..options import DEFAULT_VERIFY, check_load_limits, check_sampling_options, check_seed, option_list, parse_draft_tokens, parse_drafters, parse_temperatures, parse_verify
 from ..bench.model import DEFAULT_DRAFT_TOKENS, DEFAULT_DRAFTERS, DEFAULT_REPEATS, DEFAULT_TEMPERATURES
 from ..bench.native import DEFAULT_NATIVE_TIMEOUT
-from .options import _err, CtxOption, DraftCtxOption, DraftGpuLayersOption, DraftOption, GpuLayersOption, MinPOption, PairOption, RepackOption, resolve_paths, TargetOption, ThreadsOption, TopKOption, TopPOption, VerifyOption
 from ..errors import BadInput, SpecdecError
 from ..inputs import writable_file
+from ..options import DEFAULT_VERIFY, check_load_limits, check_sampling_options, check_seed, option_list, parse_draft_tokens, parse_drafters, parse_temperatures, parse_verify
+from .options import CtxOption, DraftCtxOption, DraftGpuLayersOption, DraftOption, GpuLayersOption, MinPOption, PairOption, RepackOption, TargetOption, ThreadsOption, TopKOption, TopPOption, VerifyOption, _err, resolve_paths
 
 
 def check_plot_format(path: Path, matplotlib) -> None:
@@ -76,11 +76,11 @@ def bench(
     """
     import shlex
 
-    from ..bench.run import BenchConfig, run_bench
-    from ..bench.output import report_dict, write_csv
     from ..bench.native import find_binary, native_command, run_native
-    from ..prompts import builtin_prompts, load_prompts
+    from ..bench.output import report_dict, write_csv
     from ..bench.render import bench_console, divergence_message, print_report, progress_bar, require_matplotlib, write_plot
+    from ..bench.run import BenchConfig, run_bench
+    from ..prompts import builtin_prompts, load_prompts
     from ..session import LoadOptions, open_pair
 
     ks = parse_draft_tokens(draft_tokens)

@@ -18,8 +18,8 @@ from typing import Annotated
 
 import typer
 
-from .options import _err, DraftOption, PairOption, resolve_paths, TargetOption
 from ..errors import BadInput
+from .options import DraftOption, PairOption, TargetOption, _err, resolve_paths
 
 
 def doctor(

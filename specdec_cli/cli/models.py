@@ -47,7 +47,7 @@ def _notice(message: str) -> None:
 
 
 def _size(size: int | None) -> str:
-    from ..models.download import human_size
+    from ..llama.resources import human_size
 
     return "?" if size is None else human_size(size)
 

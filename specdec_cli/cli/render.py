@@ -30,9 +30,9 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from ..tuning.cost_curve import CostCurve
-from ..events import AUTO, DraftTokens, Event, Rejected, Source, Token
 from ..decoding.stats import RunStats, measured_speedup
+from ..events import AUTO, DraftTokens, Event, Rejected, Source, Token
+from ..tuning.cost_curve import CostCurve
 
 # ANSI SGR codes, shared by the stream, the legend and `specdec simulate`.
 SGR = {Source.DRAFT: "32", Source.CORRECTION: "33", Source.BONUS: "36", Source.TARGET: ""}

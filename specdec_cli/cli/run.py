@@ -24,6 +24,8 @@ import typer
 
 from ..drafting.memory import DEFAULT_MAX_TOKENS as DEFAULT_CACHE_TOKENS
 from ..drafting.memory import BadCache, DraftMemory, read_cache, save_cache
+from ..errors import BadInput
+from ..inputs import argv_text, writable_file
 from ..options import DEFAULT_VERIFY, check_draft_cache_size, check_load_limits, check_p_min, check_sampling_options, check_seed, parse_draft_length, parse_drafter, parse_verify
 from .options import (
     AUTO,
@@ -50,18 +52,16 @@ from .options import (
     TopPOption,
     VerifyOption,
     _err,
+    pair_files,
     parse_stops,
     read_prompt,
-    pair_files,
 )
-from ..errors import BadInput
-from ..inputs import argv_text, writable_file
 
 if TYPE_CHECKING:  # the real imports happen inside the command, keeping --help fast
-    from ..tuning.cost_curve import CostCurve
-    from ..session import LoadedPair
     from ..decoding.consume import Outcome
     from ..decoding.stats import RunStats
+    from ..session import LoadedPair
+    from ..tuning.cost_curve import CostCurve
 
 
 def run(
@@ -125,13 +125,13 @@ def run(
     if system is not None:
         system = argv_text(system, "--system")
 
+    from ..decoding.consume import consume
     from ..decoding.engine import GenerationConfig
-    from .render import Activity, JsonlRenderer, TextRenderer, color_enabled, legend, stats_table, stderr_console
+    from ..decoding.stats import measured_speedup
     from ..maths.sampling import SamplingParams
     from ..session import LoadOptions
     from ..tuning.policy import draft_policy
-    from ..decoding.consume import consume
-    from ..decoding.stats import measured_speedup
+    from .render import Activity, JsonlRenderer, TextRenderer, color_enabled, legend, stats_table, stderr_console
 
     out_color = color_enabled(color.value, sys.stdout)
     err_color = color_enabled(color.value, sys.stderr)
@@ -300,8 +300,8 @@ def measure_afterwards(pair, prompt_ids: list[int], config, k, result: Outcome, 
     timed halfway through the generated text (cost_curve.mid_generation); measure_cost_curve
     rewinds both caches itself. Ctrl-C here keeps what was measured.
     """
-    from ..tuning.cost_curve import measure_cost_curve, mid_generation
     from ..decoding.consume import consume
+    from ..tuning.cost_curve import measure_cost_curve, mid_generation
     from ..tuning.speedup import predict
 
     after = Afterwards()

@@ -28,8 +28,8 @@ from typing import Iterator, TextIO
 import numpy as np
 
 from ..events import Source
-from .render import SGR, SGR_REJECTED, paint
 from ..tuning.speedup import expected_tokens_per_round
+from .render import SGR, SGR_REJECTED, paint
 
 ACCEPTED, REJECTED, UNCHECKED, TARGET, PROPOSED = "■", "✗", "·", "■", "□"
 SGR_UNCHECKED = "2"  # dim

@@ -44,9 +44,9 @@ from ..drafting.interface import Drafter, Proposal, Proposer
 from ..drafting.kv_sync import CausalModel, catch_up, common_prefix
 from ..errors import ContextOverflow
 from ..events import DraftPolicy, Event, Finished, Logprobs, Prefill, Rejected, Round, Source, Token
-from ..tuning.rule_choice import RuleChooser, rule_chooser
 from ..maths.sampling import SamplingParams, log_probabilities
 from ..maths.speculative import DEFAULT_VERIFY, VERIFIERS, sample_row
+from ..tuning.rule_choice import RuleChooser, rule_chooser
 from .text_stream import TextStream
 
 
@@ -70,7 +70,7 @@ class Scored:
     accepted: int  # d1..d_accepted were kept
     token: int  # the target's token after them: a correction, or the bonus when all were kept
     draft_seconds: float
-    verify_seconds: float
+    target_seconds: float  # the target's batch decode
     logprobs: tuple[Logprobs, ...] = ()  # of the drafts kept and the target's token, when asked for
     rule: str = ""  # the rule that verified the drafts; "" for a plain step
     rule_seconds: float = 0.0  # the rule's own computation
@@ -121,11 +121,7 @@ class Engine:
         A prompt that does not fit raises ContextOverflow suggesting a --ctx with room for the
         prompt and `max_tokens` more.
         """
-        if len(prompt) >= self.target.n_ctx:
-            raise ContextOverflow(
-                f"prompt is {len(prompt)} tokens but the context holds {self.target.n_ctx}; "
-                f"pass --ctx {_next_ctx(len(prompt) + max(max_tokens, 1))}"
-            )
+        context_room(len(prompt), self.target.n_ctx, f"pass --ctx {_next_ctx(len(prompt) + max(max_tokens, 1))}")
         start = time.perf_counter()
         head = list(prompt[:-1])
         catch_up(self.target, head, 0)
@@ -218,9 +214,9 @@ class Engine:
             accepted=accepted,
             draft_seconds=scored.draft_seconds,
             draft_decode_seconds=scored.proposal.decode_seconds,
-            verify_seconds=scored.verify_seconds,
+            target_seconds=scored.target_seconds,
             seconds=time.perf_counter() - start,
-            source=drafter.name if drafter is not None else "",
+            drafter=drafter.name if drafter is not None else "",
             draft_catch_up_seconds=scored.proposal.catch_up_seconds,
             k=k,
             rule=scored.rule,
@@ -288,6 +284,15 @@ class Engine:
             if self.drafter is not None:
                 self.drafter.sync(context)
         yield Finished(reason=reason, tokens=tuple(stream.tokens), text=stream.text[: stream.released])
+
+
+def context_room(n_prompt: int, n_ctx: int, remedy: str) -> int:
+    """The tokens a context of n_ctx leaves after a prompt of n_prompt; ContextOverflow, naming both
+    and `remedy`, when it leaves none. Example: (12, 8, "pass --ctx 512") -> ContextOverflow("the
+    prompt is 12 tokens but the context holds 8; pass --ctx 512")."""
+    if n_prompt >= n_ctx:
+        raise ContextOverflow(f"the prompt is {n_prompt} tokens but the context holds {n_ctx}; {remedy}")
+    return n_ctx - n_prompt
 
 
 def _next_ctx(n: int) -> int:

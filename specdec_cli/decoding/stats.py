@@ -52,7 +52,7 @@ class RunStats:
             self.generation_seconds += event.seconds
             self.draft_seconds += event.draft_seconds
             self.draft_decode_seconds += event.draft_decode_seconds
-            self.verify_seconds += event.verify_seconds
+            self.verify_seconds += event.target_seconds
             if event.drafted:
                 self.rounds_with_draft += 1
                 self.drafted += event.drafted

@@ -149,9 +149,9 @@ def build_facts() -> dict:
 
 
 def paths() -> dict:
-    from ..models.download import hub_cache_dir
     from ..models.cache import cache_dir
     from ..models.catalogue import user_catalogue_path
+    from ..models.download import hub_cache_dir
 
     user_error = None
     try:

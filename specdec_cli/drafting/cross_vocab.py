@@ -48,9 +48,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..maths.sampling import Distribution, SamplingParams, proposal, sample
 from .kv_sync import CausalModel, common_prefix
 from .model import ModelDrafter
-from ..maths.sampling import Distribution, SamplingParams, proposal, sample
 from .vocab_map import VocabMap, byte_tokens
 
 BACK_TOKENS = 3  # draft tokens retokenised before the first changed byte

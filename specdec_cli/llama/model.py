@@ -374,7 +374,3 @@ class LlamaModel:
                 "speculative decoding needs a model whose KV cache can be truncated"
             )
         del self.tokens[n_keep:]
-
-    def reset(self) -> None:
-        lc.llama_memory_clear(self._memory, True)
-        self.tokens.clear()

@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..models.download import human_size
 from ..errors import BadInput
 
 F16_BYTES = 2
@@ -81,3 +80,12 @@ def check_kv_fits(name: str, n_ctx: int, per_token: int, available: int | None) 
         f"a context of {n_ctx} tokens for {name} needs a {human_size(need)} KV cache, but {human_size(available)} "
         f"of memory is available; {advice} (SPECDEC_NO_MEMORY_CHECK=1 skips this check)"
     )
+
+
+def human_size(size: int) -> str:
+    """Bytes as text: 675710848 -> '676 MB', 4683073536 -> '4.68 GB'."""
+    if size >= 1e9:
+        return f"{size / 1e9:.2f} GB"
+    if size >= 1e6:
+        return f"{size / 1e6:.0f} MB"
+    return f"{size / 1e3:.1f} kB"

@@ -36,7 +36,7 @@ from typing import Sequence, Union
 
 import numpy as np
 
-from .sampling import Distribution, FLOAT32_EPS, SamplingParams, argmax, check_finite, dense_weight, distribution, float32_path, point_mass, residual, sample, softmax_row
+from .sampling import FLOAT32_EPS, Distribution, SamplingParams, argmax, check_finite, dense_weight, distribution, float32_path, point_mass, residual, sample, softmax_row
 
 # A target row goes the float32 way only if |top| <= this many temperatures: then float32's
 # spacing near the top (|top| 2^-23) is at most T / 128, so the floor 86 T below the top

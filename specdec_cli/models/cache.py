@@ -104,8 +104,8 @@ def ensure_converted(
     says so in the same words. Whatever ends a conversion (a failure, Ctrl-C) removes its
     partial file; only a process killed outright leaves one, for remove_stale_partials.
     """
-    from ..llama.gguf import read_gguf_header  # keeps llama_cpp out of import paths that do not load models
     from ..llama.convert import convert_in_child
+    from ..llama.gguf import read_gguf_header  # keeps llama_cpp out of import paths that do not load models
 
     dst = converted_path(src, file_type, directory)
     if dst.exists():
@@ -139,7 +139,7 @@ def no_room(dst: Path, need: int | None, written: int = 0) -> SpecdecError | Non
     Example: 50 MB free, 540 MB needed -> "not enough space in /cache for SmolLM2-135M-Instruct.F32.gguf:
     it needs 540 MB and 52 MB are free; free some space there or point SPECDEC_CACHE at a folder with room".
     """
-    from .download import human_size
+    from ..llama.resources import human_size
 
     if need is None:
         return None

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping
 
 from ..errors import DownloadError, ModelNotFound
+from ..llama.resources import human_size
 
 log = logging.getLogger("specdec")
 
@@ -360,15 +361,6 @@ def hub_errors(repo: str, filename: str | None = None) -> Iterator[None]:
         if isinstance(exc, OSError):  # disk full, permissions, a consistency check on the bytes
             raise DownloadError(f"downloading {where} failed: {first_line(exc)}; finished files are kept") from exc
         raise
-
-
-def human_size(size: int) -> str:
-    """Bytes as text: 675710848 -> '676 MB', 4683073536 -> '4.68 GB'."""
-    if size >= 1e9:
-        return f"{size / 1e9:.2f} GB"
-    if size >= 1e6:
-        return f"{size / 1e6:.0f} MB"
-    return f"{size / 1e3:.1f} kB"
 
 
 def first_line(exc: BaseException) -> str:

@@ -25,18 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..decoding.engine import GenerationConfig
 from ..events import DraftTokens
-from ..options import (
-    MAX_TOP_LOGPROBS,
-    DEFAULT_VERIFY,
-    BadSetting,
-    check_sampling_options,
-    check_seed,
-    check_stops,
-    parse_draft_length,
-    parse_drafter,
-    parse_verify,
-)
 from ..maths.sampling import SamplingParams
+from ..options import DEFAULT_VERIFY, MAX_TOP_LOGPROBS, BadSetting, check_sampling_options, check_seed, check_stops, parse_draft_length, parse_drafter, parse_verify
 
 _STRICT = ConfigDict(strict=True, extra="ignore")
 

@@ -33,9 +33,9 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from ..events import Rejected, Round, Token
 from ..decoding.consume import Outcome
 from ..decoding.stats import RunStats
+from ..events import Rejected, Round, Token
 from .types import Settings
 
 FINISH_REASONS = {"eog": "stop", "stop": "stop", "max_tokens": "length", "context_full": "length"}
@@ -160,7 +160,7 @@ class Answer:
         if isinstance(event, Rejected):
             return self._envelope([], specdec={"rejected": {"text": event.text, "position": event.position}})
         if isinstance(event, Round):
-            figures = {"drafted": event.drafted, "accepted": event.accepted, "k": event.k, "source": event.source, "verify": event.rule, "seconds": event.seconds}
+            figures = {"drafted": event.drafted, "accepted": event.accepted, "k": event.k, "source": event.drafter, "verify": event.rule, "seconds": event.seconds}
             return self._envelope([], specdec={"round": figures})
         return None
 

@@ -39,14 +39,15 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..decoding.consume import Outcome, consume
+from ..decoding.engine import context_room
 from ..drafting.kv_sync import common_prefix
 from ..drafting.lookup import LookupOptions
-from ..errors import BadInput, ContextOverflow, SpecdecError
-from ..events import Event
 from ..drafting.memory import DraftMemory
-from ..tuning.policy import draft_policy
+from ..errors import BadInput, SpecdecError
+from ..events import Event
 from ..session import LoadedPair
-from ..decoding.consume import Outcome, consume
+from ..tuning.policy import draft_policy
 from .types import Settings
 
 log = logging.getLogger("specdec")
@@ -209,11 +210,7 @@ class Worker:
         """The request's config with its token budget checked against the context (the numbers
         and what to do), or the context's room up to the server's default if it gave none."""
         n_ctx = self.pair.target.n_ctx
-        room = n_ctx - len(ids)
-        if room <= 0:
-            raise ContextOverflow(
-                f"the prompt is {len(ids)} tokens but the context holds {n_ctx}; shorten it, or start the server with a larger --ctx"
-            )
+        room = context_room(len(ids), n_ctx, "shorten it, or start the server with a larger --ctx")
         config = settings.config
         if settings.max_tokens is not None and settings.max_tokens > room:
             raise BadInput(

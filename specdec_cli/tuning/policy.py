@@ -88,9 +88,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 from ..errors import BadInput
-from ..maths.speculative import expected_tokens
-from .estimates import Acceptance, BatchCost, DECAY, PRIOR_BATCH_SLOPE, WeightedMean, clamp
 from ..events import AUTO, DraftPolicy, DraftTokens, Round
+from ..maths.speculative import expected_tokens
+from .estimates import DECAY, PRIOR_BATCH_SLOPE, Acceptance, BatchCost, WeightedMean, clamp
 
 if TYPE_CHECKING:
     from .cost_curve import CostCurve
@@ -334,11 +334,11 @@ class AdaptivePolicy:
             if event.drafted == 0:
                 self.yardstick_round = self.rounds
         self.elapsed += event.seconds
-        lagging = event.source != self.previous  # the drafter sat out the last round: its catch-up clears a backlog
-        self.previous = event.source
-        if not event.source:
+        lagging = event.drafter != self.previous  # the drafter sat out the last round: its catch-up clears a backlog
+        self.previous = event.drafter
+        if not event.drafter:
             return  # a plain target step: nothing drafted, nothing to learn about a drafter
-        rec = self.record(event.source)
+        rec = self.record(event.drafter)
         sat_out, rec.last_round = self.rounds - rec.last_round - 1, self.rounds
         rec.acceptance.add(event.k, event.accepted)
         if learn:

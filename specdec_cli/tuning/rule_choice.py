@@ -56,9 +56,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .estimates import DECAY, WeightedMean, clamp
 from ..events import AUTO, Round
 from ..maths.speculative import VERIFIERS
+from .estimates import DECAY, WeightedMean, clamp
 
 TOKEN, BLOCK = "token", "block"
 PROBE_EVERY = 16  # sampled rounds the rule not chosen sits out before it verifies one again

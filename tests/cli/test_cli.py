@@ -338,7 +338,7 @@ def test_prompt_longer_than_the_context_names_both_numbers_and_the_option(tmp_pa
     pair = ToyPair(tmp_path, monkeypatch, n_ctx=8)
     result = invoke(pair, "--raw", "abcdefghijkl")
     assert result.exit_code == 2 and result.stdout == ""
-    assert one_line(result.stderr) == "specdec: error: prompt is 12 tokens but the context holds 8; pass --ctx 512"
+    assert one_line(result.stderr) == "specdec: error: the prompt is 12 tokens but the context holds 8; pass --ctx 512"
 
 
 # -- bad options and prompts: rejected before anything loads -----------------------------------
@@ -523,7 +523,7 @@ def test_real_ctrl_c_keeps_text_prints_stats_exits_130(builtin_paths):
 def test_real_prompt_longer_than_context(builtin_paths):
     proc = specdec("run", "--ctx", "256", "-", input="word " * 400)
     assert proc.returncode == 2 and proc.stdout == ""
-    m = re.fullmatch(r"specdec: error: prompt is (\d+) tokens but the context holds (\d+); pass --ctx (\d+)", one_line(proc.stderr))
+    m = re.fullmatch(r"specdec: error: the prompt is (\d+) tokens but the context holds (\d+); pass --ctx (\d+)", one_line(proc.stderr))
     assert m, proc.stderr
     prompt_tokens, holds, suggested = map(int, m.groups())
     assert holds == 256 and prompt_tokens > holds and suggested > prompt_tokens

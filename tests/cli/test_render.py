@@ -177,8 +177,8 @@ def scripted_stats() -> RunStats:
         (event for event in [
             Prefill(prompt_tokens=12, seconds=0.05),
             *[Token(i, "x", Source.DRAFT, 1) for i in range(7)],
-            Round(drafted=4, accepted=4, draft_seconds=0.01, draft_decode_seconds=0.009, verify_seconds=0.02, seconds=0.035),
-            Round(drafted=4, accepted=1, draft_seconds=0.01, draft_decode_seconds=0.009, verify_seconds=0.02, seconds=0.034),
+            Round(drafted=4, accepted=4, draft_seconds=0.01, draft_decode_seconds=0.009, target_seconds=0.02, seconds=0.035),
+            Round(drafted=4, accepted=1, draft_seconds=0.01, draft_decode_seconds=0.009, target_seconds=0.02, seconds=0.034),
             Finished(reason="max_tokens", tokens=tuple(range(7)), text="x" * 7),
         ])
     ).stats

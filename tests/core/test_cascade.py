@@ -51,7 +51,7 @@ def pvalue(engine: Engine, target: MarkovModel, params: SamplingParams) -> tuple
                 got.append(event.id)
             elif isinstance(event, Round) and first_round is None:
                 first_round = event
-        guessed += first_round.source.startswith("cascade:")
+        guessed += first_round.drafter.startswith("cascade:")
         samples.append(got[:2])
     law = first_two_law(lambda prefix: probabilities(target.table[(PROMPT + list(prefix))[-1]], params), N)
     return first_two_pvalue(samples, law), guessed / N

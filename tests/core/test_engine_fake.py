@@ -396,7 +396,7 @@ def test_a_prompt_that_does_not_fit_raises_context_overflow():
     table = chain({}, 10)
     target, draft = MarkovModel(table, n_ctx=8), MarkovModel(table.copy(), n_ctx=8)
     engine = Engine(target, ModelDrafter(draft))
-    with pytest.raises(ContextOverflow, match="prompt is 8 tokens but the context holds 8"):
+    with pytest.raises(ContextOverflow, match="the prompt is 8 tokens but the context holds 8"):
         list(engine.generate([0] * 8, GenerationConfig(max_tokens=4), draft_policy(8)))
     # One token less fits, and leaves room for exactly one new token.
     tokens, _, _, fin = collect(engine, [0] * 7, max_tokens=4, sampling=GREEDY)
@@ -406,7 +406,7 @@ def test_a_prompt_that_does_not_fit_raises_context_overflow():
 def test_context_overflow_suggests_room_for_the_prompt_and_the_token_budget():
     table = chain({}, 10)
     engine = Engine(MarkovModel(table, n_ctx=8), None)
-    with pytest.raises(ContextOverflow, match=r"prompt is 600 tokens but the context holds 8; pass --ctx 1024$"):
+    with pytest.raises(ContextOverflow, match=r"the prompt is 600 tokens but the context holds 8; pass --ctx 1024$"):
         list(engine.generate([0] * 600, GenerationConfig(max_tokens=400)))  # 600 + 400 -> 1024
     with pytest.raises(ContextOverflow, match=r"pass --ctx 2048$"):
         list(engine.generate([0] * 600, GenerationConfig(max_tokens=1000)))  # 1600 -> 2048

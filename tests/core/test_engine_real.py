@@ -214,12 +214,12 @@ def test_after_a_rejection_the_next_round_sees_exactly_a_fresh_prefix(pair, weak
         if i - 1 not in rejected_in:
             continue  # only rounds that follow a rejection
         before, batch, rows = recording.decodes[i]
-        twin.reset()  # a fresh evaluation of the same prefix, in one batch, from an empty cache
+        twin.rewind(0)  # a fresh evaluation of the same prefix, in one batch, from an empty cache
         fresh = np.array(twin.decode(before + batch, len(rows)))
         np.testing.assert_allclose(rows, fresh, rtol=0, atol=ROLLBACK_ATOL)
         # What a stale cache would give: the rejected draft still at the position of the
         # correction that replaced it. The tolerance above is far below that effect.
-        twin.reset()
+        twin.rewind(0)
         stale = np.array(twin.decode(before + [rejected_in[i - 1]] + batch, len(rows)))
         shifts.append(float(np.abs(stale - rows).max()))
     assert len(shifts) >= 5, f"only {len(shifts)} rounds followed a rejection"

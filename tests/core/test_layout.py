@@ -1,17 +1,30 @@
 """The package's shape: the folders are its layers, and imports follow them.
 
-- The core (the modules at the top of specdec_cli/, and models/) imports no front-end.
+The core's parts, lowest first; a core module imports only its own part and lower ones:
+
+    shared    errors, events, inputs, prompts     what everyone uses (events.py imports nothing of ours)
+    maths     maths/                              pure numpy: p, q, the accept/reject rules
+    llama     llama/                              the only importer of llama_cpp
+    models    models/                             where model files come from
+    drafting  drafting/                           who proposes tokens
+    tuning    tuning/                             how many tokens, which rule
+    decoding  decoding/                           the round, the driver, the counters
+    wiring    options, compat, session            settings, pairs, loading a pair into engines
+
+So the maths imports no llama.cpp module, drafting never verifies through the engine, and the
+loop (decoding/engine.py) does not import the draft-length policy (the caller hands it one).
+
+- The core imports no front-end.
 - The front-ends (cli/, bench/, audit/, doctor/, serve/) use the core and not each other,
   with one exception: cli/ gives bench, audit, doctor and serve their commands, so it may
   import them; none of them imports cli/.
-- No import circle between modules; events.py imports nothing of ours; only backend.py
-  imports llama_cpp; llama.cpp's libraries load before numpy (specdec_cli/__init__.py says why).
+- No import circle between modules; llama.cpp's libraries load before numpy (specdec_cli/__init__.py says why).
 
 Every relative import counts, also those inside functions and under TYPE_CHECKING (a lazy
 import still makes two modules depend on each other). Modules are named by their dotted
-path in the package: "engine", "cli.run", "bench.model". Examples of what fails: engine.py
-importing policy.py while policy.py imports engine.py; session.py importing cli/options.py;
-bench/model.py importing audit/gof.py.
+path in the package: "decoding.engine", "cli.run", "bench.model". Examples of what fails:
+maths/sampling.py importing llama/model.py; drafting/model.py importing decoding/engine.py;
+session.py importing cli/options.py; bench/model.py importing audit/gof.py.
 """
 
 from __future__ import annotations
@@ -23,6 +36,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "specdec_cli"
 FRONT_ENDS = ("cli", "bench", "audit", "doctor", "serve")
+CORE_PARTS = ("shared", "maths", "llama", "models", "drafting", "tuning", "decoding", "wiring")  # lowest first
+TOP_LEVEL = {"errors": "shared", "events": "shared", "inputs": "shared", "prompts": "shared", "options": "wiring", "compat": "wiring", "session": "wiring", "": "wiring"}
 # cli/ is the shell of the other front-ends: each of its commands hands one of them its flags.
 MAY_IMPORT = {"cli": {"bench", "audit", "doctor", "serve"}}
 
@@ -67,6 +82,24 @@ def layer(module: str) -> str:
     return top if top in FRONT_ENDS else "core"
 
 
+def part(module: str) -> str:
+    """The core part a core module belongs to. Example: 'drafting.lookup' -> 'drafting', 'errors' -> 'shared'."""
+    top = module.split(".")[0]
+    return TOP_LEVEL[module] if module in TOP_LEVEL else top
+
+
+def downward(edges: dict[str, set[str]]) -> list[str]:
+    """Every core import of a higher part, as 'a -> b'. Example: {"maths.sampling": {"llama.model", "errors"}} -> ["maths.sampling -> llama.model"]."""
+    out = []
+    for a, targets in sorted(edges.items()):
+        if layer(a) != "core":
+            continue
+        for b in sorted(targets):
+            if layer(b) == "core" and CORE_PARTS.index(part(b)) > CORE_PARTS.index(part(a)):
+                out.append(f"{a} -> {b}")
+    return out
+
+
 def forbidden(edges: dict[str, set[str]]) -> list[str]:
     """Every import that crosses the layers the wrong way, as 'a -> b'. Example: {"session": {"cli.options"}} -> ["session -> cli.options"]."""
     out = []
@@ -108,25 +141,42 @@ def test_forbidden_finds_each_wrong_crossing_and_only_those():
         "bench.model": {"audit.gof", "engine", "bench.native"},  # front-end -> another front-end
         "cli.bench": {"bench.run", "options"},  # the named exception
         "serve.app": {"cli.options"},  # no front-end may import cli
-        "models.registry": {"backend"},
+        "models.registry": {"llama.gguf"},
     }
     assert forbidden(edges) == ["bench.model -> audit.gof", "serve.app -> cli.options", "session -> cli.options"]
 
 
 def test_the_layers_are_kept():
     edges = graph()
-    assert {"engine", "options", "cli.app", "cli.run", "bench.run", "audit.run", "doctor.findings", "models.registry", "serve.app"} <= set(edges)
+    assert {"decoding.engine", "options", "cli.app", "cli.run", "bench.run", "audit.run", "doctor.findings", "models.registry", "serve.app"} <= set(edges)
     assert forbidden(edges) == []
 
 
-def test_only_the_backend_imports_llama_cpp():
+def test_downward_finds_each_climb_and_only_those():
+    edges = {
+        "maths.sampling": {"llama.model", "errors"},  # the maths reaching llama.cpp
+        "drafting.model": {"decoding.engine", "drafting.kv_sync", "maths.sampling"},  # drafting reaching the loop
+        "session": {"decoding.engine", "llama.model"},  # the wiring may use every part
+        "cli.run": {"session"},  # front-ends are not core parts
+    }
+    assert downward(edges) == ["drafting.model -> decoding.engine", "maths.sampling -> llama.model"]
+
+
+def test_every_core_module_has_a_part_and_imports_only_its_own_and_lower_ones():
+    edges = graph()
+    core = [m for m in edges if layer(m) == "core"]
+    assert {part(m) for m in core} == set(CORE_PARTS), "a core module outside the parts (add it to CORE_PARTS or TOP_LEVEL)"
+    assert downward(edges) == []
+
+
+def test_only_the_llama_package_imports_llama_cpp():
     importers = set()
     for name, path in modules().items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
             if any(n == "llama_cpp" or n.startswith("llama_cpp.") for n in names):
                 importers.add(name)
-    assert importers == {"backend"}
+    assert importers and {name.split(".")[0] for name in importers} == {"llama"}
 
 
 def test_cycle_finds_a_circle_and_only_a_circle():
@@ -136,21 +186,22 @@ def test_cycle_finds_a_circle_and_only_a_circle():
 
 def test_no_import_circle_in_the_package():
     edges = graph()
-    assert {"engine", "events", "policy", "stats"} <= set(edges)
+    assert {"decoding.engine", "events", "tuning.policy", "decoding.stats"} <= set(edges)
     assert cycle(edges) is None
 
 
 def test_the_shared_types_import_nothing_of_ours_and_the_loop_not_the_policy():
     edges = graph()
     assert edges["events"] == set()
-    assert "policy" not in edges["engine"] and "llama_cpp" not in edges["engine"]
+    assert "tuning.policy" not in edges["decoding.engine"] and not any(m.startswith("llama") for m in edges["decoding.engine"])
+    assert all(part(m) in ("maths", "shared") for m in edges["maths.sampling"] | edges["maths.speculative"])
 
 
 def test_llama_cpp_loads_before_numpy_whichever_module_is_imported_first():
     """`-X importtime` prints each module when its import ends, nested ones first: llama_cpp.llama_cpp
-    (which loads the shared libraries) must end before numpy's import ends. Fails if backend.py
-    imports numpy first, or if __init__.py stops importing backend."""
-    for module in ("specdec_cli.sampling", "specdec_cli.engine", "specdec_cli.cli.app", "specdec_cli.backend"):
+    (which loads the shared libraries) must end before numpy's import ends. Fails if llama/log.py
+    imports numpy first, or if __init__.py stops importing it."""
+    for module in ("specdec_cli.maths.sampling", "specdec_cli.decoding.engine", "specdec_cli.cli.app", "specdec_cli.llama.model"):
         proc = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"], capture_output=True, text=True, cwd=PACKAGE.parent)
         assert proc.returncode == 0, proc.stderr[-2000:]
         ended = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]

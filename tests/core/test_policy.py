@@ -14,13 +14,14 @@ import pytest
 
 from specdec_cli.drafting.interface import Proposal
 from specdec_cli.drafting.model import ModelDrafter
-from specdec_cli.maths.sampling import softmax_at as top_probability
+from specdec_cli.maths.sampling import softmax_at
+from specdec_cli.maths.speculative import expected_tokens
 from specdec_cli.tuning.cost_curve import CostCurve
 from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.events import Round, Token
 from specdec_cli.errors import BadInput
 from specdec_cli.tuning.estimates import Acceptance, BatchCost, WeightedMean, clamp
-from specdec_cli.tuning.policy import AdaptivePolicy, DEFAULT_P_MIN, FIRST_BACKOFF, FixedPolicy, PRIOR_DRAFT_WEIGHT, PROBE_BUDGET, REFRESH_MARGIN, REFRESH_ROUNDS, STALE_ROUNDS, best_draft_length, draft_policy, draft_step_seconds, expected_tokens
+from specdec_cli.tuning.policy import AdaptivePolicy, DEFAULT_P_MIN, FIRST_BACKOFF, FixedPolicy, PRIOR_DRAFT_WEIGHT, PROBE_BUDGET, REFRESH_MARGIN, REFRESH_ROUNDS, STALE_ROUNDS, best_draft_length, draft_policy, draft_step_seconds
 from specdec_cli.maths.sampling import GREEDY, SamplingParams, probabilities, sample
 
 from fakes import MarkovModel, random_markov
@@ -42,9 +43,8 @@ def linear(t1: float, slope: float, n_max: int = 17) -> list[float]:
 
 
 def test_expected_tokens_by_hand():
-    assert expected_tokens([0.8, 0.5], 2) == pytest.approx(1 + 0.8 + 0.4)
-    assert expected_tokens([0.8, 0.5], 0) == 1.0
-    assert expected_tokens([1.0] * 4, 4) == 5.0
+    assert expected_tokens([0.8, 0.5]) == pytest.approx([1, 1 + 0.8, 1 + 0.8 + 0.4])
+    assert expected_tokens([1.0] * 4) == [1.0, 2.0, 3.0, 4.0, 5.0]
 
 
 def test_best_k_docstring_example():
@@ -173,8 +173,8 @@ def test_a_stall_counts_at_most_twice_the_estimate():
     assert cost.curve(1)[0] == pytest.approx((10 * 0.9 + 20) / 1.9 * MS)
 
 
-def round_event(k: int, drafted: int, accepted: int, source: str = "model", draft_s: float = 0.0, catch_up_s: float = 0.0, seconds: float = 0.0) -> Round:
-    return Round(drafted, accepted, draft_s, draft_s, 0.0, seconds, source=source, draft_catch_up_seconds=catch_up_s, k=k)
+def round_event(k: int, drafted: int, accepted: int, drafter: str = "model", draft_s: float = 0.0, catch_up_s: float = 0.0, seconds: float = 0.0) -> Round:
+    return Round(drafted, accepted, draft_s, draft_s, 0.0, seconds, drafter=drafter, draft_catch_up_seconds=catch_up_s, k=k)
 
 
 def test_catch_up_beyond_one_step_counts_once_per_round():
@@ -186,7 +186,7 @@ def test_catch_up_beyond_one_step_counts_once_per_round():
     assert rec.draft_step.value == pytest.approx(5 * MS) and rec.catch_up.value == pytest.approx(10 * MS)
     k, rate = policy.plan("model", 16, policy.curve())
     a = rec.acceptance.rates()
-    assert rate == pytest.approx(expected_tokens(a, k) / ((5 + 5 * k + 12 + 1.5 * k) * MS))
+    assert rate == pytest.approx(expected_tokens(a)[k] / ((5 + 5 * k + 12 + 1.5 * k) * MS))
 
 
 def test_draft_step_excludes_the_catch_up():
@@ -197,7 +197,7 @@ def test_draft_step_excludes_the_catch_up():
     # k = 1: only the catch-up ran (perhaps a long backlog): nothing to learn.
     assert draft_step_seconds(round_event(1, 1, 1, draft_s=40 * MS, catch_up_s=40 * MS)) is None
     # Lookup: no model, the whole propose call per token.
-    assert draft_step_seconds(round_event(5, 5, 0, source="lookup", draft_s=0.5 * MS)) == pytest.approx(0.1 * MS)
+    assert draft_step_seconds(round_event(5, 5, 0, drafter="lookup", draft_s=0.5 * MS)) == pytest.approx(0.1 * MS)
 
 
 def frozen(draft_ms: float, t1_ms: float, slope_ms: float, p_min: float = 0.0, max_k: int = 16) -> AdaptivePolicy:
@@ -219,7 +219,7 @@ def run_rounds(policy: AdaptivePolicy, rounds: int, t1_ms: float, draft_ms: floa
     for _ in range(rounds):
         name, k = policy.choose(["model"], budget=1000)
         ks.append(k)
-        policy.observe(drafting_round(k, t1_ms, draft_ms, slope_ms) if k else round_event(0, 0, 0, source="", seconds=t1_ms * MS))
+        policy.observe(drafting_round(k, t1_ms, draft_ms, slope_ms) if k else round_event(0, 0, 0, drafter="", seconds=t1_ms * MS))
     return ks
 
 
@@ -308,8 +308,8 @@ def test_a_thin_margin_refreshes_the_yardstick_every_refresh_rounds():
     # T(1) = 12 ms, draft 5 ms a step, T(n) = 12 + 1.5 (n - 1) ms, all accepted: at k = 16 drafting
     # promises 17 / (80 + 36) x 12 = 1.76 x target-only, under REFRESH_MARGIN (2).
     policy = AdaptivePolicy()
-    policy.observe(round_event(0, 0, 0, source="", seconds=15 * MS))  # round 1 (here a plain step): not counted
-    policy.observe(round_event(0, 0, 0, source="", seconds=12 * MS))  # round 2: T(1)
+    policy.observe(round_event(0, 0, 0, drafter="", seconds=15 * MS))  # round 1 (here a plain step): not counted
+    policy.observe(round_event(0, 0, 0, drafter="", seconds=12 * MS))  # round 2: T(1)
     ks = run_rounds(policy, 2 * REFRESH_ROUNDS + 2, 12, 5, 1.5)
     plain = [i for i, k in enumerate(ks) if k == 0]
     # T(1) was measured in round 2; loop step i is round i + 3: plain when REFRESH_ROUNDS rounds have passed since.
@@ -322,8 +322,8 @@ def test_a_wide_margin_refreshes_the_yardstick_only_every_stale_rounds():
     # 17 / (80 + 180) x 100 = 6.5 x target-only at k = 16. A plain step (6.5 tokens' worth of time
     # for one) waits until T(1) is STALE_ROUNDS rounds old; before this change it came every 16.
     policy = AdaptivePolicy()
-    policy.observe(round_event(0, 0, 0, source="", seconds=120 * MS))
-    policy.observe(round_event(0, 0, 0, source="", seconds=100 * MS))
+    policy.observe(round_event(0, 0, 0, drafter="", seconds=120 * MS))
+    policy.observe(round_event(0, 0, 0, drafter="", seconds=100 * MS))
     ks = run_rounds(policy, STALE_ROUNDS + 1, 100, 5, 5)
     assert [i for i, k in enumerate(ks) if k == 0] == [STALE_ROUNDS]  # loop step i is round i + 3
     assert min(ks[REFRESH_ROUNDS:STALE_ROUNDS]) == 16
@@ -334,8 +334,8 @@ def test_the_draft_cost_prior_gives_way_to_the_first_measurement():
     # round. One round measures 10 ms a step: (0.25 x 0.9 x 20 + 10) / (0.25 x 0.9 + 1) = 11.84 ms
     # (a prior worth a whole round, as before, kept it at (0.9 x 20 + 10) / 1.9 = 14.7 ms).
     policy = AdaptivePolicy()
-    policy.observe(round_event(0, 0, 0, source="", seconds=100 * MS))
-    policy.observe(round_event(0, 0, 0, source="", seconds=100 * MS))
+    policy.observe(round_event(0, 0, 0, drafter="", seconds=100 * MS))
+    policy.observe(round_event(0, 0, 0, drafter="", seconds=100 * MS))
     assert policy.choose(["model"], budget=1000)[1] > 0
     assert policy.record("model").draft_step.value == pytest.approx(20 * MS)
     policy.observe(round_event(4, 4, 4, draft_s=40 * MS, catch_up_s=10 * MS, seconds=200 * MS))  # 3 steps of 10 ms after the catch-up
@@ -457,7 +457,7 @@ def test_auto_falls_back_and_probes_with_growing_back_off():
     for _ in range(100):
         name, k = policy.choose(["model"], budget=1000)
         decisions.append(k)
-        policy.observe(round_event(k, k, 0) if k else round_event(0, 0, 0, source=""))
+        policy.observe(round_event(k, k, 0) if k else round_event(0, 0, 0, drafter=""))
     drafted_at = [i for i, k in enumerate(decisions) if k]
     # Rejections right away drive a_1 down until drafting cannot pay; once MIN_TRIALS positions
     # were tried, fallback: a probe after FIRST_BACKOFF plain steps, then after twice as many...
@@ -471,13 +471,13 @@ def test_auto_recovers_after_a_good_probe():
     policy = frozen(draft_ms=5, t1_ms=12, slope_ms=1.5)
     for _ in range(10):  # bad text: every draft rejected
         name, k = policy.choose(["model"], budget=1000)
-        policy.observe(round_event(k, k, 0) if k else round_event(0, 0, 0, source=""))
+        policy.observe(round_event(k, k, 0) if k else round_event(0, 0, 0, drafter=""))
     assert policy.choose(["model"], budget=1000)[1] == 0
     ks = []
     for _ in range(300):  # the text turns easy: every draft accepted
         name, k = policy.choose(["model"], budget=1000)
         ks.append(k)
-        policy.observe(round_event(k, k, k) if k else round_event(0, 0, 0, source=""))
+        policy.observe(round_event(k, k, k) if k else round_event(0, 0, 0, drafter=""))
     # Probes (k = 1, accepted) lift the estimate until drafting pays again; then k climbs. With
     # the back-off at 8, 16, 32, 64 rounds that takes about 200 rounds here: slow, but sure.
     assert ks[-1] == 16 and policy.record("model").backoff == FIRST_BACKOFF
@@ -497,7 +497,7 @@ def test_probes_keep_their_catch_up_within_the_budget():
             last_model_round, probes, biggest = i, probes + 1, max(biggest, catch_up)
             policy.observe(round_event(k, k, 0, draft_s=catch_up + 5 * MS * (k - 1), catch_up_s=catch_up, seconds=catch_up + 5 * MS * k + 15 * MS))
         else:
-            policy.observe(round_event(0, 0, 0, source="", seconds=10 * MS))
+            policy.observe(round_event(0, 0, 0, drafter="", seconds=10 * MS))
     # The first round drafts on the priors, the first probe after the fallback is free, and
     # later probes wait until the budget allows them.
     assert probes >= 3
@@ -507,12 +507,12 @@ def test_probes_keep_their_catch_up_within_the_budget():
 def test_auto_prefers_the_drafter_that_promises_more():
     policy = frozen(draft_ms=5, t1_ms=12, slope_ms=1.5)
     for _ in range(10):  # lookup: free to draft but always wrong; the model: always right
-        policy.observe(round_event(4, 4, 0, source="lookup"))
-        policy.observe(round_event(4, 4, 4, source="model"))
+        policy.observe(round_event(4, 4, 0, drafter="lookup"))
+        policy.observe(round_event(4, 4, 4, drafter="model"))
     choices = [policy.choose(["lookup", "model"], budget=1000)[0] for _ in range(FIRST_BACKOFF + 1)]
     assert choices == ["model"] * FIRST_BACKOFF + ["lookup"]  # the passed-over lookup is probed
     for _ in range(10):  # now lookup copies quoted text perfectly and costs nothing
-        policy.observe(round_event(8, 8, 8, source="lookup"))
+        policy.observe(round_event(8, 8, 8, drafter="lookup"))
     assert policy.choose(["lookup", "model"], budget=1000)[0] == "lookup"
 
 
@@ -536,7 +536,7 @@ def test_p_min_stops_before_an_unsure_token():
     table = np.log(np.array([[0.01, 0.97, 0.01, 0.01], [0.01, 0.01, 0.49, 0.49], [0.97, 0.01, 0.01, 0.01], [0.97, 0.01, 0.01, 0.01]]))
     rng = np.random.default_rng(0)
     drafter = ModelDrafter(MarkovModel(table))
-    assert top_probability(table[1].astype(np.float32)) == pytest.approx(0.49, abs=1e-6)
+    assert softmax_at(table[1].astype(np.float32), int(np.argmax(table[1]))) == pytest.approx(0.49, abs=1e-6)
     assert drafter.propose([0], 4, GREEDY, rng, p_min=0.5).tokens == [1]
     assert len(drafter.propose([0], 4, GREEDY, rng, p_min=0.0).tokens) == 4
     proposal = drafter.propose([0], 4, PLAIN, rng, p_min=0.5)

@@ -30,7 +30,7 @@ FILTERED = SamplingParams(temperature=0.8, top_k=4, top_p=0.95, min_p=0.05)
 def verified(rule: str, accepted: int, rule_ms: float, token_ms: float, gain: float | None = None, k: int = 4) -> Round:
     """A round of k sampled drafts verified by `rule` in rule_ms, taking token_ms per token it makes."""
     tokens = accepted + 1
-    return Round(k, accepted, 0.0, 0.0, 0.0, tokens * token_ms * MS, source="model", k=k, rule=rule, rule_seconds=rule_ms * MS, block_gain=gain)
+    return Round(k, accepted, 0.0, 0.0, 0.0, tokens * token_ms * MS, drafter="model", k=k, rule=rule, rule_seconds=rule_ms * MS, block_gain=gain)
 
 
 def learn(chooser: AutoRule, token_ms: float) -> list[str]:

@@ -28,7 +28,7 @@ from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.events import Token
 from specdec_cli.tuning.policy import draft_policy
 from specdec_cli.errors import NumericalError
-from specdec_cli.maths.sampling import Distribution, GREEDY, SamplingParams, distribution, probabilities, proposal, residual, sample, top_k_ids
+from specdec_cli.maths.sampling import Distribution, GREEDY, SamplingParams, distribution, probabilities, proposal, point_mass, residual, sample
 from specdec_cli.maths.speculative import verify
 
 TOP_K = [0, 1, 3, 40, 10_000]
@@ -106,12 +106,12 @@ def test_sparse_path_equals_the_dense_reference_for_every_filter_combination(n):
     assert checked == 7 * len(COMBOS) * len(TEMPS)
 
 
-def test_top_k_ids_is_exact_with_ties_at_the_boundary():
+def test_top_k_ranking_is_exact_with_ties_at_the_boundary():
     rng = np.random.default_rng(4)
     for n, k in [(100_000, 40), (151_936, 40), (5_000, 1), (5_000, 1024), (64, 40), (1_000, 999)]:
         for row in (rng.integers(-5, 6, size=n).astype(np.float32), (rng.standard_normal(n)).astype(np.float32), np.zeros(n, np.float32)):
             want = np.sort(np.argsort(-row.astype(np.float64), kind="stable")[:k])
-            np.testing.assert_array_equal(top_k_ids(row, k), want)
+            np.testing.assert_array_equal(np.sort(sampling._top_k_ranked(row, k)), want)
 
 
 def test_nucleus_over_a_whole_row_matches_the_reference_also_when_wide():
@@ -351,7 +351,7 @@ def test_docstring_examples_of_speculative_and_dense_weight():
     rows[0] = 0.0
     rows[0, 3] = 1.0
     assert verify(rows, [7], None, GREEDY, rng) == speculative.Verdict(accepted=0, token=3, bonus=False)
-    np.testing.assert_array_equal(residual(sampling.one_hot(10, 3), sampling.one_hot(10, 7)), sampling.one_hot(10, 3))
+    np.testing.assert_array_equal(residual(point_mass(10, 3), point_mass(10, 7)).dense(), point_mass(10, 3).dense())
     # sampling.dense_weight: exactly softmax_row's weight, the cap at 800 T included.
     assert sampling.dense_weight(0.0, 0.0, 0.5) == 1.0
     far = np.array([0.0, -1e6], dtype=np.float32)
@@ -359,11 +359,11 @@ def test_docstring_examples_of_speculative_and_dense_weight():
 
 
 def test_docstring_examples_of_the_sparse_path_and_top_k():
-    # sampling's module docstring, Distribution, top_k_ids and _top_k_ranked.
+    # sampling's module docstring, Distribution and _top_k_ranked.
     row = np.array([1, 5, 3, 4.5], dtype=np.float32)
-    assert top_k_ids(row, 2).tolist() == [1, 3] and sampling._top_k_ranked(row, 2).tolist() == [1, 3]
-    swapped = np.array([1, 4.5, 3, 5], dtype=np.float32)  # ranked largest first, top_k_ids ascending
-    assert sampling._top_k_ranked(swapped, 2).tolist() == [3, 1] and top_k_ids(swapped, 2).tolist() == [1, 3]
+    assert sampling._top_k_ranked(row, 2).tolist() == [1, 3]
+    swapped = np.array([1, 4.5, 3, 5], dtype=np.float32)  # ranked largest first
+    assert sampling._top_k_ranked(swapped, 2).tolist() == [3, 1]
     dist = distribution(row, SamplingParams(1.0, 2, 1.0, 0.0))
     assert dist.ids.tolist() == [1, 3]
     np.testing.assert_allclose(dist.dense()[[1, 3]], [0.62, 0.38], atol=0.005)

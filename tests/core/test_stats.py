@@ -12,7 +12,7 @@ from specdec_cli.decoding.stats import RunStats
 
 
 def round_(drafted: int, accepted: int, seconds: float = 0.01) -> Round:
-    return Round(drafted=drafted, accepted=accepted, draft_seconds=0.002, draft_decode_seconds=0.001, verify_seconds=0.005, seconds=seconds)
+    return Round(drafted=drafted, accepted=accepted, draft_seconds=0.002, draft_decode_seconds=0.001, target_seconds=0.005, seconds=seconds)
 
 
 def scripted(closed: list, interrupt_after: int | None = None):
