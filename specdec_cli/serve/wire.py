@@ -2,7 +2,7 @@
 
 One `Answer` per request turns what the worker hands back into JSON objects:
 
-    answer = Answer(kind="chat", model="SmolLM2", settings=settings, started=Started(9, 0))
+    answer = Answer(kind="chat", model="SmolLM2", settings=settings, cached_tokens=0)
     answer.chunk_for(Token(42, "Hi", Source.DRAFT, 1))
     -> {"id": "chatcmpl-..", "object": "chat.completion.chunk", "created": 1764600000,
         "model": "SmolLM2", "choices": [{"index": 0, "delta": {"content": "Hi"},
@@ -64,9 +64,11 @@ def logprob_entry(token: Token) -> dict | None:
     }
 
 
-def completion_logprobs(entries: list[dict]) -> dict:
-    """The legacy endpoint's shape: parallel lists (tokens, token_logprobs, top_logprobs, text_offset)."""
-    offsets, at = [], 0
+def completion_logprobs(entries: list[dict], at: int = 0) -> dict:
+    """The legacy endpoint's shape: parallel lists (tokens, token_logprobs, top_logprobs, text_offset),
+    each token's offset counted in characters from `at` (where a streamed chunk's first token starts).
+    Example: tokens "Hi", " there" -> text_offset [0, 2]; the second alone, at 2 -> [2]."""
+    offsets = []
     for e in entries:
         offsets.append(at)
         at += len(e["token"])
@@ -117,6 +119,7 @@ class Answer:
     cached_tokens: int
     created: int = field(default_factory=lambda: int(time.time()))
     entries: list[dict] = field(default_factory=list)  # logprob entries so far
+    offset: int = 0  # characters of the logprob entries so far (the legacy endpoint's next text_offset)
 
     def __post_init__(self) -> None:
         self.id = ("chatcmpl-" if self.kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
@@ -150,7 +153,8 @@ class Answer:
             logprobs = None
             if entry is not None:
                 self.entries.append(entry)
-                logprobs = {"content": [entry]} if self.kind == "chat" else completion_logprobs([entry])
+                logprobs = {"content": [entry]} if self.kind == "chat" else completion_logprobs([entry], self.offset)
+                self.offset += len(entry["token"])
             chunk = self._envelope([self._choice(event.text, None, logprobs)])
             if self.settings.events:
                 chunk["specdec"] = {"source": event.source.value, "position": event.position}
