@@ -1,4 +1,4 @@
-"""Can llama.cpp's sampler chain give us p and q as sampling.py defines them, and faster?
+"""Can llama.cpp's sampler chain give us p and q as maths/sampling.py defines them, and faster?
 
     flock /tmp/specdec-cpu.lock python3 benchmarks/backend_sampling.py
     flock /tmp/specdec-cpu.lock python3 benchmarks/backend_sampling.py --model ~/.cache/specdec/SmolLM2-135M-Instruct.F32.gguf
@@ -17,7 +17,7 @@
    --log shows llama.cpp's log.
 
 An experiment, not part of the package: it imports llama_cpp itself (the package keeps that
-to backend.py). Findings and figures: docs/backend-sampling.md.
+to llama/model.py). Findings and figures: docs/backend-sampling.md.
 """
 
 from __future__ import annotations

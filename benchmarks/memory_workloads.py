@@ -7,7 +7,7 @@ Two workloads of sequential calls, as an agent or an editor plugin makes them:
 
 Each call is decoded by every configuration in turn, on the same loaded pair (interleaved,
 so all see the same machine state): target-only, the draft model (`-k auto`), lookup,
-model+lookup and cascade without memory, and the same three with the memory (memory.py, the
+model+lookup and cascade without memory, and the same three with the memory (drafting/memory.py, the
 same `DraftMemory` that `--draft-cache` loads and saves and `specdec serve` keeps; here it
 stays in the process between calls, each configuration with its own, starting empty).
 "lookup+memory latest" is lookup with the memory as it was before the longest agreement:

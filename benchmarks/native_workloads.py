@@ -8,7 +8,7 @@ after one short unrecorded generation per specdec drafter:
 
 - specdec, on one loaded pair: target-only; the draft model at a fixed k = 8 (what
   llama-speculative-simple does) and at `-k auto`; lookup and model+lookup with the drafting
-  memory (memory.py's `DraftMemory`, kept across the calls of a workload, each configuration
+  memory (drafting/memory.py's `DraftMemory`, kept across the calls of a workload, each configuration
   with its own, starting empty), as memory_workloads.py runs them;
 - llama.cpp, one process per call (bench/native.py runs it): `llama-speculative-simple` with
   the draft model and `--spec-draft-n-max 8`, at its default `--draft-p-min` (0.00 in this

@@ -17,7 +17,7 @@ drafts block verified. Under auto it counts auto's block rounds only.
     flock /tmp/llama.lock python3 benchmarks/verify_rules.py --temperatures 0.8,1 -k 4,8 --seeds 4 -n 96
     flock /tmp/llama.lock python3 benchmarks/verify_rules.py --extra 60      # the deepened synthetic target
 
-`--rules token,block,auto` adds `--verify auto` (rule_choice.py) to each run's rules.
+`--rules token,block,auto` adds `--verify auto` (tuning/rule_choice.py) to each run's rules.
 `--extra N` uses synthetic_pair.py's deepened target (the built-in F32 target with N
 zero-output blocks: the same text at a realistic cost) instead of the built-in target;
 `--target FILE` another target for the built-in draft, e.g. Gemma 3 270M (a pair across
@@ -52,7 +52,7 @@ from specdec_cli.maths.sampling import SamplingParams  # noqa: E402
 from specdec_cli.session import LoadOptions, open_pair  # noqa: E402
 from specdec_cli.decoding.consume import consume  # noqa: E402
 
-RULES = ("token", "block")  # the default --rules; "auto" (rule_choice.py) may be added
+RULES = ("token", "block")  # the default --rules; "auto" (tuning/rule_choice.py) may be added
 
 
 def measure(args: argparse.Namespace) -> list[dict]:

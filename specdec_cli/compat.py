@@ -17,7 +17,7 @@ which drafts and outputs stay.
 
 A pair is one of three `relation`s: "same" (the rule accepts it, equal sizes), "padded" (the
 rule accepts it, sizes differ) or "different" (the rule refuses it). For a different pair
-`check_files` also counts the tokens both vocabularies share (vocab_map.py: the ones
+`check_files` also counts the tokens both vocabularies share (drafting/vocab_map.py: the ones
 cross-vocabulary drafting proposes from; usable from MIN_SHARED_TOKENS on) and measures
 their `Coverage` on the target: over a 32-token greedy continuation of each of the first
 three built-in bench prompts (raw text), the mean probability the target's softmax at
@@ -26,7 +26,7 @@ bound acceptance from above: a token the draft cannot propose is never accepted.
 Example: shared 46,145 tokens, mass 0.93, greedy 0.95 -> at most 93% of drafts accepted at
 T = 1, at most 95% at T = 0.
 
-Left out: drafting (cross_vocab.py), printing (cli/models.py). Weights are loaded only to
+Left out: drafting (drafting/cross_vocab.py), printing (cli/models.py). Weights are loaded only to
 measure the coverage of a different pair (the target's, with a 1024-token context).
 """
 

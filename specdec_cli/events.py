@@ -1,15 +1,15 @@
 """The values the engine's stream carries, shared by every reader of it: one module, no behaviour.
 
 `Engine.generate` yields Prefill, then per round any Rejected draft, the Token events it
-emits and one Round, then Finished. stats.py folds them into figures, cli/render.py draws them,
+emits and one Round, then Finished. decoding/stats.py folds them into figures, cli/render.py draws them,
 tests and library users read them. Example, one round with k = 3 where the target took two
 drafts and corrected the third: Rejected(id, text, 3), Token(.., DRAFT, 1), Token(.., DRAFT, 2),
 Token(.., CORRECTION, 3), Round(drafted=3, accepted=2, ..).
 
 Also here, as the engine and its policy share them: `DraftPolicy`, the interface of a
-draft-length policy (implemented in policy.py), and `DraftTokens`, a fixed k or AUTO.
+draft-length policy (implemented in tuning/policy.py), and `DraftTokens`, a fixed k or AUTO.
 
-Left out: producing them (engine.py), folding them (stats.py), showing them (cli/render.py).
+Left out: producing them (decoding/engine.py), folding them (decoding/stats.py), showing them (cli/render.py).
 This module imports nothing of ours, so every layer may import it.
 """
 
@@ -95,7 +95,7 @@ MAX_DRAFT_TOKENS = 64  # the longest draft anything may ask for: -k, a catalogue
 
 
 class DraftPolicy(Protocol):
-    """What the engine asks of a draft-length policy each round (policy.py has them; the caller
+    """What the engine asks of a draft-length policy each round (tuning/policy.py has them; the caller
     builds one and hands it to Engine.generate)."""
 
     p_min: float  # the draft model's early-stop threshold (0: off)

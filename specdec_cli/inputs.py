@@ -18,7 +18,7 @@ surrogates) is checked the same way, so both say which byte is wrong:
     argv_text("caf\\udce9", "the prompt")   # b"caf\\xe9" on the command line
     -> BadInput("the prompt is not valid UTF-8 (byte 0xe9 at offset 3); convert it ...")
 
-Left out: what the files hold (backend.py checks the GGUF magic, models/registry.py the TOML), and
+Left out: what the files hold (llama/gguf.py checks the GGUF magic, models/catalogue.py the TOML), and
 a stdin that is a folder at start-up (`< /`): Python itself refuses to start then.
 """
 

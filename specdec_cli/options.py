@@ -132,7 +132,7 @@ def parse_drafter(text: str) -> str:
 
 
 def parse_verify(text: str) -> str:
-    """One verify rule (run, bench, audit, serve), or auto (chosen each round: rule_choice.py). Example: 'Block' -> 'block'."""
+    """One verify rule (run, bench, audit, serve), or auto (chosen each round: tuning/rule_choice.py). Example: 'Block' -> 'block'."""
     name = text.strip().lower()
     if name not in VERIFY_RULES:
         raise BadSetting("verify", f"must be one of {', '.join(VERIFY_RULES)}, got {text!r}")
@@ -174,7 +174,7 @@ def check_stops(stops) -> None:
 
 
 def check_draft_cache_size(tokens: int) -> None:
-    """How many tokens a draft cache (memory.py) keeps: at least 1."""
+    """How many tokens a draft cache (drafting/memory.py) keeps: at least 1."""
     if tokens < 1:
         raise BadSetting("draft_cache_size", f"must be at least 1 token, got {tokens}")
 

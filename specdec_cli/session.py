@@ -10,13 +10,13 @@ drafts by prompt lookup (no draft model needed: open the pair with draft_path=No
 "model+lookup" uses lookup when it matches and the draft model otherwise.
 
 When llama.cpp's vocabulary rule refuses the pair but the vocabularies share at least
-MIN_SHARED_TOKENS tokens (by decoded bytes, vocab_map.py), the draft drafts over the shared
+MIN_SHARED_TOKENS tokens (by decoded bytes, drafting/vocab_map.py), the draft drafts over the shared
 tokens (cross_vocab.CrossVocabDrafter) and the specdec logger says so once on stderr:
 "vocabularies differ: drafting over the 31,622 shared tokens". Lookup drafting works in
 target ids either way.
 
 Left out: option parsing (cli/options.py), printing (cli/render.py), the loop itself
-(engine.py), the draft-length policy (the caller builds it: policy.draft_policy).
+(decoding/engine.py), the draft-length policy (the caller builds it: policy.draft_policy).
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ class LoadedPair:
         self, speculative: bool = True, drafter: str = "model", lookup: LookupOptions = LookupOptions(), memory: DraftMemory | None = None
     ) -> Engine:
         """The engine for `drafter` ("model", "lookup" or "model+lookup"); target-only if not speculative.
-        Lookup also drafts from `memory`, earlier calls' sequences (memory.py), when given."""
+        Lookup also drafts from `memory`, earlier calls' sequences (drafting/memory.py), when given."""
         if drafter not in DRAFTERS:
             raise BadInput(f"unknown drafter {drafter!r}; choose one of {', '.join(DRAFTERS)}")
         if not speculative or (drafter == "model" and self.draft is None):

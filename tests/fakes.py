@@ -2,7 +2,7 @@
 
 `MarkovModel` is a toy language model: its logits depend only on the last token
 (row `table[last]`), so the exact distribution of any continuation is known in closed
-form. It keeps a "KV cache" (the `tokens` list) exactly like backend.LlamaModel and
+form. It keeps a "KV cache" (the `tokens` list) exactly like llama/model.LlamaModel and
 records every decode call, so tests can check batching and rollback.
 
     m = MarkovModel(np.log(np.full((4, 4), 0.25)))

@@ -4,7 +4,7 @@ Three checks on one loaded pair, with the engines `run` uses (the caller builds 
 draft-length policy, exactly as `run` does). One policy serves every draw, so `auto` learns
 across the draws as it does across the rounds of one long run: its first rounds draft on its
 priors, its measurements of T(1) are plain target steps, and the rest draft the k it settled on.
-That keeps the output exact: k is chosen from earlier draws only (see policy.py).
+That keeps the output exact: k is chosen from earlier draws only (see tuning/policy.py).
 
   1. first token   N speculative generations (draw i seeded seed + i) give N first tokens;
                    their counts are tested against the target's EXACT processed law

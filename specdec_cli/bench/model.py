@@ -160,7 +160,7 @@ class SettingResult:
     acceptance_by_position: list[float]
     mean_accepted: float
     mean_k: float  # drafted tokens per target pass (plain steps count 0): the length auto chose
-    python_share: float  # median over B runs (stats.RunStats.python_share)
+    python_share: float  # median over B runs (decoding/stats.RunStats.python_share)
     draft_step: float  # seconds, from the prompt's cost curve: the inputs of the prediction
     target_step: float  # T(1)
     verify_batch: float  # T(k + 1); NaN when k is auto

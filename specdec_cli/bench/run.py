@@ -4,7 +4,7 @@ For every setting (prompt, temperature, k) the bench decodes the prompt target-o
 speculatively (B) with the same sampling settings, seed and token budget, one right after
 the other, and repeats the whole sweep `repeats` times: A B A B ..., so that drift on a
 noisy machine (thermal limits, another process) hits both sides and every k alike. Each
-run is folded into a `stats.RunStats`; the bench reports per setting:
+run is folded into a `decoding/stats.RunStats`; the bench reports per setting:
 
 - tokens/s both ways (median, min, max) and the speed-up, taken per A/B pair, then the median;
 - acceptance overall and by draft position, alpha, and the mean accepted length (pooled);
@@ -73,7 +73,7 @@ def plan(prompts: Sequence[str], config: BenchConfig, native: bool = False) -> l
 
 
 def decode_once(engine: Engine, prompt_ids: Sequence[int], config: GenerationConfig, k: DraftTokens) -> Outcome:
-    """One generation at draft length k (a number or AUTO), folded by stats.consume; Ctrl-C ends the bench."""
+    """One generation at draft length k (a number or AUTO), folded by decoding/consume.consume; Ctrl-C ends the bench."""
     outcome = consume(engine.generate(prompt_ids, config, draft_policy(k)))
     if outcome.interrupted:
         raise KeyboardInterrupt

@@ -19,8 +19,8 @@ The commands' heavy modules are imported inside them; llama_cpp itself is loaded
 package's `__init__` (the import order, see there), which `--help` pays for too.
 
 Left out: the commands' bodies (cli/run.py, cli/bench.py, cli/models.py, cli/doctor.py, cli/audit.py; `simulate` is
-small enough to live here), option parsing (cli/options.py), the maths (sampling.py,
-speculative.py, stats.py), the loop (engine.py), the layout (cli/render.py).
+small enough to live here), option parsing (cli/options.py), the maths (maths/sampling.py,
+maths/speculative.py, decoding/stats.py), the loop (decoding/engine.py), the layout (cli/render.py).
 """
 
 from __future__ import annotations
@@ -235,7 +235,7 @@ def simulate(
 
 
 def main() -> None:
-    """The `specdec` script, run in a forked child so that a native crash is explained (crashguard.py).
+    """The `specdec` script, run in a forked child so that a native crash is explained (llama/crashguard.py).
 
     Every error and exit code is decided in _Group.main. SPECDEC_LLAMA_LOG=1 also shows
     specdec's info lines (e.g. the repack choice).

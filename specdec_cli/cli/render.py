@@ -14,7 +14,7 @@ so piped text is always exactly the generated text).
 `JsonlRenderer` writes the same stream as one JSON object per token. `stats_table` lays
 out a `RunStats` (and the baseline and the predicted speed-up) as a Rich table for stderr.
 
-Left out: computing anything (stats.py), deciding what to print (cli/run.py; the bench's
+Left out: computing anything (decoding/stats.py), deciding what to print (cli/run.py; the bench's
 screen is bench/render.py).
 """
 

@@ -4,10 +4,10 @@
     echo "Summarise: ..." | specdec run --json -n 64     # prompt from stdin, JSON on stdout
     specdec run --draft tiny.gguf --target big.gguf -k 6 --baseline "prompt"
 
-`stats.consume` runs the engine's event generator to its end or to Ctrl-C; `measure_afterwards`
+`decoding/consume.consume` runs the engine's event generator to its end or to Ctrl-C; `measure_afterwards`
 decodes target-only (--baseline) and times the costs behind the predicted speed-up.
 
-Left out: option checks (cli/options.py), the layout (cli/render.py), the loop (engine.py).
+Left out: option checks (cli/options.py), the layout (cli/render.py), the loop (decoding/engine.py).
 """
 
 from __future__ import annotations
@@ -248,7 +248,7 @@ def check_draft_cache(path: Path | None, size: int, drafter: str) -> None:
 
 
 def open_memory(pair: LoadedPair, path: Path | None, size: int) -> tuple[DraftMemory | None, bool]:
-    """The draft cache's memory (memory.py; None without --draft-cache), and whether the file was
+    """The draft cache's memory (drafting/memory.py; None without --draft-cache), and whether the file was
     distrusted: then it is said in one line and not used, and the update rebuilds it."""
     if path is None:
         return None, False

@@ -4,7 +4,7 @@ One round, with the context c (prompt plus output so far) and the target's KV ca
 holding all of c except its last token:
 
     0. plan      the draft-length policy picks who drafts and the cap k (k = 0: a plain
-                 target step), from earlier rounds only (see policy.py)
+                 target step), from earlier rounds only (see tuning/policy.py)
     1. draft     the drafter proposes d1..dk (and the q it drew each from)
     2. score     the target evaluates [c[-1], d1..dk] in ONE batch: k + 1 rows of logits
     3. verify    speculative sampling keeps d1..dn and adds one target token t
@@ -22,13 +22,13 @@ loop with no drafter, so both use the same backend, sampling and stopping code.
     for event in engine.generate(prompt_ids, GenerationConfig(max_tokens=64), draft_policy(8)):
         ...
 
-The caller hands `generate` its policy (policy.py: a fixed k, or `auto`), so this module
-never imports policy.py. Stages pass named values: `speculative_round` returns a `Scored`,
+The caller hands `generate` its policy (tuning/policy.py: a fixed k, or `auto`), so this module
+never imports tuning/policy.py. Stages pass named values: `speculative_round` returns a `Scored`,
 `decode_round` a `Decoded` (its `Emission`s, the rejected draft, the `Round`).
 
-Left out: printing (cli/render.py), statistics (stats.py), how k is chosen (policy.py), which
-rule verifies (rule_choice.py), who proposes (drafters.py), the event types (events.py), stop
-strings and UTF-8 (text_stream.py), timing the cost curve (cost_curve.py).
+Left out: printing (cli/render.py), statistics (stats.py), how k is chosen (tuning/policy.py), which
+rule verifies (tuning/rule_choice.py), who proposes (drafting/), the event types (events.py), stop
+strings and UTF-8 (text_stream.py), timing the cost curve (tuning/cost_curve.py).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class GenerationConfig:
     seed: int = 0
     stop: tuple[str, ...] = ()
     logprobs: int | None = None  # None: none; n: each token's log p and its n likeliest alternatives (Token.logprobs)
-    verify: str = DEFAULT_VERIFY  # the rule that keeps drafts: "token", "block" (speculative.VERIFIERS) or "auto" (rule_choice.py)
+    verify: str = DEFAULT_VERIFY  # the rule that keeps drafts: "token", "block" (speculative.VERIFIERS) or "auto" (tuning/rule_choice.py)
 
 
 @dataclass(frozen=True)
@@ -176,7 +176,7 @@ class Engine:
             logits = catch_up(self.target, list(context) + drafts, len(drafts) + 1)
             t2 = time.perf_counter()
             # The rule was fixed by earlier rounds; the proposal only tells where the two rules coincide
-            # (no q rows, T = 0, one draft). rule_choice.py says why that keeps the law.
+            # (no q rows, T = 0, one draft). tuning/rule_choice.py says why that keeps the law.
             rule = rules.choose(sampled=proposal.q_rows is not None and not params.greedy, drafts=len(drafts))
             verdict = VERIFIERS[rule](logits[:, : self.vocab_limit], drafts, proposal.q_rows, params, rng)
             t3 = time.perf_counter()

@@ -35,10 +35,10 @@ Text translation (`TextMirror`), target ids -> draft ids:
 
 While drafting, each drafted token is appended to the draft's cache as its draft id (the
 draft conditions on its own tokens); the next round translates the true text again and the
-KV cache keeps the longest common prefix (drafters.catch_up).
+KV cache keeps the longest common prefix (kv_sync.catch_up).
 
-Left out: the vocabulary intersection (vocab_map.py), verification (speculative.py), the choice
-of k (policy.py), loading and checking the pair (session.py).
+Left out: the vocabulary intersection (vocab_map.py), verification (maths/speculative.py), the choice
+of k (tuning/policy.py), loading and checking the pair (session.py).
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ class CrossVocabDrafter(ModelDrafter):
 
     @classmethod
     def for_models(cls, draft, target, vocab: VocabMap) -> "CrossVocabDrafter":
-        """The drafter for two loaded models (backend.LlamaModel): the draft's tokenizer without
+        """The drafter for two loaded models (llama/model.LlamaModel): the draft's tokenizer without
         special-token parsing, its byte tokens, and its BOS first when it adds one."""
         mirror = TextMirror(
             target.piece,

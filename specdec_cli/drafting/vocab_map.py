@@ -28,7 +28,7 @@ into the distribution the draft proposes from over TARGET ids: q restricted to t
 ids and renormalised, ids mapped and sorted. Example, with the map above: draft q = {1: 0.2,
 2: 0.5, 3: 0.3} -> target {1: 0.6, 2: 0.4} (0.3 / 0.5 and 0.2 / 0.5; draft id 2 is not shared).
 
-Left out: reading the vocabularies (backend.LlamaModel.vocab_table), the text translation
+Left out: reading the vocabularies (llama/model.LlamaModel.vocab_table), the text translation
 and the drafting itself (cross_vocab.py), llama.cpp's same-vocabulary rule (compat.py).
 """
 
@@ -41,7 +41,7 @@ import numpy as np
 
 from ..maths.sampling import Distribution
 
-TEXT, BYTE, SPECIAL = "text", "byte", "special"  # the kinds backend.LlamaModel.token_kind reports
+TEXT, BYTE, SPECIAL = "text", "byte", "special"  # the kinds llama/model.LlamaModel.token_kind reports
 
 
 def index_by_bytes(pieces: Sequence[bytes], kinds: Sequence[str]) -> tuple[dict[bytes, int], int]:
@@ -127,7 +127,7 @@ class VocabMap:
 
 
 def of_models(draft, target) -> VocabMap:
-    """The map of two loaded models (anything with backend.LlamaModel's `vocab_table`)."""
+    """The map of two loaded models (anything with llama/model.LlamaModel's `vocab_table`)."""
     return build(*draft.vocab_table, *target.vocab_table)
 
 

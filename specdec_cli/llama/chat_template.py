@@ -1,13 +1,13 @@
 """A GGUF's Jinja chat template, rendered as Hugging Face renders it, in a sandbox and within limits.
 
 A chat template is code that comes with the model file, so it runs in jinja2's immutable
-sandbox, under a time limit and a size limit (`render_jinja_template`). backend.py renders a
+sandbox, under a time limit and a size limit (`render_jinja_template`). model.py renders a
 model's template here and falls back to llama.cpp's built-in matcher when Jinja cannot.
 
     template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
     render_jinja_template(template, [("user", "hi")], bos="", eos="")  -> "<user>hi<assistant>"
 
-Left out: reading the template from the model and the fallback (backend.py).
+Left out: reading the template from the model and the fallback (model.py).
 """
 
 from __future__ import annotations

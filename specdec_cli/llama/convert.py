@@ -9,7 +9,7 @@ the caller's process only waits, and the quantizer runs in a child it can kill:
 
     parent: waits for the child, reading the one line it writes if it fails. Ctrl-C (or any
             exception) kills the child, waits for it to end, and is raised again; the caller
-            then removes the partial file (registry.ensure_converted), which no one writes any more.
+            then removes the partial file (models/cache.ensure_converted), which no one writes any more.
     child:  `python -m specdec_cli.llama.convert SRC DST TYPE`, in a session of its own (a terminal's
             Ctrl-C reaches only the parent, which decides). A thread reads stdin, a pipe from
             the parent: end of file means the parent has gone (killed by SIGTERM or SIGKILL),
@@ -67,7 +67,7 @@ def convert_gguf(src: Path, dst: Path, file_type: str = "F32", n_threads: int = 
     """Rewrite a GGUF at another precision with llama.cpp's quantizer (requantizing allowed).
 
     Writes straight to `dst`; callers that need atomicity write to a temporary name first.
-    The quantizer is one long C call that nothing interrupts: convert.py runs it in a child
+    The quantizer is one long C call that nothing interrupts: `convert_in_child` runs it in a child
     process that can be stopped. A failure is one line, llama.cpp's reason: "llama.cpp could
     not convert a.gguf to F32: failed to quantize: basic_ios::clear: iostream error".
     """

@@ -15,7 +15,7 @@ token from p (the baseline, and plain steps under `auto`). At temperature 0 both
 `verify_block` is block verification (Sun et al. 2025), which decides the block jointly and
 keeps at least as many drafts in expectation; `VERIFIERS` names both rules. `expected_kept`
 gives, for the drafts of one block-verified round, how many each rule keeps in expectation
-(what `--verify auto` weighs against block's extra time: rule_choice.py).
+(what `--verify auto` weighs against block's extra time: tuning/rule_choice.py).
 
 A filtered p is a small support (sampling.py), so the rule runs on it directly. A dense p
 (T > 0, no filter) goes through `_DenseTarget`: p itself is never approximated, but the
@@ -164,7 +164,7 @@ def verify_block(
     w = block_weights(p, q, draft_tokens)
     h = [block_acceptance(p, q, w, i) for i in range(1, k + 1)]  # h[i - 1] = h_i
     token_kept, block_kept = expected_kept(p, q, draft_tokens, h)
-    gain = block_kept - token_kept  # for the next rounds' choice of rule only (rule_choice.py), never this one's
+    gain = block_kept - token_kept  # for the next rounds' choice of rule only (tuning/rule_choice.py), never this one's
     eta = rng.random(k)
     tau = 0
     for i in range(1, k + 1):
@@ -234,7 +234,7 @@ def expected_tokens(acceptance: Sequence[float]) -> list[float]:
     return out
 
 
-VERIFIERS = {"token": verify, "block": verify_block}  # options.VERIFY_RULES names them, with "auto" (rule_choice.py)
+VERIFIERS = {"token": verify, "block": verify_block}  # options.VERIFY_RULES names them, with "auto" (tuning/rule_choice.py)
 DEFAULT_VERIFY = "token"  # run, bench, audit and serve unless told: block and auto do not pay on the built-in pair (docs/benchmarks.md)
 
 

@@ -26,7 +26,7 @@ Failures are one line (hub_errors). huggingface-hub's own log, its retries above
 23 s in all, before an unreachable endpoint is given up), is shown only at INFO, i.e. with
 SPECDEC_LLAMA_LOG=1 (route_hub_log).
 
-Left out: the catalogue of pairs (models/registry.py) and loading (backend.py).
+Left out: the catalogue of pairs (models/catalogue.py) and loading (llama/model.py).
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ with Retry-After). A job whose client went away is `cancel()`ed: the worker sees
 next event, at most one round later, and closes the engine's generator, whose `finally`
 rolls both KV caches back to the accepted prefix as Ctrl-C does in `specdec run`. The caches
 are kept between jobs, so a request sharing a prefix with the previous one (a chat's next
-turn) evaluates only what is new, in both models (engine.prefill via drafters.catch_up);
-`cached_tokens` says how much was reused. So is a drafting memory (memory.py): every finished
+turn) evaluates only what is new, in both models (engine.prefill via drafting/kv_sync.catch_up);
+`cached_tokens` says how much was reused. So is a drafting memory (drafting/memory.py): every finished
 request's prompt and answer, which lookup drafts from for the requests after it.
 
 Example (what the tests do, with a scripted pair):
@@ -108,7 +108,7 @@ class Worker:
     def __init__(self, load: Callable[[contextlib.ExitStack], LoadedPair], queue_size: int, lookup: LookupOptions = LookupOptions()) -> None:
         self._load = load
         self._lookup = lookup
-        self.memory = DraftMemory()  # earlier requests' prompts and answers, for lookup (memory.py)
+        self.memory = DraftMemory()  # earlier requests' prompts and answers, for lookup (drafting/memory.py)
         self._jobs: queue.Queue[Job | None] = queue.Queue(maxsize=queue_size)
         self._thread = threading.Thread(target=self._main, name="specdec-worker", daemon=True)
         self._current: Job | None = None

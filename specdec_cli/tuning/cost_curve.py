@@ -11,7 +11,7 @@ and target batches of 1, 2, 3 tokens of 12, 13.5, 15 ms.
 A step costs more as the context grows, so where the curve is timed matters: halfway
 through the generation it describes (`mid_generation`), not at the end of its prompt.
 
-Left out: what the figures predict (stats.py), when to measure (cli/run.py, bench/run.py).
+Left out: what the figures predict (decoding/stats.py), when to measure (cli/run.py, bench/run.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 `AdaptivePolicy` (`--draft-tokens auto`) learns from this run's own rounds:
 
 (a) Early stop. The draft model stops before a token it is unsure of: max q < p_min (max of
-    the raw softmax at temperature 0), as llama.cpp's --draft-p-min. `drafters.ModelDrafter`
+    the raw softmax at temperature 0), as llama.cpp's --draft-p-min. `drafting/model.ModelDrafter`
     applies it; the policy holds the threshold (off by default: see DEFAULT_P_MIN).
 (b) The cap k, chosen before each round to maximise expected tokens per second: Leviathan
     et al. 2022, Theorem 3.8, generalised to per-position acceptance and a measured verify
@@ -78,8 +78,8 @@ drafts computes them.) Timings vary from run to run, so with `auto` at temperatu
 seed can give different text on two runs (k decides which random numbers are drawn); the
 distribution is the same. Greedy output is always identical.
 
-Left out: the estimators themselves (estimates.py), the drafters (drafters.py) and the loop
-that consults the policy (engine.py).
+Left out: the estimators themselves (estimates.py), the drafters (drafting/) and the loop
+that consults the policy (decoding/engine.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Which rule verifies each round's drafts: the one asked for, or under `--verify auto` the faster one.
 
-Both rules keep the target's distribution exactly (speculative.py). `token` (Leviathan et al.)
+Both rules keep the target's distribution exactly (maths/speculative.py). `token` (Leviathan et al.)
 decides draft by draft and lazily, from float32 weights where it can; `block` (Sun et al.
 2025) decides the block jointly and keeps at least as many drafts in expectation, but
 computes dense float64 p rows for all k + 1 positions and q rows for the k drafts, which on a
@@ -48,8 +48,8 @@ keeping the one that kept more drafts would favour drafts over the target's own 
 between runs, so under `auto` at temperature > 0 one seed can give another text (the rule
 decides which random numbers are drawn); the distribution is the same.
 
-Left out: the rules themselves and their expected counts (speculative.py), the loop that asks
-(engine.py), how many tokens to draft and who drafts (policy.py).
+Left out: the rules themselves and their expected counts (maths/speculative.py), the loop that asks
+(decoding/engine.py), how many tokens to draft and who drafts (policy.py).
 """
 
 from __future__ import annotations

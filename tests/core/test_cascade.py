@@ -1,4 +1,4 @@
-"""Drafting for the draft (drafters.CascadeDrafter) on scripted Markov pairs.
+"""Drafting for the draft (drafting/cascade.CascadeDrafter) on scripted Markov pairs.
 
 Exactness: the first two tokens of generations follow the target's exact law at T = 1 and
 T = 0.8 (filters on), with a strong and a weak draft; N = 20,000 generations each, simulated

@@ -1,4 +1,4 @@
-"""The crash guard (crashguard.py) with real processes: a child that really segfaults, not a mock.
+"""The crash guard (llama/crashguard.py) with real processes: a child that really segfaults, not a mock.
 
 Each test runs a small Python program in a subprocess that calls `guard(...)`, so the fork,
 the shared breadcrumb page, faulthandler's log and the parent's one line are all real. No

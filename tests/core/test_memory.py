@@ -1,4 +1,4 @@
-"""The drafting memory (memory.py): recall across calls, its bound, and the cache file as
+"""The drafting memory (drafting/memory.py): recall across calls, its bound, and the cache file as
 untrusted input. No models, except the one CLI test at the end (marker `model`)."""
 
 from __future__ import annotations

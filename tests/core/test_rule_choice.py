@@ -1,4 +1,4 @@
-"""`--verify auto` (rule_choice.py): the decision rule on its worked example, what it learns from
+"""`--verify auto` (tuning/rule_choice.py): the decision rule on its worked example, what it learns from
 rounds and when it probes, what the engine reports, and (statistically, on toy Markov models)
 that the rules it switches between keep the target's law at every position.
 

@@ -1,4 +1,4 @@
-"""Statistical and exact tests of sampling.py and speculative.py: processing, the accept/reject rule, whole rounds.
+"""Statistical and exact tests of maths/sampling.py and maths/speculative.py: processing, the accept/reject rule, whole rounds.
 
 Every statistical test uses a fixed seed and states its sample size N and its false-failure
 rate: each chi-square test fails by chance with probability ALPHA = 1e-4 (stat_checks), each

@@ -278,7 +278,7 @@ FAST_TEMPS = [1.0 / 64.0, 0.3, 0.8, 1.0, 2.5, 64.0]
 
 @pytest.mark.usefixtures("warnings_are_errors")
 def test_float32_target_weights_are_within_their_stated_bounds_of_the_float64_ones():
-    # The bound FLOAT32_EPS is derived in sampling.py (1.6e-5 worst case, 3.05e-5 stated).
+    # The bound FLOAT32_EPS is derived in maths/sampling.py (1.6e-5 worst case, 3.05e-5 stated).
     # Held here on every kind of row, at the temperature limits, for every id: the thinning
     # bound w64 <= w32 (1 + eps) everywhere (floored ids included), |w32 / w64 - 1| <= eps where
     # w64 >= exp(-86), and the normaliser within 1 +- eps. A row whose top is too large for the

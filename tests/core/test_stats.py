@@ -1,4 +1,4 @@
-"""stats.consume (the one way to run a generation) and RunStats.merge / mean_k, on scripted events."""
+"""decoding/consume.consume (the one way to run a generation) and RunStats.merge / mean_k, on scripted events."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@
 //   {"choices": [], "specdec": {"rejected": {"text": " dog", "position": 3}}}
 //       -> held until its correction arrives, then <span class="tok rejected"> dog</span> before it
 //   {"choices": [], "specdec": {"round": {"drafted": 3, "accepted": 2, "k": 3}}}
-//       -> one big-model step; positions 1..3 tried, 1..2 accepted (as stats.RunStats counts)
+//       -> one big-model step; positions 1..3 tried, 1..2 accepted (as decoding/stats.RunStats counts)
 //   {"choices": [], "usage": {...}, "timings": {...}}   -> the speed
 //   {"error": {"message": "..."}}                      -> the message, shown
 // Simulation: `specdec simulate`'s rounds (simulate.py) with the same colours and symbols.
@@ -30,7 +30,7 @@
   }
 
   // A round that drafted d tokens and kept a of them tried positions 1..min(a + 1, d) and
-  // accepted positions 1..a (stats.RunStats.drafted_by_position / accepted_by_position).
+  // accepted positions 1..a (decoding/stats.RunStats.drafted_by_position / accepted_by_position).
   function countRound(tally, round) {
     tally.steps += 1;
     for (let i = 0; i < round.drafted; i++) {
