@@ -17,7 +17,9 @@
    --log shows llama.cpp's log.
 
 An experiment, not part of the package: it imports llama_cpp itself (the package keeps that
-to llama/model.py). Findings and figures: docs/backend-sampling.md.
+to llama/model.py). Findings and figures: docs/benchmarks.md.
+
+Produces docs/benchmarks.md, "Large vocabularies: the engine's own time": the paragraph on llama.cpp's backend sampling.
 """
 
 from __future__ import annotations

@@ -22,6 +22,8 @@ run cut short still leaves what it measured:
 Output: DIR/gpu_check.json (everything) and DIR/summary.txt (a short text summary).
 
 Left out: building llama-cpp-python (gpu_check.sh) and writing the models (synthetic_gguf.py).
+
+Produces docs/benchmarks.md, "The GPU machine": the GPU check (gpu_check.json, summary.txt), run by gpu_check.sh.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The GPU check of issue 13, ready to run on a CUDA machine with no network.
+# Produces docs/benchmarks.md, "The GPU machine" (the CUDA build and the check).
+# The GPU check, ready to run on a CUDA machine with no network.
 #
 # Here first (PyPI reachable):   bash benchmarks/gpu_prepare.sh        # fills .gpu/ (ignored by git)
 # There (the device tool, carry [".gpu"]; 0.5B/7B-like random pair, every layer on the GPU):

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Produces what gpu_check.sh needs, for docs/benchmarks.md's "The GPU machine".
 # Prepare, here (PyPI reachable), everything benchmarks/gpu_check.sh needs on a CUDA machine
 # that has no network, into .gpu/ (ignored by git; carry it with the device tool: carry .gpu):
 #

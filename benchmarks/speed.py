@@ -1,4 +1,4 @@
-"""Issue 2's speed and memory measurement: target-only against speculative decoding, side by side.
+"""Speed and memory measurement: target-only against speculative decoding, side by side.
 
 One prompt ("Write a short story about a robot who learns to paint.", chat template),
 temperature 0, 128 tokens, target-only (A) and speculative (B) interleaved A B A B over
@@ -20,6 +20,8 @@ both crawl):
     flock /tmp/specdec-llama.lock python benchmarks/speed.py --json > speed.json
 
 Left out: the sweep over prompts and temperatures (`specdec bench`), plots.
+
+Produces docs/benchmarks.md, "The built-in pair": the paragraph "One prompt, two states of one host".
 """
 
 from __future__ import annotations

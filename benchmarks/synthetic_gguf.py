@@ -14,8 +14,8 @@ Two kinds of file, both for measuring speculative decoding where no real large m
   batch, with another kernel and summation order. Greedy text is the base model's (checked
   by synthetic_pair.py identity and by the tests). A small eps > 0 adds eps times a real block's contribution, so agreement with the base model
   (and with a draft of it) falls as eps grows. Example: SmolLM2-135M F32 has 30 blocks of
-  14.2 MB; extra = 60 gives 90 blocks and a 1.4 GB file whose one-token step measured 2.7
-  times the base model's (63 ms against 23 ms, docs/benchmarks.md).
+  14.2 MB; extra = 60 gives 90 blocks and a 1.4 GB file whose one-token step measured 2.4
+  times the base model's (59 ms against 25 ms at N = 60, docs/benchmarks.md).
 - `write_random(dst, shape, seed)`: a llama-architecture model of a given `Shape` (hidden
   size, layers, heads, KV heads, FFN width, vocabulary, quantization) with random weights.
   Quantized weights are written directly as random blocks (Q8_0, Q4_0), so a 7B-sized file
@@ -31,6 +31,8 @@ a time, so memory stays at one tensor whatever the model's size.
 
 Left out: loading and timing the models (synthetic_pair.py), GGUF architectures other than
 llama, and K-quants (write F16 and convert with llama.cpp's quantizer for those).
+
+Produces the synthetic models behind docs/benchmarks.md's "Realistic cost ratios: deepened targets" and the GPU check (a library for synthetic_pair.py and gpu_check.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Measure speculative decoding at realistic cost ratios with synthetic targets (issue 13).
+"""Measure speculative decoding at realistic cost ratios with synthetic targets.
 
 The built-in pair is one model at two precisions, so its draft step costs 42-62% of a target
 step. This script builds targets of a chosen cost (synthetic_gguf.py writes the files) and
@@ -33,6 +33,8 @@ atomically, and are reused when present.
 
 Left out: the GGUF writing (synthetic_gguf.py), the A/B measurement itself (bench/run.py), the GPU
 run (gpu_check.sh / gpu_check.py).
+
+Produces docs/benchmarks.md, "Realistic cost ratios: deepened targets" (docs/synthetic.json, .png), its "Agreement falling" paragraph (docs/synthetic-eps.json) and the random target in "What the cost model predicts" (docs/synthetic-random-cpu.json).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Token rule against block verification on the same loaded pair, side by side (issue 27).
+"""Token rule against block verification on the same loaded pair, side by side.
 
 For each temperature, each prompt of the built-in suite and each seed, one generation with
 `--verify token` and one with `--verify block` follow each other (the order alternates), with
@@ -27,6 +27,8 @@ vocabularies whose drafts are accepted far less often):
 
 Left out: the bench's A/B against target-only (`specdec bench --verify block` does that for
 one rule at a time); other drafters (lookup's drafts are deterministic: block = token).
+
+Produces docs/benchmarks.md, "Block verification": its table.
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ GGML_VK_DISABLE_FUSION=1 all 48 decodes pass. Run it with the Vulkan build that
 benchmarks/vulkan_check.sh makes.
 Left out: timing (lavapipe's speed says nothing of a GPU's); the first decode of each size
 includes its shaders' compilation.
+
+Produces docs/benchmarks.md, "The GPU machine": the lavapipe crash and the unfused path.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
+# Produces docs/benchmarks.md, "The GPU machine": the Vulkan/lavapipe paragraph (the gpu tests passing on lavapipe).
 # The GPU path on this machine: llama.cpp's Vulkan backend on Mesa's lavapipe (a Vulkan driver
-# that runs on the CPU), as llama.cpp's own CI runs it. Issue 28, part 1.
+# that runs on the CPU), as llama.cpp's own CI runs it.
 #
 #   bash benchmarks/vulkan_check.sh                 # build (once per machine), then the gpu tests
 #   bash benchmarks/vulkan_check.sh --build-only    # only the build

@@ -357,8 +357,8 @@ def test_auto_lengthens_the_draft_while_everything_is_accepted():
 # The built-in pair's agreement on the "story" prompt (T = 0, chat template, first 128 tokens;
 # benchmarks/policy_replay.py record): "1" where the Q4_1 draft's greedy token is the F32 target's.
 STORY = "11111111111111111111110111111111011111111111111111111111111110111111111111111111111111110111111111111011111101111111111110111111"
-# The costs measured with the target deepened by N = 100 blocks (docs/benchmarks.md, sweep of
-# 2026-11-30): draft step 10.2 ms, T(1) 92.4 ms, T(9), T(13), T(17) 205.7, 250.7, 296.4 ms; c = 0.11.
+# The costs one sweep of benchmarks/synthetic_pair.py measured with the target deepened by N = 100 blocks:
+# draft step 10.2 ms, T(1) 92.4 ms, T(9), T(13), T(17) 205.7, 250.7, 296.4 ms; c = 0.11.
 DEEP100 = policy_replay.Costs(0.01022, {1: 0.0924, 9: 0.2057, 13: 0.2507, 17: 0.2964})
 
 
