@@ -147,7 +147,7 @@ def test_no_match_means_a_plain_target_step():
     target = MarkovModel(cycle_table(8, [1, 2, 3, 4, 5, 6, 7]))
     events = list(Engine(target, LookupDrafter()).generate([1], GenerationConfig(max_tokens=3, sampling=GREEDY), draft_policy(8)))
     first = next(e for e in events if isinstance(e, Round))
-    assert (first.source, first.drafted, first.k) == ("", 0, 0)
+    assert (first.drafter, first.drafted, first.k) == ("", 0, 0)
     assert all(not r.drafter for r in events if isinstance(r, Round))  # the cycle never repeats in 3 tokens
     assert next(e for e in events if isinstance(e, Token)).source is Source.TARGET
 
