@@ -68,8 +68,6 @@ class DraftMemory:
     def __init__(self, max_tokens: int = DEFAULT_MAX_TOKENS, ngram: int = NGRAM, places: int = PLACES) -> None:
         assert max_tokens >= 1, "options.check_draft_cache_size checks the bound"
         self.max_tokens = max_tokens
-        self.ngram = ngram
-        self.places = places
         self.sequences: deque[list[int]] = deque()
         self._first = 0  # the number of sequences evicted: sequence i lives at self.sequences[i - _first]
         self._size = 0
