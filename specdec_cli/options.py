@@ -167,10 +167,21 @@ def check_sampling_options(temperature: float, top_k: int, top_p: float, min_p: 
         raise BadSetting("max_tokens", f"must be at least 1, got {max_tokens}")
 
 
+MAX_STOPS = 16  # stop strings a generation takes (each is searched for at every token)
+MAX_STOP_CHARS = 1000  # characters in one stop string
+
+
 def check_stops(stops) -> None:
-    """Stop strings end the output just before them: an empty one would end it at once."""
+    """Stop strings end the output just before them: an empty one would end it at once, and each
+    costs time at every token, so there are at most MAX_STOPS of at most MAX_STOP_CHARS characters.
+    Example: ["a" * 1001] -> BadSetting("stop", "must be at most 1000 characters each, got one of 1001")."""
     if any(not s for s in stops):
         raise BadSetting("stop", "must not be an empty string")
+    if len(stops) > MAX_STOPS:
+        raise BadSetting("stop", f"must be at most {MAX_STOPS} strings, got {len(stops)}")
+    longest = max((len(s) for s in stops), default=0)
+    if longest > MAX_STOP_CHARS:
+        raise BadSetting("stop", f"must be at most {MAX_STOP_CHARS} characters each, got one of {longest}")
 
 
 def check_draft_cache_size(tokens: int) -> None:

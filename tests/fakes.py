@@ -11,6 +11,7 @@ records every decode call, so tests can check batching and rollback.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Sequence
 
@@ -28,11 +29,13 @@ class MarkovModel:
         self.eos = eos
         self.tokens: list[int] = []
         self.calls: list[tuple[int, int]] = []  # (batch size, n_logits) per decode
+        self.decoded = 0  # tokens evaluated, as llama/model.LlamaModel counts them
 
     def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray | None:
         assert len(tokens) > 0 and 0 <= n_logits <= len(tokens)
         assert len(self.tokens) + len(tokens) <= self.n_ctx
         self.calls.append((len(tokens), n_logits))
+        self.decoded += len(tokens)
         self.tokens.extend(int(t) for t in tokens)
         if not n_logits:
             return None
@@ -100,18 +103,28 @@ class ToyModel(MarkovModel):
     """A Markov model that also tokenizes letters and has a (trivial) chat template.
 
     `seconds_per_decode` makes each decode call take that long (a server test's slow model).
+    `gate`: each decode sets `decoding`, then waits until the test sets the gate (a server test
+    that orders events without sleeping: "a generation is in flight" is `decoding.wait()`).
     """
 
-    def __init__(self, table, *, fail_on_decode: int | None = None, error: BaseException | None = None, seconds_per_decode: float = 0.0, **kw):
+    def __init__(
+        self, table, *, fail_on_decode: int | None = None, error: BaseException | None = None, seconds_per_decode: float = 0.0,
+        gate: threading.Event | None = None, **kw,
+    ):  # fmt: skip
         super().__init__(table, **kw)
         self.fail_on_decode = fail_on_decode
         self.error = error
         self.seconds_per_decode = seconds_per_decode
+        self.gate = gate
+        self.decoding = threading.Event()
         self.messages = None
 
     def decode(self, tokens, n_logits=1):
         if self.fail_on_decode is not None and len(self.calls) + 1 >= self.fail_on_decode:
             raise self.error
+        self.decoding.set()
+        if self.gate is not None:
+            assert self.gate.wait(30), "the test never opened the gate"
         if self.seconds_per_decode:
             time.sleep(self.seconds_per_decode)
         return super().decode(tokens, n_logits)

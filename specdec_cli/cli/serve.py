@@ -2,7 +2,9 @@
 
     specdec serve                                        # built-in pair on http://127.0.0.1:8080
     specdec serve --draft tiny.gguf --target big.gguf --port 9000 --api-key "$KEY"
-    curl -s localhost:8080/v1/chat/completions -d '{"messages":[{"role":"user","content":"Hi"}]}'
+    specdec serve --api-key-file keys.txt --cors-origin http://localhost:3000 --request-timeout 120
+    curl -s localhost:8080/v1/chat/completions -H 'Content-Type: application/json' \
+        -d '{"messages":[{"role":"user","content":"Hi"}]}'
 
 It takes `run`'s model, context, sampling and drafting options: the sampling ones are the
 defaults of a request that gives none. Paths are resolved and checked (and the built-in
@@ -10,6 +12,10 @@ target converted) before the port opens; the models then load behind it (/health
 200). stderr says `specdec: listening on http://127.0.0.1:8080 (model NAME)` once the port
 is open, then one line per request. Ctrl-C or SIGTERM cancels the generation in flight
 (at most `GRACE_SECONDS` after the last byte is due), and the command exits 0.
+
+Each `--api-key` (and each line of `--api-key-file`) is a tenant (serve/guard.py): its own
+drafting memory and cached prefix. Listening on an address other than loopback without a key
+prints a warning, since anyone who reaches the port can then use the models.
 
 Left out: the HTTP side (serve/app.py), the worker (serve/worker.py).
 """
@@ -20,11 +26,14 @@ import contextlib
 import logging
 import socket
 import threading
-from typing import Annotated, Optional
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, List, Optional
 
 import typer
 
 from ..errors import BadInput, SpecdecError
+from ..serve.guard import is_loopback, read_key_file
 from ..options import DEFAULT_VERIFY, check_load_limits, check_p_min, check_sampling_options, parse_draft_length, parse_drafter, parse_verify
 from .options import (
     AUTO,
@@ -54,6 +63,7 @@ from .options import (
 GRACE_SECONDS = 5  # how long a shutdown waits for streams in flight before cancelling them
 DEFAULT_PORT = 8080
 DEFAULT_QUEUE = 16
+DEFAULT_MAX_CONNECTIONS = 64  # open connections answered at once (serve/app.server_config); past it 503
 
 
 def serve(
@@ -80,9 +90,14 @@ def serve(
     repack: RepackOption = None,
     host: Annotated[str, typer.Option(help="Address to listen on; 127.0.0.1 keeps the server to this machine.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on; 0 picks a free one (printed).")] = DEFAULT_PORT,
-    api_key: Annotated[Optional[str], typer.Option(envvar="SPECDEC_API_KEY", show_envvar=False, help="Require Authorization: Bearer KEY on /v1 (or set SPECDEC_API_KEY).")] = None,
+    api_key: Annotated[Optional[List[str]], typer.Option(envvar="SPECDEC_API_KEY", show_envvar=False, metavar="KEY", help="Require Authorization: Bearer KEY on /v1 and /metrics (or set SPECDEC_API_KEY); repeat for several tenants, each with its own drafting memory and cache.")] = None,
+    api_key_file: Annotated[Optional[Path], typer.Option(metavar="FILE", help="A file of API keys, one per line (# comments): each a tenant, as --api-key.")] = None,
+    allowed_host: Annotated[Optional[List[str]], typer.Option(metavar="NAME", help="Another name the Host header may give (a loopback server takes only 127.0.0.1, localhost and [::1]); repeatable.")] = None,
+    cors_origin: Annotated[Optional[List[str]], typer.Option(metavar="ORIGIN", help="A web page's origin that may call the API from a browser, e.g. http://localhost:3000; repeatable (others get 403).")] = None,
+    request_timeout: Annotated[Optional[float], typer.Option(metavar="SECONDS", help="End a generation that runs longer than SECONDS, with its tokens so far (finish_reason \"length\").")] = None,
+    max_connections: Annotated[int, typer.Option(help="Connections answered at once; more get 503.")] = DEFAULT_MAX_CONNECTIONS,
     alias: Annotated[Optional[str], typer.Option(help="The model name the server answers to (default: the target file's name).")] = None,
-    queue: Annotated[int, typer.Option(help="Requests that may wait while one generates; more get 503 with Retry-After.")] = DEFAULT_QUEUE,
+    queue: Annotated[int, typer.Option(help="Requests that may wait while one generates (at least 1); more get 503 with Retry-After.")] = DEFAULT_QUEUE,
 ) -> None:
     """Serve the pair over OpenAI's API (chat and completions, streaming) and a live page at /.
 
@@ -101,10 +116,20 @@ def serve(
     check_load_limits(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers)
     if not 0 <= port <= 65535:
         raise BadInput(f"--port must be between 0 and 65535, got {port}")
-    if queue < 0:
-        raise BadInput(f"--queue must be 0 or more, got {queue}")
-    if api_key is not None and not api_key:
+    if queue < 1:
+        raise BadInput(f"--queue must be at least 1, got {queue}")
+    if max_connections < 1:
+        raise BadInput(f"--max-connections must be at least 1, got {max_connections}")
+    if request_timeout is not None and not request_timeout > 0:
+        raise BadInput(f"--request-timeout must be more than 0 seconds, got {request_timeout:g}")
+    keys = list(api_key or [])
+    if any(not key for key in keys):
         raise BadInput("--api-key must not be empty (unset SPECDEC_API_KEY for no key)")
+    if api_key_file is not None:
+        try:
+            keys += read_key_file(api_key_file)
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise BadInput(f"--api-key-file {api_key_file}: {getattr(exc, 'strerror', None) or exc}") from None
     defaults = Defaults(
         max_tokens=max_tokens,
         sampling=SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
@@ -114,13 +139,20 @@ def serve(
         verify=parse_verify(verify),
     )
     options = LoadOptions.from_cli(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers, repack, pair_name)
-    run_server(draft, target, pair_name, options, defaults, lookup, host, port, api_key, alias, queue)
+    limits = Limits(queue, max_connections, request_timeout)
+    run_server(draft, target, pair_name, options, defaults, lookup, host, port, keys, allowed_host or [], cors_origin or [], alias, limits)
 
 
-def run_server(draft, target, pair_name, options, defaults, lookup, host, port, api_key, alias, queue_size) -> None:
-    import uvicorn
+@dataclass(frozen=True)
+class Limits:
+    queue: int
+    max_connections: int
+    request_timeout: float | None
 
-    from ..serve.app import Server, create_app
+
+def run_server(draft, target, pair_name, options, defaults, lookup, host, port, keys, allowed_hosts, cors_origins, alias, limits: Limits) -> None:
+    from ..serve.app import Server, create_app, server_config
+    from ..serve.guard import Access
     from ..serve.worker import Worker
     from ..session import open_pair
     from .options import pair_files
@@ -131,16 +163,18 @@ def run_server(draft, target, pair_name, options, defaults, lookup, host, port, 
     )  # fmt: skip
     sock = _listen(host, port)
     name = alias or target_path.name
+    bound_host, bound_port = sock.getsockname()[:2]
+    if not keys and not is_loopback(host):
+        _err(f"specdec: warning: listening on {host} without --api-key: anyone who reaches port {bound_port} can use the models")
 
     def load(stack: contextlib.ExitStack):
         return stack.enter_context(open_pair(draft_path, target_path, options))
 
-    worker = Worker(load, queue_size=queue_size, lookup=lookup)
-    app = create_app(worker, defaults, alias=name, api_key=api_key)
+    worker = Worker(load, queue_size=limits.queue, lookup=lookup, request_timeout=limits.request_timeout)
+    access = Access.for_bind(host, bound_port, keys, allowed_hosts, cors_origins)
+    app = create_app(worker, defaults, alias=name, access=access)
     logging.getLogger("specdec.access").setLevel(logging.INFO)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=GRACE_SECONDS, lifespan="off")
-    server = Server(config)
-    bound_host, bound_port = sock.getsockname()[:2]
+    server = Server(server_config(app, limits.max_connections, timeout_graceful_shutdown=GRACE_SECONDS))
     _err(f"specdec: listening on http://{_url_host(bound_host)}:{bound_port} (model {name}); loading the models ...")
     worker.start()
     threading.Thread(target=_report_load, args=(worker, server), daemon=True).start()

@@ -3,6 +3,9 @@
     outcome = consume(engine.generate(ids, config, policy), on_event=renderer)
     outcome.text, outcome.tokens, outcome.stats.tokens_per_second
 
+`on_event` may end the generation where it is by raising `EndEarly(reason)` (the server's
+`--request-timeout`): the outcome then holds the tokens so far, with that finish reason.
+
 Left out: the counters themselves (stats.py), showing the events (the front-ends' on_event).
 """
 
@@ -14,6 +17,14 @@ from typing import Callable, Iterator
 
 from ..events import Event, Token
 from .stats import RunStats
+
+
+class EndEarly(Exception):
+    """Raised by an `on_event` callback to end the generation now; `reason` becomes its finish reason."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 @dataclass
@@ -50,6 +61,8 @@ def consume(events: Iterator[Event], on_event: Callable[[Event], None] | None = 
                 on_event(event)
     except KeyboardInterrupt:
         outcome.stats.finish_reason = "interrupted"
+    except EndEarly as end:
+        outcome.stats.finish_reason = end.reason
     finally:
         events.close()
         outcome.text = "".join(pieces)

@@ -77,6 +77,7 @@ class LlamaModel:
         self._ctx = None
         self._batch = None
         self.tokens: list[int] = []
+        self.decoded = 0  # tokens llama_decode has evaluated over this model's life (what a cache hit saves)
         self._pieces: dict[int, bytes] = {}
 
         mparams = lc.llama_model_default_params()
@@ -344,8 +345,11 @@ class LlamaModel:
             batch.n_tokens = hi - lo
             rc = lc.llama_decode(self._ctx, batch)
             if rc != 0:
-                self.rewind(start)
+                # The chunks before this one are in the KV cache but not yet in self.tokens:
+                # drop them by position, so that the cache holds exactly self.tokens again.
+                lc.llama_memory_seq_rm(self._memory, 0, start, -1)
                 raise SpecdecError(f"llama_decode failed with code {rc} on {self.path.name}:\n{self._log.tail(4)}")
+            self.decoded += hi - lo
         self.tokens.extend(int(t) for t in tokens)
         if not n_logits:
             return None

@@ -3,10 +3,16 @@
     POST /v1/chat/completions   chat turns through the target's template (stream or not)
     POST /v1/completions        a raw prompt, as `specdec run --raw`
     GET  /v1/models             the one model, by its alias
-    GET  /health                503 while the models load, then 200 (as llama-server)
+    GET  /health                503 while the models load, then 200 (as llama-server); 503 with
+                                the reason if they failed to load or cannot serve any more
+    GET  /metrics               Prometheus' text format (metrics.py), behind the key
     GET  /                      the page (static/index.html, page.js, page.css)
 
-A request goes: body (size-limited, UTF-8, a JSON object) -> typed model (types.py) ->
+Every request first passes `_Guard` (guard.py's Host and Origin rules, CORS for the origins
+--cors-origin allows); /v1 and /metrics then need a key when there are keys, and the key is
+the request's tenant. A request goes: body (application/json, else 415; size-limited, read
+within `BODY_SECONDS`; UTF-8; a JSON object of at most `MAX_JSON_DEPTH` levels whose integers
+fit 64 bits) -> typed model (types.py) ->
 Settings (options.py's checks) -> a Job for the worker (worker.py) -> what it hands back,
 as JSON or server-sent events (wire.py). Handlers never touch a model. Every error leaves
 as OpenAI's `{"error": {"message", "type", "param", "code"}}` from `_error_response`, e.g.
@@ -15,7 +21,9 @@ as OpenAI's `{"error": {"message", "type", "param", "code"}}` from `_error_respo
 
     specdec: POST /v1/chat/completions 200, 64 tokens, acceptance 0.81, 1234 ms
 
-`Server` is uvicorn's, ending with exit 0 on Ctrl-C or SIGTERM.
+`Server` is uvicorn's, ending with exit 0 on Ctrl-C or SIGTERM; `server_config` bounds its
+connections (`max_connections`: past it 503, past twice it the connection is closed) and
+gives each connection `HEADER_SECONDS` to send its request's headers.
 
 Left out: loading and generating (worker.py), the command and its options (cli/serve.py).
 """
@@ -24,10 +32,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import importlib.resources
 import json
 import logging
+import math
 import signal
 import time
 from typing import AsyncIterator
@@ -37,18 +45,28 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..errors import BadInput, SpecdecError
+from ..events import Token
 from ..options import BadSetting
+from .guard import Access, Refused
+from .metrics import CONTENT_TYPE as METRICS_TYPE
+from .metrics import Metrics
 from .types import ChatRequest, CompletionRequest, Defaults, Settings
 from .wire import Answer, error_body
-from .worker import Done, Failed, Job, QueueFull, ShuttingDown, Started, Worker
+from .worker import Done, Failed, InternalError, Job, QueueFull, ShuttingDown, Started, Unavailable, Worker
 
 log = logging.getLogger("specdec")
 access = logging.getLogger("specdec.access")  # cli/serve.py turns it on (info level)
 
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: far above any prompt a 2048..131072-token context takes as text per request
 RETRY_AFTER_SECONDS = 2
+BODY_SECONDS = 30.0  # to read a request's body, once its headers are in
+HEADER_SECONDS = 10.0  # for a new connection to send its request's headers
+MAX_JSON_DEPTH = 32  # levels of nesting in a body: a chat request needs 4
+MAX_INT = 2**63 - 1  # the largest integer a body may hold (in magnitude)
+ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/")  # metrics' labels; others are "other"
 PAGE_FILES = {"index.html": "text/html; charset=utf-8", "page.js": "text/javascript; charset=utf-8", "page.css": "text/css; charset=utf-8"}
 
 
@@ -72,16 +90,79 @@ def _from_specdec(exc: SpecdecError) -> ApiError:
         return ApiError(400, str(exc))
     if isinstance(exc, (QueueFull, ShuttingDown)):
         return ApiError(503, str(exc), "unavailable_error", headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
-    return ApiError(500, str(exc), "server_error")
+    if isinstance(exc, Unavailable):
+        return ApiError(503, str(exc), "unavailable_error")
+    return ApiError(500, str(exc), "server_error", code="internal_error" if isinstance(exc, InternalError) else None)
 
 
 class _ClientGone(Exception):
     pass
 
 
-def create_app(worker: Worker, defaults: Defaults, alias: str, api_key: str | None = None, max_body: int = MAX_BODY_BYTES) -> FastAPI:
+class _BadJson(Exception):
+    """A value json.loads must not build (an integer past MAX_INT, NaN or Infinity)."""
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > len(str(MAX_INT)) or abs(int(text)) > MAX_INT:
+        raise _BadJson(f"an integer in the body is out of range: at most {MAX_INT} in magnitude, got {text[:24]}{'...' if len(text) > 24 else ''}")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _BadJson(f"a number in the body is out of range: {text[:24]}")
+    return value
+
+
+def _no_constant(name: str):
+    raise _BadJson(f"{name} is not JSON")
+
+
+def _depth(value) -> int:
+    """How deeply a parsed JSON value nests, without recursion. Example: {"a": [1, {}]} -> 3."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def parse_body(body: bytes) -> dict:
+    """A request body as a JSON object, or ApiError(400) saying what is wrong with it."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ApiError(400, f"the body is not UTF-8 (byte {exc.start} is {body[exc.start]:#04x})") from None
+    try:
+        value = json.loads(text, parse_int=_bounded_int, parse_float=_finite_float, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise ApiError(400, f"the body is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
+    except _BadJson as exc:
+        raise ApiError(400, str(exc)) from None
+    except RecursionError:
+        raise ApiError(400, f"the body nests deeper than {MAX_JSON_DEPTH} levels, the most accepted", code="too_deep") from None
+    if not isinstance(value, dict):
+        raise ApiError(400, f"the body must be a JSON object, not {type(value).__name__}")
+    if _depth(value) > MAX_JSON_DEPTH:
+        raise ApiError(400, f"the body nests deeper than {MAX_JSON_DEPTH} levels, the most accepted", code="too_deep")
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ApiError(400, "the body holds a string that is not valid Unicode (a lone surrogate escape such as \\ud800)") from None
+    return value
+
+
+def create_app(
+    worker: Worker, defaults: Defaults, alias: str, access: Access = Access(), max_body: int = MAX_BODY_BYTES, body_seconds: float = BODY_SECONDS
+) -> FastAPI:
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None, title="specdec")
-    app.add_middleware(_AccessLog)
+    metrics = Metrics(waiting=lambda: worker.waiting, running=lambda: worker.running)
+    app.add_middleware(_Guard, access=access)
+    app.add_middleware(_AccessLog, metrics=metrics)
 
     # -- the edges: errors, the log line, auth, the body ------------------------------------
 
@@ -96,43 +177,36 @@ def create_app(worker: Worker, defaults: Defaults, alias: str, api_key: str | No
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
-        log.error("internal error on %s %s: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
-        return _error_response(ApiError(500, f"internal error: {type(exc).__name__}", "server_error"))
+        log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
+        return _error_response(ApiError(500, f"internal error: {type(exc).__name__}", "server_error", code="internal_error"))
 
-    def authorize(request: Request) -> None:
-        if api_key is None:
-            return
-        given = request.headers.get("authorization", "")
-        token = given[7:] if given[:7].lower() == "bearer " else ""
-        if not hmac.compare_digest(token.encode("utf-8", "replace"), api_key.encode("utf-8")):
-            raise ApiError(401, "invalid or missing API key: send Authorization: Bearer KEY", code="invalid_api_key")
+    def tenant(request: Request) -> str:
+        try:
+            return access.tenant(request.headers.get("authorization"))
+        except Refused as exc:
+            raise ApiError(exc.status, exc.message, code=exc.code) from None
 
     async def read_json(request: Request) -> dict:
+        kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if kind != "application/json":
+            raise ApiError(415, f"the body must be sent as Content-Type: application/json, not {kind or 'nothing'}", code="unsupported_media_type")
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > max_body:
             raise ApiError(413, f"the body is {int(declared)} bytes; at most {max_body} are accepted", code="body_too_large")
         body = bytearray()
-        async for piece in request.stream():
-            body += piece
-            if len(body) > max_body:
-                raise ApiError(413, f"the body is over {max_body} bytes, the most accepted", code="body_too_large")
         try:
-            text = body.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ApiError(400, f"the body is not UTF-8 (byte {exc.start} is {body[exc.start]:#04x})") from None
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ApiError(400, f"the body is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
-        if not isinstance(value, dict):
-            raise ApiError(400, f"the body must be a JSON object, not {type(value).__name__}")
-        try:
-            json.dumps(value, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
-            raise ApiError(400, "the body holds a string that is not valid Unicode (a lone surrogate escape such as \\ud800)") from None
-        return value
+            async with asyncio.timeout(body_seconds):
+                async for piece in request.stream():
+                    body += piece
+                    if len(body) > max_body:
+                        raise ApiError(413, f"the body is over {max_body} bytes, the most accepted", code="body_too_large")
+        except TimeoutError:
+            raise ApiError(408, f"the body did not arrive within {body_seconds:g} s", code="body_timeout") from None
+        return parse_body(bytes(body))
 
     def ready_or_503() -> None:
+        if worker.gone is not None:
+            raise ApiError(503, worker.gone, "unavailable_error")
         if not worker.ready.is_set():
             raise ApiError(503, "the models are still loading", "unavailable_error", headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
 
@@ -154,30 +228,35 @@ def create_app(worker: Worker, defaults: Defaults, alias: str, api_key: str | No
 
     @app.get("/health")
     async def health():
-        if worker.load_error is not None:
-            return _error_response(ApiError(500, str(worker.load_error), "server_error"))
+        if worker.gone is not None:
+            return _error_response(ApiError(503, worker.gone, "unavailable_error"))
         if not worker.ready.is_set():
             return _error_response(ApiError(503, "loading the models", "unavailable_error"))
         return {"status": "ok", "waiting": worker.waiting}
 
+    @app.get("/metrics")
+    async def prometheus(request: Request):
+        tenant(request)
+        return Response(metrics.render(), media_type=METRICS_TYPE)
+
     @app.get("/v1/models")
     async def models(request: Request):
-        authorize(request)
+        tenant(request)
         return {"object": "list", "data": [{"id": alias, "object": "model", "created": int(started_at), "owned_by": "specdec"}]}
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
-        authorize(request)
+        who = tenant(request)
         ready_or_503()
         body, settings = parse(ChatRequest, await read_json(request))
-        return await answer(request, Job(settings=settings, turns=body.turns()), "chat", settings)
+        return await answer(request, Job(settings=settings, turns=body.turns(), tenant=who), "chat", settings)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
-        authorize(request)
+        who = tenant(request)
         ready_or_503()
         body, settings = parse(CompletionRequest, await read_json(request))
-        return await answer(request, Job(settings=settings, prompt=body.text()), "completion", settings)
+        return await answer(request, Job(settings=settings, prompt=body.text(), tenant=who), "completion", settings)
 
     @app.get("/")
     async def page():
@@ -191,7 +270,23 @@ def create_app(worker: Worker, defaults: Defaults, alias: str, api_key: str | No
 
     # -- one generation -----------------------------------------------------------------------
 
+    class Timing:
+        """When a request arrived and when its first token came (for the latency histograms)."""
+
+        def __init__(self) -> None:
+            self.arrived = time.perf_counter()
+            self.first: float | None = None
+
+        def saw(self, item) -> None:
+            if self.first is None and isinstance(item, Token):
+                self.first = time.perf_counter() - self.arrived
+
+        def done(self, request: Request, item: Done, cached_tokens: int) -> None:
+            request.state.stats = item.outcome.stats
+            metrics.finished(item.outcome.stats, cached_tokens, self.first, time.perf_counter() - self.arrived)
+
     async def answer(request: Request, job: Job, kind: str, settings: Settings):
+        timing = Timing()
         try:
             worker.submit(job, asyncio.get_running_loop())
         except SpecdecError as exc:
@@ -205,20 +300,21 @@ def create_app(worker: Worker, defaults: Defaults, alias: str, api_key: str | No
         assert isinstance(first, Started), first
         reply = Answer(kind=kind, model=alias, settings=settings, cached_tokens=first.cached_tokens)
         if settings.stream:
-            return StreamingResponse(stream(request, job, reply), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+            return StreamingResponse(stream(request, job, reply, timing), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         try:
             while True:
                 item = await next_item(request, job)
                 if isinstance(item, Failed):
                     raise _from_specdec(item.error)
+                timing.saw(item)
                 if isinstance(item, Done):
-                    request.state.stats = item.outcome.stats
+                    timing.done(request, item, reply.cached_tokens)
                     return reply.final(item.outcome)
                 reply.collect(item)
         except _ClientGone:
             return Response(status_code=499)
 
-    async def stream(request: Request, job: Job, reply: Answer) -> AsyncIterator[str]:
+    async def stream(request: Request, job: Job, reply: Answer, timing: Timing) -> AsyncIterator[str]:
         try:
             opening = reply.opening()
             if opening is not None:
@@ -228,8 +324,9 @@ def create_app(worker: Worker, defaults: Defaults, alias: str, api_key: str | No
                 if isinstance(item, Failed):  # after the 200 went out: an error event, as OpenAI sends one
                     yield _sse(error_body(str(item.error), "server_error"))
                     break
+                timing.saw(item)
                 if isinstance(item, Done):
-                    request.state.stats = item.outcome.stats
+                    timing.done(request, item, reply.cached_tokens)
                     for chunk in reply.closing(item.outcome):
                         yield _sse(chunk)
                     break
@@ -273,6 +370,23 @@ class Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
+def server_config(app, max_connections: int, header_seconds: float = HEADER_SECONDS, **kw) -> uvicorn.Config:
+    """uvicorn's settings for `app`: at most `max_connections` answered at once, and a deadline
+    for each connection's request headers (a client that trickles them is cut off)."""
+
+    class Bounded(H11Protocol):
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            if len(self.connections) > 2 * max_connections:  # far past the bound: not even a 503
+                transport.close()
+                return
+            # uvicorn's keep-alive timer closes the connection unless a request's headers arrive
+            # first (handle_events cancels it on h11.Request): armed here, it is the header deadline.
+            self.timeout_keep_alive_task = self.loop.call_later(header_seconds, self.timeout_keep_alive_handler)
+
+    return uvicorn.Config(app, http=Bounded, limit_concurrency=max_connections, log_level="warning", access_log=False, lifespan="off", **kw)
+
+
 def _sse(obj: dict) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
@@ -282,11 +396,43 @@ def _page_file(name: str) -> Response:
     return Response(data, media_type=PAGE_FILES[name], headers={"Cache-Control": "no-cache"})
 
 
-class _AccessLog:
-    """One stderr line per request, written when its response has ended (a stream's last chunk included)."""
+class _Guard:
+    """guard.py's Host and Origin rules on every request, before any route; preflights answered,
+    and CORS headers on the responses to the origins --cors-origin allows."""
 
-    def __init__(self, app) -> None:
-        self.app = app
+    def __init__(self, app, access: Access) -> None:
+        self.app, self.access = app, access
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        origin = headers.get("origin")
+        try:
+            self.access.check_host(headers.get("host"))
+            cross = self.access.check_origin(origin, headers.get("host"))
+        except Refused as exc:
+            return await _error_response(ApiError(exc.status, exc.message, code=exc.code))(scope, receive, send)
+        if cross and scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
+            return await Response(status_code=204, headers=self.access.preflight_headers(origin))(scope, receive, send)
+        if not cross:
+            return await self.app(scope, receive, send)
+        extra = [(k.lower().encode(), v.encode()) for k, v in self.access.cors_headers(origin).items()]
+
+        async def sending(message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
+class _AccessLog:
+    """One stderr line per request, written when its response has ended (a stream's last chunk
+    included), and the request counted in the metrics by endpoint and status."""
+
+    def __init__(self, app, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -308,4 +454,5 @@ class _AccessLog:
             if stats is not None:
                 figures = f", {stats.new_tokens} tokens, " + (f"acceptance {stats.acceptance_rate:.2f}" if stats.drafted else "nothing drafted")
             ms = (time.perf_counter() - start) * 1e3
+            self.metrics.answered(scope["path"] if scope["path"] in ENDPOINTS else "other", status or 499)
             access.info("%s %s %s%s, %.0f ms", scope["method"], scope["path"], status or "-", figures, ms)

@@ -38,7 +38,7 @@ from ..decoding.stats import RunStats
 from ..events import Rejected, Round, Token
 from .types import Settings
 
-FINISH_REASONS = {"eog": "stop", "stop": "stop", "max_tokens": "length", "context_full": "length"}
+FINISH_REASONS = {"eog": "stop", "stop": "stop", "max_tokens": "length", "context_full": "length", "time_limit": "length"}
 
 
 def error_body(message: str, type_: str, param: str | None = None, code: str | None = None) -> dict:

@@ -8,7 +8,8 @@ asyncio queue, in this order:
     Prefill, Token, Rejected, Round, ...    the engine's own events (events.py)
     Done(outcome)                           stats.Outcome: text, counters, timings
   or, at any point before Done:
-    Failed(error)                           a SpecdecError (BadInput: the client's fault)
+    Failed(error)                           a SpecdecError (BadInput: the client's fault;
+                                            InternalError: a bug of ours, its stack logged once)
 
 The queue holds at most `queue_size` waiting jobs (QueueFull beyond: the handler answers 503
 with Retry-After). A job whose client went away is `cancel()`ed: the worker sees it at the
@@ -19,10 +20,22 @@ turn) evaluates only what is new, in both models (engine.prefill via drafting/kv
 `cached_tokens` says how much was reused. So is a drafting memory (drafting/memory.py): every finished
 request's prompt and answer, which lookup drafts from for the requests after it.
 
+Tenants (a job's `tenant`: its API key, guard.py) never see each other's text. Each has its
+own drafting memory, and a job reuses the caches only when the previous job was its own
+tenant's: otherwise both caches are emptied first, so `cached_tokens` (and the time a prefill
+takes) tells a client only about its own key's requests.
+
+A failure costs one request. Any exception while serving a job fails that job alone
+(Failed(InternalError), the stack logged once); the caches, whose state the failure may have
+left unknown, are emptied, and the worker goes on. If they cannot be, or the load failed,
+`gone` holds the reason: /health answers 503 with it and every request gets 503 at once.
+`request_timeout` ends a generation that runs longer, with its tokens so far (finish reason
+"time_limit", OpenAI's "length").
+
 Example (what the tests do, with a scripted pair):
 
     worker = Worker(lambda stack: pair, queue_size=4); worker.start()
-    job = worker.submit(Job(turns=[("user", "Hi")], settings=settings), loop)
+    job = worker.submit(Job(turns=[("user", "Hi")], settings=settings, tenant="key-1"), loop)
     first = await job.items.get()   # Started(prompt_tokens=9, cached_tokens=0)
 
 Left out: HTTP (app.py), what a request may hold (types.py), the JSON shapes (wire.py).
@@ -36,10 +49,11 @@ import dataclasses
 import logging
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..decoding.consume import Outcome, consume
+from ..decoding.consume import EndEarly, Outcome, consume
 from ..decoding.engine import context_room
 from ..drafting.kv_sync import common_prefix
 from ..drafting.lookup import LookupOptions
@@ -59,6 +73,14 @@ class QueueFull(SpecdecError):
 
 class ShuttingDown(SpecdecError):
     """The server is stopping and takes no more work."""
+
+
+class InternalError(SpecdecError):
+    """A bug of ours met while serving one request (the client gets 500 server_error)."""
+
+
+class Unavailable(SpecdecError):
+    """The models are not there: they failed to load, or a failure left them unusable."""
 
 
 class _Cancelled(Exception):
@@ -86,6 +108,7 @@ class Job:
     settings: Settings
     turns: list[tuple[str, str]] | None = None  # chat: rendered with the target's template
     prompt: str | None = None  # completions: the text as it is (run --raw)
+    tenant: str = ""  # whose request: guard.Access.tenant ("" without keys)
     items: asyncio.Queue = field(default_factory=asyncio.Queue)
     _loop: asyncio.AbstractEventLoop | None = None
     _cancelled: threading.Event = field(default_factory=threading.Event)
@@ -105,16 +128,26 @@ class Job:
 class Worker:
     """Loads the pair in its own thread, then runs queued jobs one at a time until `stop`."""
 
-    def __init__(self, load: Callable[[contextlib.ExitStack], LoadedPair], queue_size: int, lookup: LookupOptions = LookupOptions()) -> None:
+    def __init__(
+        self,
+        load: Callable[[contextlib.ExitStack], LoadedPair],
+        queue_size: int,
+        lookup: LookupOptions = LookupOptions(),
+        request_timeout: float | None = None,
+    ) -> None:
+        assert queue_size >= 1, "the queue holds at least one job (cli/serve.py checks --queue)"
         self._load = load
         self._lookup = lookup
-        self.memory = DraftMemory()  # earlier requests' prompts and answers, for lookup (drafting/memory.py)
+        self._request_timeout = request_timeout
+        self.memories: dict[str, DraftMemory] = {}  # each tenant's earlier prompts and answers, for lookup (drafting/memory.py)
+        self._cache_tenant: str | None = None  # whose tokens the KV caches hold
         self._jobs: queue.Queue[Job | None] = queue.Queue(maxsize=queue_size)
         self._thread = threading.Thread(target=self._main, name="specdec-worker", daemon=True)
         self._current: Job | None = None
         self._stopping = threading.Event()
         self.ready = threading.Event()
         self.load_error: SpecdecError | None = None
+        self.gone: str | None = None  # why the models cannot serve (a failed load, caches that could not be reset)
         self.pair: LoadedPair | None = None  # read by the app only for facts fixed at load (n_ctx, names)
 
     # -- the handlers' side --------------------------------------------------------------
@@ -126,9 +159,15 @@ class Worker:
     def waiting(self) -> int:
         return self._jobs.qsize()
 
+    @property
+    def running(self) -> int:
+        return int(self._current is not None)
+
     def submit(self, job: Job, loop: asyncio.AbstractEventLoop) -> Job:
         if self._stopping.is_set():
             raise ShuttingDown("the server is shutting down")
+        if self.gone is not None:
+            raise Unavailable(self.gone)
         job._loop = loop
         try:
             self._jobs.put_nowait(job)
@@ -142,17 +181,20 @@ class Worker:
         current = self._current
         if current is not None:
             current.cancel()
-        while True:
-            try:
-                job = self._jobs.get_nowait()
-            except queue.Empty:
-                break
-            if job is not None:
-                job._put(Failed(ShuttingDown("the server is shutting down")))
+        self._fail_waiting(ShuttingDown("the server is shutting down"))
         with contextlib.suppress(queue.Full):
             self._jobs.put_nowait(None)
         if self._thread.is_alive():
             self._thread.join(timeout)
+
+    def _fail_waiting(self, error: SpecdecError) -> None:
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                return
+            if job is not None:
+                job._put(Failed(error))
 
     # -- the worker thread ----------------------------------------------------------------
 
@@ -160,12 +202,16 @@ class Worker:
         with contextlib.ExitStack() as stack:
             try:
                 self.pair = self._load(stack)
-            except SpecdecError as exc:
+            except Exception as exc:
+                if not isinstance(exc, SpecdecError):
+                    log.error("loading the models failed", exc_info=True)
+                    exc = SpecdecError(f"loading the models failed: {type(exc).__name__}: {exc}")
                 self.load_error = exc
+                self.gone = str(exc)
                 self.ready.set()
                 return
             self.ready.set()
-            while not self._stopping.is_set():
+            while not self._stopping.is_set() and self.gone is None:
                 job = self._jobs.get()
                 if job is None:
                     break
@@ -176,25 +222,56 @@ class Worker:
                     self._serve(job)
                 finally:
                     self._current = None
+            if self.gone is not None:
+                self._fail_waiting(Unavailable(self.gone))
 
     def _serve(self, job: Job) -> None:
+        try:
+            self._generate(job)
+        except Exception as exc:  # a bug of ours: this request fails, the server goes on
+            log.error("internal error while serving a request", exc_info=True)
+            job._put(Failed(InternalError(f"internal error: {type(exc).__name__}: {exc}")))
+            self._reset_caches()
+
+    def _reset_caches(self) -> None:
+        """Empty both KV caches, whose state a failure may have left unknown; `gone` if they cannot be."""
+        self._cache_tenant = None
+        try:
+            for model in (self.pair.target, self.pair.draft):
+                if model is not None:
+                    model.rewind(0)
+        except Exception as exc:
+            log.error("the KV caches could not be reset", exc_info=True)
+            self.gone = f"the models cannot serve after an internal error ({type(exc).__name__}: {exc}); restart the server"
+
+    def _generate(self, job: Job) -> None:
         pair = self.pair
+        s = job.settings
         try:
             ids = pair.chat_tokens(job.turns) if job.turns is not None else pair.prompt_tokens(job.prompt, chat=False)
-            config = self._fit(ids, job.settings)
+            config = self._fit(ids, s)
+            memory = self.memories.setdefault(job.tenant, DraftMemory())
+            engine = pair.engine(drafter=s.drafter, lookup=self._lookup, memory=memory)
         except SpecdecError as exc:
             job._put(Failed(exc))
             return
+        if self._cache_tenant != job.tenant:
+            self._reset_caches()  # another tenant's prefix is never reused, nor reported
+            if self.gone is not None:
+                job._put(Failed(Unavailable(self.gone)))
+                return
+            self._cache_tenant = job.tenant
         job._put(Started(prompt_tokens=len(ids), cached_tokens=common_prefix(pair.target.tokens, ids[:-1])))
+        deadline = None if self._request_timeout is None else time.monotonic() + self._request_timeout
 
         def hand_over(event: Event) -> None:
             if job.cancelled:
                 raise _Cancelled
             job._put(event)
+            if deadline is not None and time.monotonic() > deadline:
+                raise EndEarly("time_limit")
 
-        s = job.settings
         try:
-            engine = pair.engine(drafter=s.drafter, lookup=self._lookup, memory=self.memory)
             outcome = consume(engine.generate(ids, config, draft_policy(s.draft_tokens, s.p_min)), hand_over)
         except _Cancelled:  # consume closed the generator: the engine rolled both caches back
             if self._stopping.is_set():
@@ -203,7 +280,7 @@ class Worker:
         except SpecdecError as exc:
             job._put(Failed(exc))
             return
-        self.memory.add(ids + outcome.tokens)
+        memory.add(ids + outcome.tokens)
         job._put(Done(outcome))
 
     def _fit(self, ids: list[int], settings: Settings):

@@ -7,9 +7,10 @@ first-round rejection comes from the other rule); N = 20,000 generations each, s
 chi-square at false-failure 1e-4 (stat_checks.ALPHA), fixed seeds. The same check fails with a
 planted bug (one weight wrong), and with a chooser that peeks (verifies by both rules and keeps
 the verdict that kept more drafts), so it can see both. Greedy decoding is the target's own.
-In expectation block keeps at least as many drafts as the token rule: compared on 20,000 rounds
-of one fixed context, one-sided at 4 standard errors (a false failure about 3e-5 under
-equality). The expected counts that auto learns from (speculative.expected_kept) are each
+In expectation block keeps at least as many drafts as the token rule, and as many more as
+expected_kept predicts: compared on 20,000 rounds of one fixed context, at 4 standard errors
+(a false failure about 6e-5), where the predicted gain is over 6 standard errors (so the token
+rule in block's place fails). The expected counts that auto learns from (speculative.expected_kept) are each
 rule's mean on fixed drafts: 20,000 verifications each, within 4 standard errors.
 """
 
@@ -160,12 +161,16 @@ def test_expected_kept_is_each_rules_mean_on_fixed_drafts(kind, seed):
 
 
 @pytest.mark.parametrize("kind, seed", [("strong", 71), ("weak", 72)])
-def test_it_keeps_at_least_as_many_drafts_as_the_token_rule(kind, seed):
-    """20,000 rounds from one context, the same drafts for both rules (T = 1)."""
+def test_it_keeps_the_drafts_expected_kept_predicts_and_more_than_the_token_rule(kind, seed):
+    """20,000 rounds from one context, the same drafts for both rules (T = 1). Besides "never
+    fewer", the measured gain of block over token must be the gain expected_kept predicts for
+    these drafts (within 4 standard errors), and that gain is large enough here (over 6 standard
+    errors) that a verify_block which were the token rule would fail."""
     target, draft = pair(kind, seed)
     rng = np.random.default_rng(seed)
     n, k = 20_000, K
     kept = {"token": [], "block": []}
+    predicted = []
     for _ in range(n):
         context, drafts, q_rows = list(PROMPT), [], []
         for _ in range(k):
@@ -177,6 +182,14 @@ def test_it_keeps_at_least_as_many_drafts_as_the_token_rule(kind, seed):
         rows = target.table[np.asarray(context[len(PROMPT) - 1 :])]
         for rule in kept:
             kept[rule].append(speculative.VERIFIERS[rule](rows, drafts, q_rows, PLAIN, rng).accepted)
+        p = [distribution(row, PLAIN).dense() for row in rows]
+        q = [row.dense() if isinstance(row, Distribution) else np.asarray(row, dtype=np.float64) for row in q_rows]
+        w = speculative.block_weights(p, q, drafts)
+        token_e, block_e = speculative.expected_kept(p, q, drafts, [speculative.block_acceptance(p, q, w, i) for i in range(1, k + 1)])
+        predicted.append(block_e - token_e)
     token, block = np.mean(kept["token"]), np.mean(kept["block"])
     se = np.sqrt((np.var(kept["token"]) + np.var(kept["block"])) / n)
+    gain = float(np.mean(predicted))
     assert block >= token - 4 * se, (token, block)
+    assert gain > 6 * se, f"this pair shows no gain to test ({gain:.4f} against a standard error of {se:.4f})"
+    assert abs((block - token) - gain) <= 4 * se, (token, block, gain, se)

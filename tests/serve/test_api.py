@@ -25,74 +25,7 @@ import numpy as np
 import pytest
 import uvicorn
 
-from fakes import ToyModel, successor_table
-from specdec_cli.maths.sampling import SamplingParams
-from specdec_cli.serve.app import create_app
-from specdec_cli.serve.types import Defaults
-from specdec_cli.serve.worker import Worker
-from specdec_cli.session import LoadedPair
-
-GREEDY = Defaults(max_tokens=9, sampling=SamplingParams(temperature=0.0), draft_tokens=3)
-
-
-def toy_pair(seconds_per_decode: float = 0.0, n_ctx: int = 4096) -> LoadedPair:
-    target = ToyModel(successor_table(), seconds_per_decode=seconds_per_decode, n_ctx=n_ctx)
-    draft = ToyModel(successor_table({4: 25}), n_ctx=n_ctx)
-    return LoadedPair(target=target, draft=draft, vocab_limit=26)
-
-
-class Served:
-    """One app on a free port in a thread; `stop()` ends it and its worker."""
-
-    def __init__(self, pair: LoadedPair, *, loaded: threading.Event | None = None, queue: int = 4, api_key: str | None = None, max_body: int = 1 << 20):
-        self.pair = pair
-
-        def load(stack):
-            if loaded is not None:
-                assert loaded.wait(30), "the test never let the load finish"
-            return pair
-
-        self.worker = Worker(load, queue_size=queue)
-        app = create_app(self.worker, GREEDY, alias="toy", api_key=api_key, max_body=max_body)
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-        self.worker.start()
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started and time.monotonic() < deadline:
-            time.sleep(0.01)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-        self.worker.stop()
-        self.sock.close()
-
-    def post(self, path: str, body, headers: dict | None = None, raw: bytes | None = None) -> tuple[int, object, dict]:
-        data = raw if raw is not None else json.dumps(body).encode()
-        request = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json", **(headers or {})})
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return response.status, response.headers, json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.headers, json.loads(exc.read())
-
-    def get(self, path: str, headers: dict | None = None) -> tuple[int, dict]:
-        request = urllib.request.Request(self.url + path, headers=headers or {})
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return response.status, json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read())
-
-    def client(self, api_key: str = "none"):
-        from openai import OpenAI
-
-        return OpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=0, timeout=30)
+from toyserver import JSON, Served, chat, toy_pair
 
 
 @pytest.fixture
@@ -101,10 +34,6 @@ def served():
     assert s.worker.ready.wait(10)
     yield s
     s.stop()
-
-
-def chat(content: str = "a", **fields) -> dict:
-    return {"messages": [{"role": "user", "content": content}], **fields}
 
 
 # -- the wire format ----------------------------------------------------------------------------
@@ -135,7 +64,7 @@ def test_the_openai_client_streams_the_same_text_and_a_usage_chunk(served):
 
 def test_the_stream_ends_with_done_and_only_the_page_sees_rounds_and_rejections(served):
     def events(**fields) -> list:
-        request = urllib.request.Request(served.url + "/v1/chat/completions", data=json.dumps(chat("a", stream=True, **fields)).encode())
+        request = urllib.request.Request(served.url + "/v1/chat/completions", data=json.dumps(chat("a", stream=True, **fields)).encode(), headers=JSON)
         with urllib.request.urlopen(request, timeout=30) as response:
             assert response.headers["Content-Type"].startswith("text/event-stream")
             lines = [line for line in response.read().decode().split("\n\n") if line]
@@ -154,7 +83,7 @@ def test_the_stream_ends_with_done_and_only_the_page_sees_rounds_and_rejections(
 
 def test_verify_auto_is_a_request_field_and_the_page_sees_which_rule_verified_each_round(served):
     body = chat("a", stream=True, specdec_events=True, verify="auto", temperature=1)
-    request = urllib.request.Request(served.url + "/v1/chat/completions", data=json.dumps(body).encode())
+    request = urllib.request.Request(served.url + "/v1/chat/completions", data=json.dumps(body).encode(), headers=JSON)
     with urllib.request.urlopen(request, timeout=30) as response:
         chunks = [json.loads(line[6:]) for line in response.read().decode().split("\n\n") if line and line != "data: [DONE]"]
     rounds = [c["specdec"]["round"] for c in chunks if "round" in c.get("specdec", {})]
@@ -277,7 +206,7 @@ def test_paths_outside_the_api_are_404_in_the_error_shape(served):
 
 
 def test_the_api_key_is_required_on_the_api_but_not_on_health_or_the_page():
-    s = Served(toy_pair(), api_key="s3cret")
+    s = Served(toy_pair(), keys=("s3cret",))
     try:
         assert s.worker.ready.wait(10)
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
@@ -295,8 +224,18 @@ def test_the_api_key_is_required_on_the_api_but_not_on_health_or_the_page():
 # -- one generation at a time: the queue and disconnects ---------------------------------------
 
 
+def _wait_until(condition, what: str, seconds: float = 10.0) -> None:
+    """Poll a state the test cannot be told about otherwise (the queue's length); never a sleep that orders."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.005)
+
+
 def test_a_full_queue_answers_503_with_retry_after_and_nothing_is_lost():
-    s = Served(toy_pair(seconds_per_decode=0.05), queue=1)
+    gate = threading.Event()
+    pair = toy_pair(gate=gate)
+    s = Served(pair, queue=1)
     try:
         assert s.worker.ready.wait(10)
         results = {}
@@ -306,20 +245,20 @@ def test_a_full_queue_answers_503_with_retry_after_and_nothing_is_lost():
 
         first = threading.Thread(target=ask, args=("first",))
         first.start()
-        deadline = time.monotonic() + 10
-        while s.worker._current is None and time.monotonic() < deadline:  # the first is generating
-            time.sleep(0.01)
+        assert pair.target.decoding.wait(10)  # the first is generating (held at its first decode)
         second = threading.Thread(target=ask, args=("second",))
         second.start()
-        while s.worker.waiting < 1 and time.monotonic() < deadline:  # the second waits in the queue
-            time.sleep(0.01)
+        _wait_until(lambda: s.worker.waiting == 1, "the second request waits in the queue")
         status, headers, body = s.post("/v1/completions", {"prompt": "a", "max_tokens": 2})
         assert status == 503 and headers["Retry-After"] == "2" and "queue" in body["error"]["message"]
+        gate.set()
         first.join(30)
         second.join(30)
         assert [results[n][0] for n in ("first", "second")] == [200, 200]
         assert results["first"][2]["choices"][0]["text"] == results["second"][2]["choices"][0]["text"] == "bcdefghijklmnopqrstu"
+        assert results["first"][2]["usage"]["completion_tokens"] == 20  # the one in flight, whole
     finally:
+        gate.set()
         s.stop()
 
 
@@ -355,21 +294,34 @@ def test_a_client_that_leaves_mid_stream_stops_its_generation_and_the_caches_sta
 
 
 def test_stop_cancels_the_generation_in_flight_and_the_queue():
-    s = Served(toy_pair(seconds_per_decode=0.05), queue=2)
+    gate = threading.Event()
+    pair = toy_pair(gate=gate)
+    s = Served(pair, queue=2)
     try:
         assert s.worker.ready.wait(10)
-        results = []
-        threads = [threading.Thread(target=lambda: results.append(s.post("/v1/completions", {"prompt": "a", "max_tokens": 2000}))) for _ in range(2)]
-        for t in threads:
-            t.start()
-            time.sleep(0.2)
-        started = time.monotonic()
-        s.worker.stop()
-        assert time.monotonic() - started < 2.0 and not s.worker._thread.is_alive()
-        s.server.should_exit = True
-        for t in threads:
-            t.join(10)
-        # the queued one is told the server is shutting down; the one in flight ends without an answer
-        assert any(status == 503 and "shutting down" in body["error"]["message"] for status, _, body in results), results
+        results = {}
+
+        def ask(name):
+            results[name] = s.post("/v1/completions", {"prompt": "a", "max_tokens": 2000})
+
+        in_flight = threading.Thread(target=ask, args=("in flight",))
+        in_flight.start()
+        assert pair.target.decoding.wait(10)
+        queued = threading.Thread(target=ask, args=("queued",))
+        queued.start()
+        _wait_until(lambda: s.worker.waiting == 1, "the second request waits in the queue")
+        stopping = threading.Thread(target=s.worker.stop)
+        stopping.start()
+        queued.join(10)  # failed by stop() at once, while the first is still held in its decode
+        status, _, body = results["queued"]
+        assert status == 503 and body["error"]["message"] == "the server is shutting down"
+        gate.set()
+        stopping.join(10)
+        in_flight.join(10)
+        assert not s.worker._thread.is_alive()
+        status, _, body = results["in flight"]
+        assert status == 503 and body["error"]["message"] == "the server is shutting down; the generation was cancelled"
+        assert pair.target.tokens == [i % 26 for i in range(len(pair.target.tokens))] and len(pair.target.tokens) < 100
     finally:
+        gate.set()
         s.stop()

@@ -29,7 +29,7 @@ def stream_in_background(url: str, body: dict) -> tuple[threading.Thread, thread
     answering = threading.Event()
 
     def read() -> None:
-        request = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode())
+        request = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(request, timeout=60) as response:
                 response.read(64)
@@ -78,7 +78,7 @@ def test_a_native_crash_in_llama_cpp_ends_the_server_with_the_guards_line_and_ex
     )
     with start_server(code=code) as server:
         body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8, "draft_tokens": 1}
-        request = urllib.request.Request(server.url + "/v1/chat/completions", data=json.dumps(body).encode())
+        request = urllib.request.Request(server.url + "/v1/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
         with pytest.raises(OSError):
             urllib.request.urlopen(request, timeout=60).read()
         status, lines = server.finished(timeout=60)
