@@ -1,25 +1,30 @@
 """Repetitive workloads with and without the drafting memory, side by side.
 
-Two workloads of sequential calls, as an agent or an editor plugin makes them:
+Four workloads of sequential calls, as an agent or an editor plugin makes them:
 
 - `extract`: 20 calls that extract the same fields as JSON from 20 different short texts;
-- `edit`: a code-editing session of 10 calls, each asking for a function back with one small change.
+- `notes`: 10 calls that extract name, city and job as JSON from 10 different short notes,
+  each worded its own way (the memory proposes the previous call's values after each key);
+- `edit`: a code-editing session of 10 calls, each asking for a function back with one small change;
+- `suite`: the 7 prompts of the bench's built-in suite (prompts.py), which repeat nothing.
 
 Each call is decoded by every configuration in turn, on the same loaded pair (interleaved,
-so all see the same machine state): target-only, the draft model (`-k auto`), lookup,
-model+lookup and cascade without memory, and the same three with the memory (drafting/memory.py, the
-same `DraftMemory` that `--draft-cache` loads and saves and `specdec serve` keeps; here it
-stays in the process between calls, each configuration with its own, starting empty).
-"lookup+memory latest" is lookup with the memory as it was before the longest agreement:
-each n-gram's latest occurrence wins, in the context and in the memory (places = 1).
-`--configs` picks some (target-only always runs).
+so all see the same machine state): target-only, lookup, model+lookup and cascade without the
+memory and the same three with it (drafting/memory.py, the same `DraftMemory` that
+`--draft-cache` loads and saves and `specdec serve` keeps, with what each drafter earned in
+earlier calls; here it stays in the process between calls, each configuration with its own,
+starting empty), all `-k auto`. `--configs` picks some (target-only always runs); two more
+can be asked for: "model" (the draft model alone) and "lookup+memory latest" (each n-gram's
+latest occurrence wins, in the context and in the memory: places = 1).
 Greedy (T = 0) output must be identical across configurations; the script checks it.
 Reported per workload and configuration: tokens per target pass, decode tokens/s, and the
 speed-up over target-only (the ratio of tokens/s, decode only), and the drafting time per
 drafted token by kind of round (model: step by step; guessed: a cascade round that scored
-the lookup's guess in one draft batch).
+the lookup's guess in one draft batch). Then, per workload and drafter, the memory on against
+the memory off (the ratio of their tokens/s), and the worst of those ratios.
 
     flock /tmp/llama.lock python3 benchmarks/memory_workloads.py --out /tmp/memory.json
+    flock /tmp/llama.lock python3 benchmarks/memory_workloads.py --workloads notes extract --temperature 0.8
     flock /tmp/llama.lock python3 benchmarks/memory_workloads.py --extra 60 --temperature 0.8 --verify auto
 
 `--extra N` uses synthetic_pair.py's deepened target (the built-in F32 target with N
@@ -30,7 +35,7 @@ but texts differ between configurations and only rates compare ("same text" is n
 
 Left out: llama.cpp's ngram-cache (native_workloads.py runs it beside these).
 
-Produces docs/benchmarks.md, "Drafters on repetitive workloads, and the drafting memory": its table.
+Produces docs/benchmarks.md, "Drafters on repetitive workloads, and the drafting memory": its tables.
 """
 
 from __future__ import annotations
@@ -50,14 +55,15 @@ from specdec_cli.decoding.engine import GenerationConfig  # noqa: E402
 from specdec_cli.events import Round  # noqa: E402
 from specdec_cli.drafting.lookup import LookupOptions  # noqa: E402
 from specdec_cli.drafting.memory import DraftMemory  # noqa: E402
-from specdec_cli.drafting.ngram import PLACES
+from specdec_cli.drafting.ngram import PLACES  # noqa: E402
+from specdec_cli.prompts import builtin_prompts  # noqa: E402
 from specdec_cli.models.cache import builtin_pair  # noqa: E402
 from specdec_cli.options import DEFAULT_VERIFY, VERIFY_RULES, parse_verify  # noqa: E402
 from specdec_cli.tuning.policy import draft_policy  # noqa: E402
 from specdec_cli.maths.sampling import SamplingParams  # noqa: E402
 from specdec_cli.session import LoadOptions, open_pair  # noqa: E402
 from specdec_cli.decoding.consume import consume  # noqa: E402
-from specdec_cli.decoding.stats import RunStats
+from specdec_cli.decoding.stats import RunStats  # noqa: E402
 
 PEOPLE = [
     ("Alice Moreau", 34, "Lyon", "nurse"), ("Bram de Vries", 51, "Utrecht", "carpenter"), ("Chen Wei", 28, "Chengdu", "designer"),
@@ -85,6 +91,19 @@ EDITS = [
     "use a generator expression for the subtotal", "add a type hint: items is a list of dicts",
 ]  # fmt: skip
 EDIT = "Return this Python function with one change: {change}. Reply with the code only.\n\n{function}"
+NOTES = [
+    "Met Maria Lopez at the conference; she flew in from Valencia and teaches chemistry at a high school.",
+    "Call back Tom Becker (Hamburg office) about the invoice. He is the plumber who fixed the boiler.",
+    "Reminder: Aiko Tanaka, our new translator, starts Monday. She is relocating from Sapporo.",
+    "Sam Okoro sent the drawings again. Architect, works out of Nairobi, prefers email over calls.",
+    "Lunch with Pierre Dubois next week. Still a firefighter in Marseille, still running marathons.",
+    "Ines Ferreira (Porto) asked about the lease; she is a veterinarian and needs a ground-floor clinic.",
+    "The electrician, Jonas Weber, can come on Thursday. He lives in Munich and charges by the hour.",
+    "Got a postcard from Olga Ivanova in Tallinn, where she now works as a librarian.",
+    "New client: Raj Patel, dentist, Leicester. Wants the website redesigned before spring.",
+    "Grace Kim wrote from Busan: the bakery is doing well and she is hiring another pastry chef.",
+]  # fmt: skip
+NOTE = 'From this note, extract the person\'s name, city and job as JSON with the keys "name", "city" and "job". Answer with the JSON only.\n\nNote: {note}'
 
 CONFIGS = [  # (name, drafter, with memory); None: target-only
     ("target-only", None, False), ("model", "model", False), ("lookup", "lookup", False),
@@ -92,13 +111,28 @@ CONFIGS = [  # (name, drafter, with memory); None: target-only
     ("model+lookup+memory", "model+lookup", True), ("cascade+memory", "cascade", True),
     ("lookup+memory latest", "lookup", True),  # each n-gram's latest occurrence only, as before the longest agreement
 ]  # fmt: skip
+OPTIONAL = ("model", "lookup+memory latest")  # run only when --configs names them
 LATEST = " latest"  # a configuration whose lookup and memory keep one place per n-gram (places=1)
+MEMORY = "+memory"
+MAX_TOKENS = {"extract": 96, "notes": 48, "edit": 160, "suite": 64}  # per call, unless -n
 
 
 def workloads() -> dict[str, list[str]]:
     return {
         "extract": [EXTRACT.format(name=n, age=a, city=c, job=j) for n, a, c, j in PEOPLE],
+        "notes": [NOTE.format(note=note) for note in NOTES],
         "edit": [EDIT.format(change=change, function=FUNCTION) for change in EDITS],
+        "suite": [prompt.text for prompt in builtin_prompts()],
+    }
+
+
+def memory_ratios(rows: dict) -> dict[str, float]:
+    """Per drafter, the memory on against off: tokens/s of "X+memory" over "X", where both ran.
+    Example: {"lookup": 50 tok/s, "lookup+memory": 60 tok/s} -> {"lookup": 1.2}."""
+    return {
+        name: rows[name + MEMORY]["tokens_per_second"] / rows[name]["tokens_per_second"]
+        for name in rows
+        if name + MEMORY in rows and rows[name]["tokens_per_second"] > 0
     }
 
 
@@ -123,8 +157,9 @@ def measure(args: argparse.Namespace) -> dict:
         for workload, prompts in workloads().items():
             if args.workloads and workload not in args.workloads:
                 continue
-            max_tokens = args.max_tokens or (96 if workload == "extract" else 160)
-            configs = [c for c in CONFIGS if not args.configs or c[0] in args.configs or c[0] == "target-only"]
+            max_tokens = args.max_tokens or MAX_TOKENS[workload]
+            wanted = args.configs or [name for name, _, _ in CONFIGS if name not in OPTIONAL]
+            configs = [c for c in CONFIGS if c[0] in wanted or c[0] == "target-only"]
             memories = {name: DraftMemory(places=1 if name.endswith(LATEST) else PLACES) for name, _, with_memory in configs if with_memory}
             totals = {name: RunStats() for name, _, _ in configs}
             drafting = {name: {} for name, _, _ in configs}  # kind of round -> [draft seconds, drafted tokens]
@@ -151,15 +186,15 @@ def measure(args: argparse.Namespace) -> dict:
                     "acceptance": t.acceptance_rate, "identical_to_target_only": texts[name] == texts["target-only"] if args.temperature == 0 else None,
                     "draft_ms_per_token": {kind: 1e3 * sec / n for kind, (sec, n) in drafting[name].items() if n},
                 }  # fmt: skip
-            results[workload] = {"calls": len(prompts), "max_tokens": max_tokens, "rows": rows}
+            results[workload] = {"calls": len(prompts), "max_tokens": max_tokens, "rows": rows, "memory_on_off": memory_ratios(rows)}
     return results
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workloads", nargs="*", choices=["extract", "edit"])
+    parser.add_argument("--workloads", nargs="*", choices=list(MAX_TOKENS))
     parser.add_argument("--configs", nargs="*", choices=[c[0] for c in CONFIGS], help="which configurations (target-only always runs)")
-    parser.add_argument("-n", "--max-tokens", type=int, default=0, help="per call (default: 96 extract, 160 edit)")
+    parser.add_argument("-n", "--max-tokens", type=int, default=0, help="per call (default: " + ", ".join(f"{n} {w}" for w, n in MAX_TOKENS.items()) + ")")
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--verify", type=parse_verify, default=DEFAULT_VERIFY, help="the rule that keeps the model's drafts: " + ", ".join(VERIFY_RULES))
     parser.add_argument("--extra", type=int, default=0, help="deepen the built-in target by N zero blocks (synthetic_pair.py)")
@@ -176,6 +211,12 @@ def main(argv=None) -> int:
                 f"{row['speedup']:>7.2f}x {row['acceptance']:>6.2f}  {row['identical_to_target_only']}  "
                 + " ".join(f"{kind} {ms:.2f} ms/draft" for kind, ms in sorted(row["draft_ms_per_token"].items()))
             )
+    print("memory on / off (tokens/s):")
+    for workload, r in results.items():
+        print(f"  {workload:<8} " + "  ".join(f"{name} {ratio:.2f}x" for name, ratio in r["memory_on_off"].items()))
+    ratios = [(ratio, workload, name) for workload, r in results.items() for name, ratio in r["memory_on_off"].items()]
+    if ratios:
+        print("worst: {:.2f}x ({}, {})".format(*min(ratios)))
     print(f"({time.perf_counter() - start:.0f} s)")
     if args.out:
         args.out.write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k != "out"}, "results": results}, indent=1, default=str))

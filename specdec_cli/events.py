@@ -7,7 +7,8 @@ drafts and corrected the third: Rejected(id, text, 3), Token(.., DRAFT, 1), Toke
 Token(.., CORRECTION, 3), Round(drafted=3, accepted=2, ..).
 
 Also here, as the engine and its policy share them: `DraftPolicy`, the interface of a
-draft-length policy (implemented in tuning/policy.py), and `DraftTokens`, a fixed k or AUTO.
+draft-length policy (implemented in tuning/policy.py), `DraftTokens`, a fixed k or AUTO, and
+`Earned`, what one proposer's drafts earned in earlier calls (the drafting memory keeps it).
 
 Left out: producing them (decoding/engine.py), folding them (decoding/stats.py), showing them (cli/render.py).
 This module imports nothing of ours, so every layer may import it.
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Protocol, Sequence, Union
+from typing import Mapping, Protocol, Sequence, Union
 
 
 class Source(str, enum.Enum):
@@ -94,11 +95,31 @@ DraftTokens = Union[int, str]  # a fixed k, or AUTO (tuning/policy.AdaptivePolic
 MAX_DRAFT_TOKENS = 64  # the longest draft anything may ask for: -k, a catalogue pair's k, a memory recall
 
 
+@dataclass(frozen=True)
+class Earned:
+    """What one proposer's drafts earned: exponentially weighted hits and trials per draft position
+    (the evidence behind a_1, a_2, .. in tuning/estimates.Acceptance), as the policy had them when
+    a call ended. The drafting memory (drafting/memory.py) keeps one per proposer name, so that the
+    next call starts from them. Example: hits (0.9, 0.0), trials (1.9, 0.9): position 1 gave a
+    token in about half its trials, position 2 in none."""
+
+    hits: tuple[float, ...]
+    trials: tuple[float, ...]
+
+
 class DraftPolicy(Protocol):
     """What the engine asks of a draft-length policy each round (tuning/policy.py has them; the caller
     builds one and hands it to Engine.generate)."""
 
     p_min: float  # the draft model's early-stop threshold (0: off)
+
+    def resume(self, earned: Mapping[str, Earned]) -> None:
+        """Start from what earlier calls earned, by proposer name (a policy that does not learn ignores it)."""
+        ...
+
+    def earned(self) -> dict[str, Earned]:
+        """What each proposer earned so far, by name, to hand to the next call (empty: nothing learnt)."""
+        ...
 
     def choose(self, sources: Sequence[str], budget: int) -> tuple[str | None, int]:
         """Which of the drafters able to propose (names, preferred first) drafts, and at most

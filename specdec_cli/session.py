@@ -112,7 +112,8 @@ class LoadedPair:
         self, speculative: bool = True, drafter: str = "model", lookup: LookupOptions = LookupOptions(), memory: DraftMemory | None = None
     ) -> Engine:
         """The engine for `drafter` ("model", "lookup" or "model+lookup"); target-only if not speculative.
-        Lookup also drafts from `memory`, earlier calls' sequences (drafting/memory.py), when given."""
+        Lookup also drafts from `memory`, earlier calls' sequences (drafting/memory.py), when given,
+        and the policy starts from what each proposer earned in those calls (memory.earned)."""
         if drafter not in DRAFTERS:
             raise BadInput(f"unknown drafter {drafter!r}; choose one of {', '.join(DRAFTERS)}")
         if not speculative or (drafter == "model" and self.draft is None):
@@ -120,16 +121,17 @@ class LoadedPair:
         if drafter in ("model+lookup", "cascade") and self.draft is None:
             raise BadInput(f"--drafter {drafter} needs a draft model; pass --draft, or use --drafter lookup")
         by_lookup = LookupDrafter(lookup, vocab_limit=self.vocab_limit, is_end=self.target.is_end_of_generation, memory=memory)
+        earned = memory.earned if memory is not None else None
         if drafter == "lookup":
-            return Engine(self.target, by_lookup, vocab_limit=self.vocab_limit)
+            return Engine(self.target, by_lookup, vocab_limit=self.vocab_limit, earned=earned)
         if self.vocab_map is not None:
             by_model = CrossVocabDrafter.for_models(self.draft, self.target, self.vocab_map)
         else:
             by_model = ModelDrafter(self.draft, self.vocab_limit)
         if drafter == "cascade" and self.vocab_map is None:
-            return Engine(self.target, CascadeDrafter(by_model, by_lookup), vocab_limit=self.vocab_limit)
+            return Engine(self.target, CascadeDrafter(by_model, by_lookup), vocab_limit=self.vocab_limit, earned=earned)
         chosen = by_model if drafter in ("model", "cascade") else ModelAndLookup(by_model, by_lookup)  # cascade: not across vocabularies
-        return Engine(self.target, chosen, vocab_limit=self.vocab_limit)
+        return Engine(self.target, chosen, vocab_limit=self.vocab_limit, earned=earned)
 
 
 def check_pair(draft: LlamaModel, target: LlamaModel) -> int:

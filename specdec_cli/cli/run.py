@@ -170,7 +170,7 @@ def run(
         if isinstance(sink, TextRenderer):
             sink.close()  # the final newline comes right after the text, before anything slow
         if draft_cache is not None:
-            remember(pair, draft_cache, draft_cache_size, prompt_ids + result.tokens, said=distrusted)
+            remember(pair, draft_cache, draft_cache_size, prompt_ids + result.tokens, memory, said=distrusted)
         contexts = allocated_contexts(pair, options.n_ctx)
         after = Afterwards(interrupted=result.interrupted)
         if not after.interrupted and (stats or json_out or jsonl):
@@ -259,9 +259,10 @@ def open_memory(pair: LoadedPair, path: Path | None, size: int) -> tuple[DraftMe
         return DraftMemory(size), True
 
 
-def remember(pair: LoadedPair, path: Path, size: int, tokens: list[int], said: bool) -> None:
-    """Add this call's prompt and output to the draft cache file (another process may have added too)."""
-    note = save_cache(path.expanduser(), [tokens], pair.tokenizer_fingerprint(), pair.target.n_vocab, size)
+def remember(pair: LoadedPair, path: Path, size: int, tokens: list[int], memory: DraftMemory, said: bool) -> None:
+    """Add this call's prompt and output, and what each drafter earned in it (memory.earned), to the
+    draft cache file (another process may have added too)."""
+    note = save_cache(path.expanduser(), [tokens], pair.tokenizer_fingerprint(), pair.target.n_vocab, size, memory.earned)
     if note is not None and not said:  # the file went bad while this call ran
         _err(f"specdec: {note}")
 

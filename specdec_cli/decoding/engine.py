@@ -23,7 +23,9 @@ loop with no drafter, so both use the same backend, sampling and stopping code.
         ...
 
 The caller hands `generate` its policy (tuning/policy.py: a fixed k, or `auto`), so this module
-never imports tuning/policy.py. Stages pass named values: `speculative_round` returns a `Scored`,
+never imports tuning/policy.py. An engine given `earned` (the drafting memory's record of what
+each proposer earned in earlier calls, drafting/memory.py) starts the policy from it and writes
+back what the policy learnt, when the generation ends however it ends. Stages pass named values: `speculative_round` returns a `Scored`,
 `decode_round` a `Decoded` (its `Emission`s, the rejected draft, the `Round`).
 
 Left out: printing (cli/render.py), statistics (stats.py), how k is chosen (tuning/policy.py), which
@@ -36,14 +38,14 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Generator, Iterator, NamedTuple, Sequence
+from typing import Generator, Iterator, MutableMapping, NamedTuple, Sequence
 
 import numpy as np
 
 from ..drafting.interface import Drafter, Proposal, Proposer
 from ..drafting.kv_sync import CausalModel, catch_up, common_prefix
 from ..errors import ContextOverflow
-from ..events import DraftPolicy, Event, Finished, Logprobs, Prefill, Rejected, Round, Source, Token
+from ..events import DraftPolicy, Earned, Event, Finished, Logprobs, Prefill, Rejected, Round, Source, Token
 from ..maths.sampling import SamplingParams, log_probabilities
 from ..maths.speculative import DEFAULT_VERIFY, VERIFIERS, sample_row
 from ..tuning.rule_choice import RuleChooser, rule_chooser
@@ -106,9 +108,11 @@ class Engine:
         piece=None,
         is_end=None,
         vocab_limit: int | None = None,
+        earned: MutableMapping[str, Earned] | None = None,
     ) -> None:
         self.target = target
         self.drafter = drafter
+        self.earned = earned  # by proposer name, across calls (DraftMemory.earned); None: each call starts afresh
         self.piece = piece or target.piece
         self.is_end = is_end or target.is_end_of_generation
         self.vocab_limit = vocab_limit or target.n_vocab
@@ -254,6 +258,8 @@ class Engine:
         assert policy is not None or self.drafter is None, "a drafting engine needs a policy (policy.draft_policy)"
         rng = np.random.default_rng(config.seed)
         rules = rule_chooser(config.verify)
+        if policy is not None and self.earned is not None:
+            policy.resume(self.earned)
         context = list(prompt)
         stream = TextStream(config.stop)
         reason = None
@@ -283,6 +289,8 @@ class Engine:
             self.target.rewind(common_prefix(self.target.tokens, context))
             if self.drafter is not None:
                 self.drafter.sync(context)
+            if policy is not None and self.earned is not None:
+                self.earned.update(policy.earned())
         yield Finished(reason=reason, tokens=tuple(stream.tokens), text=stream.text[: stream.released])
 
 

@@ -91,8 +91,11 @@ class LookupDrafter:
         self.index.update(context)
 
     def candidates(self, context: Sequence[int]) -> list[Proposer]:
-        """The match in this context and the one in the memory (the longer first), each named by
-        its length class (see match_class): a memory match only if it is the longer."""
+        """The match in this context, then the one in the memory if it is the longer, each named
+        by its length class (see match_class). This call's own match outranks an earlier call's:
+        a fixed k takes it, and `auto` (which weighs both on what they earned) on a tie.
+        Example: context [5, 6, 7, 9, 5, 6], a memory holding [1, 7, 9, 5, 6, 8]
+        -> [LookupMatch('lookup:2', start 2), MemoryMatch('lookup:memory:3-5', [8])]."""
         out: list[Proposer] = []
         start = self.index.match(context)
         here = match_length(context, start, MATCH_CAP) if start is not None else 0
@@ -100,7 +103,7 @@ class LookupDrafter:
             out.append(LookupMatch(match_class(min(here, 8)), self, start))
         recall = self.memory.match(context) if self.memory is not None else None
         if recall is not None and recall.tokens and recall.length > here:
-            out.insert(0, MemoryMatch(match_class(recall.length, "lookup:memory"), self, recall))
+            out.append(MemoryMatch(match_class(recall.length, "lookup:memory"), self, recall))
         return out
 
     def copy(self, context: Sequence[int], start: int, k: int) -> Proposal:

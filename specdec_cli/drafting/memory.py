@@ -16,15 +16,26 @@ Three levels: within a call (the context itself, in lookup.py), across calls of 
 memory kept in the worker). The memory holds at most `max_tokens` tokens; the oldest
 sequences go first.
 
+The memory also keeps what each proposer earned (`earned`: hits and trials per draft
+position, by the policy's names, "model", "lookup:3-5", "lookup:memory:6+", ..; events.Earned).
+The engine starts each call's policy from it and writes back what the call learnt, so the
+memory's proposals compete with lookup in the context and the draft model on what they were
+worth in earlier calls (an extraction's memory proposes the previous call's values: it loses,
+and is then only probed; tuning/policy.py).
+
+    memory.earned["lookup:memory:6+"] = Earned(hits=(1.2,), trials=(9.5,))   # a losing source
+
 The cache file is untrusted input. It is JSON with a format name, a version, a fingerprint
-of the tokenizer that wrote it and the sequences; `load` refuses a file that is truncated,
-of another version, written by another tokenizer, over the size bound or holding ids the
-vocabulary lacks, saying why in one line, and the caller starts afresh (the next `save`
-rebuilds it). `save` merges with what another process saved meanwhile, under an advisory
-lock (fcntl) on FILE.lock, and replaces the file atomically (a temporary file, fsync, rename).
+of the tokenizer that wrote it, the sequences and the earned record; `load` refuses a file
+that is truncated, of another version, written by another tokenizer, over the size bound,
+holding ids the vocabulary lacks or a malformed record, saying why in one line, and the
+caller starts afresh (the next `save` rebuilds it). `save` merges with what another process
+saved meanwhile, under an advisory lock (fcntl) on FILE.lock (the sequences are added; a
+proposer's record is this process's where it holds one, the file's otherwise), and
+replaces the file atomically (a temporary file, fsync, rename).
 
 Left out: the n-gram table (ngram.py); proposing and verifying (lookup.py, maths/speculative.py); when to save (the CLI and the
-server decide).
+server decide); what the record means and how it is learnt (tuning/policy.py, tuning/estimates.py).
 """
 
 from __future__ import annotations
@@ -37,13 +48,16 @@ import tempfile
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from ..errors import BadInput
+from ..events import MAX_DRAFT_TOKENS, Earned
 from .ngram import PLACES, RECALL_TOKENS, NgramTable
 
 FORMAT = "specdec-draft-cache"
-VERSION = 1
+VERSION = 2  # 2: the earned record per proposer; a version 1 file is refused (and rebuilt)
+MAX_EARNED = 256  # proposer names a file's record may hold (the policy's names are a few dozen)
+EARNED_BYTES = MAX_EARNED * MAX_DRAFT_TOKENS * 2 * 16  # the most JSON such a record takes (rounded counts)
 NGRAM = 3  # the index's key: a sequence's last NGRAM tokens (shorter at its start)
 DEFAULT_MAX_TOKENS = 200_000  # --draft-cache-size
 
@@ -72,6 +86,7 @@ class DraftMemory:
         self._first = 0  # the number of sequences evicted: sequence i lives at self.sequences[i - _first]
         self._size = 0
         self._table = NgramTable(range(1, ngram + 1), places)  # n-gram -> its newest (sequence number, end)
+        self.earned: dict[str, Earned] = {}  # by proposer name: what its drafts earned in earlier calls
 
     def __len__(self) -> int:
         return self._size
@@ -103,7 +118,8 @@ class DraftMemory:
     # -- the cache file ---------------------------------------------------------------------
 
     def to_json(self, fingerprint: str) -> dict:
-        return {"format": FORMAT, "version": VERSION, "tokenizer": fingerprint, "sequences": list(self.sequences)}
+        earned = {name: {"hits": [round(h, 4) for h in e.hits], "trials": [round(x, 4) for x in e.trials]} for name, e in sorted(self.earned.items())}
+        return {"format": FORMAT, "version": VERSION, "tokenizer": fingerprint, "sequences": list(self.sequences), "earned": earned}
 
     @classmethod
     def from_json(cls, data, fingerprint: str, n_vocab: int, max_tokens: int, name: str) -> "DraftMemory":
@@ -125,7 +141,29 @@ class DraftMemory:
         memory = cls(max_tokens)
         for seq in sequences:
             memory.add(seq)
+        memory.earned = read_earned(data.get("earned"), name)
         return memory
+
+
+def read_earned(data, name: str) -> dict[str, Earned]:
+    """A file's earned record ({proposer: {"hits": [..], "trials": [..]}}), or BadCache saying what
+    is wrong with it: counts must be finite, 0 <= hits <= trials, at most MAX_DRAFT_TOKENS positions.
+    Example: {"model": {"hits": [0.9], "trials": [1.9]}} -> {"model": Earned((0.9,), (1.9,))}."""
+    if not isinstance(data, dict) or len(data) > MAX_EARNED:
+        raise BadCache(f"draft cache {name} holds no record of what each drafter earned (or too large a one)")
+    out = {}
+    for source, entry in data.items():
+        hits, trials = (entry.get(key) if isinstance(entry, dict) else None for key in ("hits", "trials"))
+        counts = isinstance(hits, list) and isinstance(trials, list) and len(hits) == len(trials) <= MAX_DRAFT_TOKENS
+        if not counts or len(source) > 64 or not all(_count(h) and _count(x) and h <= x for h, x in zip(hits, trials)):
+            raise BadCache(f"draft cache {name} holds a malformed record for drafter {source[:64]!r}")
+        out[source] = Earned(tuple(float(h) for h in hits), tuple(float(x) for x in trials))
+    return out
+
+
+def _count(x) -> bool:
+    """A number a record may hold: finite, 0 <= x < 1e6 (a decayed count stays below ten per position)."""
+    return type(x) in (int, float) and 0.0 <= x < 1e6
 
 
 def read_cache(path: Path, fingerprint: str, n_vocab: int, max_tokens: int) -> DraftMemory:
@@ -136,7 +174,7 @@ def read_cache(path: Path, fingerprint: str, n_vocab: int, max_tokens: int) -> D
         return DraftMemory(max_tokens)
     except OSError as exc:
         raise BadCache(f"draft cache {path} cannot be read: {(exc.strerror or str(exc)).lower()}") from None
-    if len(raw) > 64 * max_tokens + 4096:  # far above the JSON of max_tokens ids: never parse a huge file
+    if len(raw) > 64 * max_tokens + EARNED_BYTES + 4096:  # far above the JSON of max_tokens ids: never parse a huge file
         raise BadCache(f"draft cache {path} is {len(raw)} bytes, too large for --draft-cache-size {max_tokens}")
     try:
         data = json.loads(raw.decode("utf-8"))
@@ -157,10 +195,13 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def save_cache(path: Path, new: Sequence[Sequence[int]], fingerprint: str, n_vocab: int, max_tokens: int) -> str | None:
-    """Add `new` sequences to the file's memory (as it is now: another process may have saved)
-    and replace the file atomically. Returns the one line to show if the file on disk was not
-    trusted and is rebuilt from `new` alone, else None."""
+def save_cache(
+    path: Path, new: Sequence[Sequence[int]], fingerprint: str, n_vocab: int, max_tokens: int, earned: Mapping[str, Earned] = {}
+) -> str | None:
+    """Add `new` sequences to the file's memory (as it is now: another process may have saved),
+    with `earned`'s records in place of the file's for the same proposers, and replace the file
+    atomically. Returns the one line to show if the file on disk was not trusted and is rebuilt
+    from `new` and `earned` alone, else None."""
     path = Path(path)
     with _locked(path):
         note = None
@@ -170,6 +211,7 @@ def save_cache(path: Path, new: Sequence[Sequence[int]], fingerprint: str, n_voc
             memory, note = DraftMemory(max_tokens), f"{exc}; rebuilding it"
         for seq in new:
             memory.add(seq)
+        memory.earned.update(earned)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as out:

@@ -17,6 +17,8 @@ Left out: what is chosen from these estimates, and when a plain step re-measures
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 PRIOR_WEIGHT = 2.0  # pseudo-trials behind the prior acceptance of the pooled rate
@@ -75,6 +77,20 @@ class Acceptance:
         self.trials *= self.decay
         self.trials[: min(k, accepted + 1)] += 1.0
         self.hits[:accepted] += 1.0
+
+    def resume(self, hits: Sequence[float], trials: Sequence[float]) -> None:
+        """Start from counts an earlier call ended with (Acceptance's own, as `counts` gives them);
+        positions beyond this one's are dropped. Example: Acceptance(2, 0.7) after
+        resume([0.9, 0.0, 5.0], [1.9, 0.9, 5.0]) has hits [0.9, 0.0] and trials [1.9, 0.9]."""
+        m = min(len(self.hits), len(hits), len(trials))
+        self.hits[:] = 0.0
+        self.trials[:] = 0.0
+        self.hits[:m] = hits[:m]
+        self.trials[:m] = trials[:m]
+
+    def counts(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """(hits, trials) per position, as `resume` takes them."""
+        return tuple(self.hits.tolist()), tuple(self.trials.tolist())
 
     def rates(self) -> list[float]:
         w, f = self.prior_weight, self.position_failures

@@ -64,6 +64,14 @@ the run's time, and probing pauses while they would take more (the first probe o
 fallback excepted). Where catch-up is dear this means a draft model that fell back stays
 off, while lookup, which has no catch-up, keeps being probed.
 
+What earlier calls earned. A policy is fresh for each generation, and a short call ends before
+it has learnt much; with the drafting memory on (`--draft-cache`, the server's memory) the
+engine hands it, at the start, each proposer's hits and trials per position as the previous
+call ended them (events.Earned, kept by drafting/memory.py), and takes them back at the end.
+So a source that lost in earlier calls (the memory proposing the previous call's values in an
+extraction) starts with its losing record, is not chosen, and is only probed as above; one
+that won starts trusted. The record is acceptance only: costs are this machine's, measured anew.
+
 Why the output stays exact. Speculative sampling emits, at every position, a token whose
 law given everything before it is p, whatever k was, provided two things: whether position
 i is drafted is decided before the draft token x_i is drawn, and neither that decision nor
@@ -85,10 +93,10 @@ that consults the policy (decoding/engine.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from ..errors import BadInput
-from ..events import AUTO, DraftPolicy, DraftTokens, Round
+from ..events import AUTO, DraftPolicy, DraftTokens, Earned, Round
 from ..maths.speculative import expected_tokens
 from .estimates import DECAY, PRIOR_BATCH_SLOPE, Acceptance, BatchCost, WeightedMean, clamp
 
@@ -143,6 +151,12 @@ class FixedPolicy:
 
     def observe(self, event: Round) -> None:
         pass
+
+    def resume(self, earned: Mapping[str, Earned]) -> None:
+        pass  # a fixed k learns nothing, so it neither uses nor hands on a record
+
+    def earned(self) -> dict[str, Earned]:
+        return {}
 
 
 # -- the maths ------------------------------------------------------------------------
@@ -235,6 +249,16 @@ class AdaptivePolicy:
                 rec.draft_step.add(self._seed_draft_step)
             self.drafters[name] = rec
         return self.drafters[name]
+
+    def resume(self, earned: Mapping[str, Earned]) -> None:
+        """Start each named proposer's acceptance from what earlier calls earned (see the module's
+        docstring); a proposer this call also drafts with then learns on from there."""
+        for name, record in earned.items():
+            self.record(name).acceptance.resume(record.hits, record.trials)
+
+    def earned(self) -> dict[str, Earned]:
+        """Each proposer's acceptance counts now, for the next call (those never tried left out)."""
+        return {name: Earned(*rec.acceptance.counts()) for name, rec in self.drafters.items() if rec.acceptance.trials.any()}
 
     def plan(self, name: str, max_k: int, curve: Sequence[float]) -> tuple[int, float]:
         """The best k >= 1 for this drafter under the current estimates, and its tokens per second."""

@@ -117,18 +117,28 @@ def test_the_cache_file_round_trips_and_merges_what_others_saved(tmp_path):
     assert not list(tmp_path.glob(".cache.json.*"))  # no temporary file left
 
 
+HEAD = b'{"format": "specdec-draft-cache", "version": 2, "tokenizer": "fingerprint-a", '
+
+
 @pytest.mark.parametrize(
     "content, reason",
     [
-        (b'{"format": "specdec-draft-cache", "version": 1, "tokenizer": "fingerprint-a", "sequences": [[1, 2', "not valid JSON (truncated?)"),
+        (HEAD + b'"sequences": [[1, 2', "not valid JSON (truncated?)"),
         (b"\xff\xfe", "not valid JSON"),
         (b'[1, 2]', "is not a specdec draft cache"),
-        (b'{"format": "specdec-draft-cache", "version": 2, "tokenizer": "fingerprint-a", "sequences": []}', "has format version 2, this specdec reads 1"),
-        (b'{"format": "specdec-draft-cache", "version": 1, "tokenizer": "fingerprint-b", "sequences": []}', "was written for another tokenizer"),
-        (b'{"format": "specdec-draft-cache", "version": 1, "tokenizer": "fingerprint-a", "sequences": [[1, 99]]}', "token ids outside the vocabulary of 10"),
-        (b'{"format": "specdec-draft-cache", "version": 1, "tokenizer": "fingerprint-a", "sequences": [[1, true]]}', "token ids outside"),
-        (b'{"format": "specdec-draft-cache", "version": 1, "tokenizer": "fingerprint-a", "sequences": [[1, 2, 3, 4, 5, 6]]}', "holds 6 tokens, over --draft-cache-size 5"),
-        (b'{"format": "specdec-draft-cache", "version": 1, "tokenizer": "fingerprint-a", "sequences": {"a": 1}}', "holds no list of token sequences"),
+        (b'{"format": "specdec-draft-cache", "version": 1, "tokenizer": "fingerprint-a", "sequences": []}', "has format version 1, this specdec reads 2"),
+        (b'{"format": "specdec-draft-cache", "version": 2, "tokenizer": "fingerprint-b", "sequences": [], "earned": {}}', "was written for another tokenizer"),
+        (HEAD + b'"sequences": [[1, 99]], "earned": {}}', "token ids outside the vocabulary of 10"),
+        (HEAD + b'"sequences": [[1, true]], "earned": {}}', "token ids outside"),
+        (HEAD + b'"sequences": [[1, 2, 3, 4, 5, 6]], "earned": {}}', "holds 6 tokens, over --draft-cache-size 5"),
+        (HEAD + b'"sequences": {"a": 1}, "earned": {}}', "holds no list of token sequences"),
+        (HEAD + b'"sequences": []}', "holds no record of what each drafter earned"),
+        (HEAD + b'"sequences": [], "earned": {"model": {"hits": [2.0], "trials": [1.0]}}}', "malformed record for drafter 'model'"),
+        (HEAD + b'"sequences": [], "earned": {"model": {"hits": [1.0], "trials": [1.0, 2.0]}}}', "malformed record"),
+        (HEAD + b'"sequences": [], "earned": {"model": {"hits": [-1.0], "trials": [1.0]}}}', "malformed record"),
+        (HEAD + b'"sequences": [], "earned": {"model": {"hits": [0], "trials": [NaN]}}}', "malformed record"),
+        (HEAD + b'"sequences": [], "earned": {"model": {"hits": [true], "trials": [1]}}}', "malformed record"),
+        (HEAD + b'"sequences": [], "earned": {"model": [1, 2]}}', "malformed record"),
     ],
 )
 def test_an_untrusted_file_is_refused_in_one_line_and_rebuilt(tmp_path, content, reason):
@@ -185,4 +195,4 @@ def test_run_with_a_draft_cache_drafts_from_the_previous_call(builtin_paths, tmp
     assert proc.returncode == 0, proc.stderr
     said = [l for l in proc.stderr.splitlines() if "draft cache" in l]
     assert said == [f"specdec: draft cache {cache} is not valid JSON (truncated?); starting a new one"]
-    assert json.loads(cache.read_text())["version"] == 1  # rebuilt
+    assert json.loads(cache.read_text())["version"] == 2  # rebuilt
