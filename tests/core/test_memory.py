@@ -1,10 +1,18 @@
-"""The drafting memory (drafting/memory.py): recall across calls, its bound, and the cache file as
-untrusted input. No models, except the one CLI test at the end (marker `model`)."""
+"""The drafting memory (drafting/memory.py): recall across calls, its bound, the cache file as
+untrusted input, and what each proposer earned (the policy starts each call from it).
+
+Exactness with the memory choosing: greedy output equals target-only's over calls whose
+choices follow the earned record; and the first two tokens of N = 20,000 generations at T = 1
+(fixed seeds) follow the target's law, chi-square simulated at false-failure rate 1e-4
+(stat_checks.ALPHA), while the policy chooses between this call's lookup match, the memory's and
+a draft model from a record that every generation updates. No models, except the one CLI test
+at the end (marker `model`)."""
 
 from __future__ import annotations
 
 import json
 import multiprocessing
+from collections import Counter
 import os
 import subprocess
 import sys
@@ -13,14 +21,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fakes import MarkovModel
-from specdec_cli.drafting.lookup import LookupDrafter, LookupOptions
+from fakes import MarkovModel, random_markov
+from specdec_cli.drafting.combined import ModelAndLookup
+from specdec_cli.drafting.lookup import LookupDrafter, LookupOptions, MemoryMatch
+from specdec_cli.drafting.model import ModelDrafter
 from specdec_cli.decoding.engine import Engine, GenerationConfig
-from specdec_cli.events import Round, Token
-from specdec_cli.drafting.memory import BadCache, DraftMemory, Recall, read_cache, save_cache
+from specdec_cli.events import Earned, Round, Token
+from specdec_cli.drafting.memory import BadCache, DraftMemory, Recall, read_cache, read_earned, save_cache
 from specdec_cli.drafting.ngram import agreement, longest_agreement
-from specdec_cli.tuning.policy import draft_policy
-from specdec_cli.maths.sampling import GREEDY
+from specdec_cli.tuning.cost_curve import CostCurve
+from specdec_cli.tuning.estimates import Acceptance
+from specdec_cli.tuning.policy import AdaptivePolicy, draft_policy
+from specdec_cli.maths.sampling import GREEDY, probabilities
+from stat_checks import ALPHA, PLAIN, first_two_law, first_two_pvalue
 
 FP = "fingerprint-a"
 ROOT = Path(__file__).resolve().parents[2]
@@ -196,3 +209,138 @@ def test_run_with_a_draft_cache_drafts_from_the_previous_call(builtin_paths, tmp
     said = [l for l in proc.stderr.splitlines() if "draft cache" in l]
     assert said == [f"specdec: draft cache {cache} is not valid JSON (truncated?); starting a new one"]
     assert json.loads(cache.read_text())["version"] == 2  # rebuilt
+
+
+# -- what each proposer earned ----------------------------------------------------------
+
+
+def frozen_auto() -> AdaptivePolicy:
+    """`auto` on a fixed cost curve (a draft step is a fifth of a target step), so choices depend on acceptance only."""
+    costs = CostCurve(draft_step=2e-3, target_batch=tuple(10e-3 + 0.5e-3 * n for n in range(17)))
+    return AdaptivePolicy(costs=costs, learn_costs=False)
+
+
+def test_docstring_examples_of_the_record():
+    acceptance = Acceptance(2, 0.7)
+    acceptance.resume([0.9, 0.0, 5.0], [1.9, 0.9, 5.0])
+    assert acceptance.counts() == ((0.9, 0.0), (1.9, 0.9))
+    assert read_earned({"model": {"hits": [0.9], "trials": [1.9]}}, "f") == {"model": Earned((0.9,), (1.9,))}
+    memory = DraftMemory(100)
+    memory.add([1, 7, 9, 5, 6, 8])
+    here, there = LookupDrafter(memory=memory).candidates([5, 6, 7, 9, 5, 6])
+    assert (here.name, here.start) == ("lookup:2", 2)
+    assert isinstance(there, MemoryMatch) and (there.name, there.recall.tokens) == ("lookup:memory:3-5", [8])
+
+
+def test_this_calls_own_match_outranks_the_memorys():
+    """A fixed k takes the first candidate: this call's match, though the memory's agrees longer."""
+    memory = DraftMemory(100)
+    memory.add([1, 7, 9, 5, 6, 8])
+    context = [5, 6, 7, 9, 5, 6]
+    engine = Engine(MarkovModel(random_markov(10, np.random.default_rng(0))), LookupDrafter(memory=memory))
+    first = next(e for e in engine.generate(context, GenerationConfig(max_tokens=3, sampling=GREEDY), draft_policy(2)) if isinstance(e, Round))
+    assert first.drafter == "lookup:2"
+
+
+def test_a_source_that_lost_in_earlier_calls_is_only_probed():
+    """Resumed with a losing record, the memory's class is passed over for the draft model and
+    tried now and then (after 8, then 16 rounds: policy.FIRST_BACKOFF); without the record its
+    prior (0.9 for a match of 6 or more) makes it the first choice."""
+    sources = ["lookup:memory:6+", "model"]
+    fresh = frozen_auto()
+    assert fresh.choose(sources, 16)[0] == "lookup:memory:6+"
+    policy = frozen_auto()
+    policy.resume({"lookup:memory:6+": Earned(hits=(0.5,) + (0.0,) * 15, trials=(9.0,) + (0.5,) * 15)})
+    chosen = []
+    for _ in range(40):
+        name, k = policy.choose(sources, 16)
+        chosen.append(name)
+        accepted = k if name == "model" else 0
+        policy.observe(Round(drafted=k, accepted=accepted, draft_seconds=2e-3 * k, draft_decode_seconds=0.0, target_seconds=0.01,
+                             seconds=0.01 + 2e-3 * k, drafter=name, k=k))  # fmt: skip
+    probes = [i for i, name in enumerate(chosen) if name != "model"]
+    assert chosen[0] == "model" and len(probes) == 2, chosen  # rounds 9 and 26 (back-off 8, then 16)
+    assert policy.earned()["lookup:memory:6+"].trials[0] > 9.0  # the probes were counted on top of the record
+
+
+def test_the_engine_starts_each_call_from_the_record_and_writes_it_back(tmp_path):
+    """memory.earned fills during a call; the next engine's policy resumes from it; the file keeps it."""
+    rng = np.random.default_rng(5)
+    table = random_markov(12, rng, scale=3.0)
+    memory = DraftMemory(10_000)
+    resumed = []
+
+    class Watching(AdaptivePolicy):
+        def resume(self, earned):
+            resumed.append(dict(earned))
+            super().resume(earned)
+
+    for prompt in ([1, 2, 3, 1, 2], [4, 2, 3, 1, 2]):
+        engine = Engine(MarkovModel(table), LookupDrafter(memory=memory), earned=memory.earned)
+        out = list(engine.generate(prompt, GenerationConfig(max_tokens=40, sampling=GREEDY), Watching()))[-1].tokens
+        memory.add(prompt + list(out))
+    assert resumed[0] == {} and resumed[1] and set(resumed[1]) <= set(memory.earned)
+    assert all(len(e.hits) == len(e.trials) and all(h <= x for h, x in zip(e.hits, e.trials)) for e in memory.earned.values())
+    path = tmp_path / "cache.json"
+    save_cache(path, [], FP, 12, 10_000, memory.earned)
+    again = read_cache(path, FP, 12, 10_000).earned
+    assert set(again) == set(memory.earned)
+    for name, e in memory.earned.items():
+        assert np.allclose(again[name].trials, e.trials, atol=1e-4) and np.allclose(again[name].hits, e.hits, atol=1e-4)
+    save_cache(path, [], FP, 12, 10_000, {"model": Earned((1.0,), (2.0,))})  # another process: its proposer joins
+    assert read_cache(path, FP, 12, 10_000).earned["model"] == Earned((1.0,), (2.0,)) and set(memory.earned) < set(read_cache(path, FP, 12, 10_000).earned)
+
+
+def test_greedy_output_is_the_targets_while_the_memory_and_its_record_choose():
+    rng = np.random.default_rng(11)
+    table = random_markov(8, rng, scale=3.0)
+    memory = DraftMemory(10_000)
+    config = GenerationConfig(max_tokens=60, sampling=GREEDY)
+    chosen = set()
+    for prompt in ([1, 2, 3], [7, 2, 3], [1, 2, 3, 4], [5, 6, 2, 3]):
+        draft = MarkovModel(table + rng.standard_normal(table.shape).astype(np.float32))
+        engine = Engine(MarkovModel(table), ModelAndLookup(ModelDrafter(draft), LookupDrafter(memory=memory)), earned=memory.earned)
+        events = list(engine.generate(prompt, config, draft_policy("auto")))
+        assert events[-1].tokens == list(Engine(MarkovModel(table)).generate(prompt, config))[-1].tokens
+        chosen |= {e.drafter.rsplit(":", 1)[0] for e in events if isinstance(e, Round) and e.drafter}
+        memory.add(prompt + list(events[-1].tokens))
+    assert {"model", "lookup", "lookup:memory"} <= chosen, chosen
+
+
+N_FIRST_TWO = 20_000
+WINNING = Earned(hits=(9.0,) * 16, trials=(9.2,) * 16)
+LOSING = Earned(hits=(0.2,) + (0.0,) * 15, trials=(9.0,) + (0.5,) * 15)
+
+
+@pytest.mark.slow
+def test_the_first_two_tokens_follow_the_target_while_the_memory_chooses():
+    """N = 20,000 generations of 5 tokens at T = 1 (seed = generation number), chi-square on the
+    first two tokens at false-failure rate 1e-4. Before each generation the memory's record names
+    a winner, drawn from a generator of its own (seed 38): this call's lookup match ("lookup:2"),
+    the memory's ("lookup:memory:3-5", which agrees longer) or a noisy draft model; the policy
+    resumes from it (and learns on), so every source drafts the first round in about a third."""
+    rng = np.random.default_rng(37)
+    table = random_markov(6, rng, scale=1.5)
+    target = MarkovModel(table)
+    draft = MarkovModel(table + rng.standard_normal(table.shape).astype(np.float32) * 0.8)
+    memory = DraftMemory(1000)
+    memory.add([0, 3, 4, 1, 2, 5, 0, 3])  # ends like the prompt for 4 tokens: "lookup:memory:3-5" proposes [5, 0, 3]
+    prompt = [1, 2, 3, 4, 1, 2]
+    sources = ["lookup:2", "lookup:memory:3-5", "model"]
+    engine = Engine(target, ModelAndLookup(ModelDrafter(draft), LookupDrafter(memory=memory)), earned=memory.earned)
+    winners = np.random.default_rng(38).integers(0, len(sources), N_FIRST_TWO)
+    samples, first = [], Counter()
+    for s, winner in enumerate(winners):
+        memory.earned.clear()
+        memory.earned.update({name: WINNING if i == winner else LOSING for i, name in enumerate(sources)})
+        got, opened = [], None
+        for event in engine.generate(prompt, GenerationConfig(max_tokens=5, sampling=PLAIN, seed=s), frozen_auto()):
+            if isinstance(event, Token):
+                got.append(event.id)
+            elif isinstance(event, Round) and opened is None:
+                opened = event.drafter
+        first[opened] += 1
+        samples.append(got[:2])
+    assert all(first[name] > N_FIRST_TWO // 4 for name in sources), first
+    law = first_two_law(lambda prefix: probabilities(table[(prompt + list(prefix))[-1]], PLAIN), N_FIRST_TWO)
+    assert first_two_pvalue(samples, law) > ALPHA
