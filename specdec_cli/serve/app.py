@@ -40,6 +40,7 @@ import signal
 import time
 from typing import AsyncIterator
 
+import h11
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -160,7 +161,7 @@ def create_app(
     worker: Worker, defaults: Defaults, alias: str, access: Access = Access(), max_body: int = MAX_BODY_BYTES, body_seconds: float = BODY_SECONDS
 ) -> FastAPI:
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None, title="specdec")
-    metrics = Metrics(waiting=lambda: worker.waiting, running=lambda: worker.running)
+    metrics = Metrics(waiting=lambda: worker.waiting, running=lambda: worker.running, decoded=lambda: worker.pair.target.decoded if worker.pair else 0)
     app.add_middleware(_Guard, access=access)
     app.add_middleware(_AccessLog, metrics=metrics)
 
@@ -380,9 +381,21 @@ def server_config(app, max_connections: int, header_seconds: float = HEADER_SECO
             if len(self.connections) > 2 * max_connections:  # far past the bound: not even a 503
                 transport.close()
                 return
-            # uvicorn's keep-alive timer closes the connection unless a request's headers arrive
-            # first (handle_events cancels it on h11.Request): armed here, it is the header deadline.
-            self.timeout_keep_alive_task = self.loop.call_later(header_seconds, self.timeout_keep_alive_handler)
+            self._headers_due()
+
+        def on_response_complete(self) -> None:
+            self.answered = getattr(self, "answered", 0) + 1
+            super().on_response_complete()
+            self._headers_due()  # the next request on this connection gets the same deadline
+
+        def _headers_due(self) -> None:
+            self.loop.call_later(header_seconds, self._check_headers, getattr(self, "answered", 0))
+
+        def _check_headers(self, answered: int) -> None:
+            # Still no complete request line and headers (h11 waits in IDLE until they are in),
+            # and no response on this connection since the deadline was set: cut it off.
+            if self.conn.their_state is h11.IDLE and getattr(self, "answered", 0) == answered and not self.transport.is_closing():
+                self.transport.close()
 
     return uvicorn.Config(app, http=Bounded, limit_concurrency=max_connections, log_level="warning", access_log=False, lifespan="off", **kw)
 

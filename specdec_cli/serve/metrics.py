@@ -10,12 +10,13 @@ one exists, under the prefix `specdec:`:
     specdec:spec_decode_num_draft_tokens_total / spec_decode_num_accepted_tokens_total
     specdec:spec_decode_num_draft_tokens_per_pos_total{position="1"} / ..._accepted_tokens_per_pos_total
     specdec:n_decode_total                                                       target passes
+    specdec:target_tokens_decoded                                                tokens the target's llama_decode evaluated
     specdec:num_requests_waiting / num_requests_running                          the queue, now
     specdec:time_to_first_token_seconds / e2e_request_latency_seconds            histograms
 
 Each app has its own registry (no global state: the tests start many apps in one process).
 
-    metrics = Metrics(waiting=lambda: 2, running=lambda: 1)
+    metrics = Metrics(waiting=lambda: 2, running=lambda: 1, decoded=lambda: 530)
     metrics.finished(stats, cached_tokens=5, first_token_seconds=0.1, seconds=0.9)
     metrics.answered("/v1/completions", 200)
     metrics.render()  # -> b"# HELP specdec:generation_tokens_total ..."
@@ -37,7 +38,7 @@ LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
 class Metrics:
-    def __init__(self, waiting: Callable[[], float], running: Callable[[], float]) -> None:
+    def __init__(self, waiting: Callable[[], float], running: Callable[[], float], decoded: Callable[[], float]) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(P + "http_requests", "Requests answered, by endpoint and status", ["endpoint", "status"], registry=r)
         self.prompt = Counter(P + "prompt_tokens", "Prompt tokens of finished requests", registry=r)
@@ -51,6 +52,8 @@ class Metrics:
         self.passes = Counter(P + "n_decode", "Target passes (one verification batch each)", registry=r)
         Gauge(P + "num_requests_waiting", "Requests waiting in the queue", registry=r).set_function(waiting)
         Gauge(P + "num_requests_running", "Requests generating", registry=r).set_function(running)
+        # The backend's own count (llama/model.LlamaModel.decoded), not one derived from the cache's claim.
+        Gauge(P + "target_tokens_decoded", "Tokens the target model has evaluated since it loaded", registry=r).set_function(decoded)
         self.first_token = Histogram(P + "time_to_first_token_seconds", "From the request's arrival to its first token", buckets=LATENCY_BUCKETS, registry=r)
         self.latency = Histogram(P + "e2e_request_latency_seconds", "From the request's arrival to its last token", buckets=LATENCY_BUCKETS, registry=r)
 

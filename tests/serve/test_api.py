@@ -99,12 +99,16 @@ def test_completions_take_the_prompt_as_it_is(served):
 
 def test_the_next_turn_reuses_the_cached_prefix(served):
     _, _, first = served.post("/v1/completions", {"prompt": "abc", "max_tokens": 3})
+    before = served.pair.target.decoded
     _, _, second = served.post("/v1/completions", {"prompt": "abcdef", "max_tokens": 3})
     assert first["choices"][0]["text"] == "def" and second["choices"][0]["text"] == "ghi"
     # The first call left a..e in the target's cache (prompt + output, but the last token), so
     # of "abcdef" all but the last token, which opens round 1, is already there.
     assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == 5
-    assert second["timings"]["prompt_n"] == 1
+    t = second["timings"]
+    assert t["prompt_n"] == 1
+    # What the target decoded (the fake counts it): no prefill at all, then each pass's rows.
+    assert served.pair.target.decoded - before == t["target_passes"] + t["draft_n"]
 
 
 def test_logprobs_are_the_targets_own(served):

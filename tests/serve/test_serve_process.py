@@ -14,6 +14,7 @@ import sys
 import textwrap
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -103,7 +104,11 @@ def test_a_port_in_use_is_one_line_and_exit_1(builtin_paths):
     "args, message",
     [
         (["--port", "70000"], "specdec: error: --port must be between 0 and 65535, got 70000"),
-        (["--queue", "-1"], "specdec: error: --queue must be 0 or more, got -1"),
+        (["--queue", "0"], "specdec: error: --queue must be at least 1, got 0"),
+        (["--max-connections", "0"], "specdec: error: --max-connections must be at least 1, got 0"),
+        (["--request-timeout", "0"], "specdec: error: --request-timeout must be more than 0 seconds, got 0"),
+        (["--api-key-file", "/nonexistent/keys"], "specdec: error: --api-key-file /nonexistent/keys: No such file or directory"),
+        (["--api-key-file", "/dev/null"], "specdec: error: --api-key-file /dev/null: it holds no key (one per line; # starts a comment)"),
         (["--top-p", "2"], "specdec: error: --top-p must be in (0, 1], got 2.0"),
         (["--api-key", ""], "specdec: error: --api-key must not be empty (unset SPECDEC_API_KEY for no key)"),
     ],
@@ -111,3 +116,25 @@ def test_a_port_in_use_is_one_line_and_exit_1(builtin_paths):
 def test_bad_options_are_refused_before_anything_loads(args, message):
     proc = subprocess.run([sys.executable, "-m", "specdec_cli.cli", "serve", *args], cwd=REPO, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert proc.returncode == 2 and proc.stderr.strip() == message and proc.stdout == ""
+
+
+def test_a_key_file_gives_one_tenant_per_line_and_a_public_address_without_a_key_warns(builtin_paths, tmp_path):
+    keys = tmp_path / "keys.txt"
+    keys.write_text("# the team\nalpha-key\n\n  beta-key  # Bo's\n")
+    with start_server("--api-key-file", str(keys)) as server:
+        ask = lambda key: urllib.request.urlopen(urllib.request.Request(server.url + "/v1/models", headers={"Authorization": f"Bearer {key}"}), timeout=30).status  # noqa: E731
+        assert ask("alpha-key") == ask("beta-key") == 200
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            ask("the team")
+        assert refused.value.code == 401
+    proc = subprocess.Popen([*SERVE, "--host", "0.0.0.0"], cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in proc.stderr:  # up to the line that says the port is open
+            lines.append(line)
+            if "specdec: listening on" in line:
+                break
+        assert any(l.startswith("specdec: warning: listening on 0.0.0.0 without --api-key: anyone who reaches port ") for l in lines), lines
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)

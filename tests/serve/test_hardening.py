@@ -1,0 +1,426 @@
+"""`specdec serve` against its own bugs, hostile clients and hostile pages, over the toy pair
+(tests/serve/toyserver.py) in this process. Each test fails without the rule it checks:
+
+- a failure costs one request: an exception that is not a SpecdecError, in generation or in
+  loading; caches that cannot be reset;
+- tenants: each API key's drafting memory and cached prefix are its own, and the tokens the
+  target decoded (the fake's counter) are what the cache claims;
+- browsers: Host, Content-Type, Origin and CORS;
+- limits: stop strings, JSON nesting and numbers, connections, slow headers and bodies,
+  --request-timeout, a drafter that cannot work refused before the stream starts;
+- /metrics.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import socket
+import threading
+import time
+
+import pytest
+
+from toyserver import Served, chat, toy_pair
+from specdec_cli.serve.app import MAX_INT, MAX_JSON_DEPTH
+from specdec_cli.options import MAX_STOP_CHARS, MAX_STOPS
+
+GREEDY_TEXT = "bcdefghijklmnopqrstuvwxyz"
+
+
+def raw(served: Served, method: str, path: str, body: bytes | None = None, headers: dict | None = None) -> tuple[int, dict, bytes]:
+    """One request with exactly these headers (http.client adds only Host, unless given, and Content-Length)."""
+    connection = http.client.HTTPConnection("127.0.0.1", served.port, timeout=30)
+    try:
+        names = {k.lower() for k in headers or {}}
+        connection.putrequest(method, path, skip_host="host" in names, skip_accept_encoding=True)
+        for k, v in (headers or {}).items():
+            connection.putheader(k, v)
+        if body is not None:
+            connection.putheader("Content-Length", str(len(body)))
+        connection.endheaders(body)
+        response = connection.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        connection.close()
+
+
+def post(served: Served, body: dict, headers: dict | None = None, path: str = "/v1/completions") -> tuple[int, dict, dict]:
+    status, got, data = raw(served, "POST", path, json.dumps(body).encode(), {"Content-Type": "application/json", **(headers or {})})
+    return status, got, json.loads(data) if data else {}
+
+
+@pytest.fixture
+def served():
+    s = Served(toy_pair())
+    assert s.worker.ready.wait(10)
+    yield s
+    s.stop()
+
+
+# -- a failure costs one request ---------------------------------------------------------------
+
+
+def test_an_unexpected_exception_fails_its_request_alone_logged_once(caplog):
+    pair = toy_pair()
+    s = Served(pair)
+    try:
+        assert s.worker.ready.wait(10)
+        pair.target.fail_on_decode, pair.target.error = 3, AssertionError("a planted bug")
+        with caplog.at_level(logging.ERROR, logger="specdec"):
+            status, _, body = post(s, {"prompt": "a", "max_tokens": 9})
+        assert status == 500 and body["error"]["type"] == "server_error" and "AssertionError: a planted bug" in body["error"]["message"]
+        stacks = [r for r in caplog.records if r.exc_info]
+        assert len(stacks) == 1 and "a planted bug" in caplog.text and "Traceback" in caplog.text
+        pair.target.fail_on_decode = None
+        status, _, body = post(s, {"prompt": "a", "max_tokens": 9})  # the worker went on; the caches were emptied
+        assert status == 200 and body["choices"][0]["text"] == GREEDY_TEXT[:9]
+        assert raw(s, "GET", "/health")[0] == 200
+    finally:
+        s.stop()
+
+
+def test_a_stream_that_fails_midway_ends_with_an_error_event_and_the_next_is_exact():
+    pair = toy_pair()
+    s = Served(pair)
+    try:
+        assert s.worker.ready.wait(10)
+        pair.target.fail_on_decode, pair.target.error = 4, ZeroDivisionError("planted")
+        status, _, data = raw(s, "POST", "/v1/completions", json.dumps({"prompt": "a", "max_tokens": 30, "stream": True}).encode(), {"Content-Type": "application/json"})
+        events = [json.loads(line[6:]) for line in data.decode().split("\n\n") if line.startswith("data: {")]
+        assert status == 200 and events[-1]["error"]["type"] == "server_error" and "ZeroDivisionError" in events[-1]["error"]["message"]
+        pair.target.fail_on_decode = None
+        assert post(s, {"prompt": "a", "max_tokens": 12})[2]["choices"][0]["text"] == GREEDY_TEXT[:12]
+    finally:
+        s.stop()
+
+
+def test_caches_that_cannot_be_reset_make_health_503_with_the_reason_and_requests_503_at_once():
+    pair = toy_pair()
+    s = Served(pair)
+    try:
+        assert s.worker.ready.wait(10)
+        assert post(s, {"prompt": "a", "max_tokens": 5})[0] == 200
+        pair.target.fail_on_decode, pair.target.error = len(pair.target.calls) + 2, RuntimeError("device lost")
+
+        def broken_rewind(n_keep):
+            raise RuntimeError("the device is gone")
+
+        pair.target.rewind = broken_rewind
+        assert post(s, {"prompt": "a", "max_tokens": 5})[0] == 500
+        status, _, data = raw(s, "GET", "/health")
+        assert status == 503 and "the device is gone" in json.loads(data)["error"]["message"]
+        started = time.monotonic()
+        status, _, body = post(s, {"prompt": "a", "max_tokens": 5})
+        assert status == 503 and "restart the server" in body["error"]["message"] and time.monotonic() - started < 5
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize("error", [RuntimeError("no such device"), MemoryError("out of memory")], ids=["RuntimeError", "MemoryError"])
+def test_a_load_that_fails_unexpectedly_gives_its_reason_on_health_and_503(error):
+    def load(stack):
+        raise error
+
+    s = Served(toy_pair(), load=load)
+    try:
+        assert s.worker.ready.wait(10)
+        status, _, data = raw(s, "GET", "/health")
+        assert status == 503 and f"{type(error).__name__}: {error}" in json.loads(data)["error"]["message"]
+        status, _, body = post(s, {"prompt": "a"})
+        assert status == 503 and f"{type(error).__name__}" in body["error"]["message"]
+    finally:
+        s.stop()
+
+
+# -- tenants -----------------------------------------------------------------------------------
+
+
+KEYS = ("key-one", "key-two")
+
+
+def as_key(n: int) -> dict:
+    return {"Authorization": f"Bearer {KEYS[n - 1]}"}
+
+
+def test_each_key_drafts_only_from_its_own_memory():
+    s = Served(toy_pair(), keys=KEYS)
+    try:
+        assert s.worker.ready.wait(10)
+        lookup = {"prompt": "a", "max_tokens": 12, "drafter": "lookup"}
+        # Key 1 writes "abc..." into its memory. "a" alone gives lookup nothing in its own context.
+        assert post(s, {"prompt": "a", "max_tokens": 20}, as_key(1))[0] == 200
+        status, _, other = post(s, {**lookup, "specdec_events": True}, as_key(2))
+        assert status == 200 and other["timings"]["draft_n"] == 0, "key 2 drafted from key 1's text"
+        status, _, own = post(s, lookup, as_key(1))
+        assert status == 200 and own["timings"]["draft_n"] > 0, "key 1's memory should draft for key 1"
+        assert own["choices"][0]["text"] == other["choices"][0]["text"] == GREEDY_TEXT[:12]
+    finally:
+        s.stop()
+
+
+def test_a_cached_prefix_is_reused_and_reported_only_within_a_key_and_the_target_decodes_what_it_claims():
+    pair = toy_pair()
+    s = Served(pair, keys=KEYS)
+    try:
+        assert s.worker.ready.wait(10)
+
+        def ask(n: int, prompt: str) -> tuple[dict, int]:
+            before = pair.target.decoded
+            status, _, body = post(s, {"prompt": prompt, "max_tokens": 3}, as_key(n))
+            assert status == 200, body
+            return body, pair.target.decoded - before
+
+        def check(body: dict, decoded: int) -> None:
+            # The target evaluates the prompt's uncached tokens but its last (prefill), then each
+            # pass's last token and drafts: prompt_n - 1 + passes + drafted, counted by the fake.
+            t = body["timings"]
+            assert decoded == t["prompt_n"] - 1 + t["target_passes"] + t["draft_n"], (decoded, t)
+
+        first, decoded = ask(1, "abcdefgh")
+        check(first, decoded)
+        assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        other, decoded = ask(2, "abcdefghijk")  # shares key 1's prefix, but is key 2
+        check(other, decoded)
+        assert other["usage"]["prompt_tokens_details"]["cached_tokens"] == 0 and other["timings"]["prompt_n"] == 11
+        again, decoded = ask(2, "abcdefghijklmn")  # key 2's own next turn
+        check(again, decoded)
+        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 13 and again["timings"]["prompt_n"] == 1
+        back, decoded = ask(1, "abcdefghijklmn")  # key 1 again: key 2's prefix is not its own
+        check(back, decoded)
+        assert back["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    finally:
+        s.stop()
+
+
+def test_without_keys_all_requests_are_one_tenant(served):
+    post(served, {"prompt": "abcdefgh", "max_tokens": 3})
+    assert post(served, {"prompt": "abcdefghijk", "max_tokens": 3})[2]["usage"]["prompt_tokens_details"]["cached_tokens"] == 10
+
+
+def test_any_of_the_keys_opens_the_api_and_metrics_and_others_do_not():
+    s = Served(toy_pair(), keys=KEYS)
+    try:
+        assert s.worker.ready.wait(10)
+        for n in (1, 2):
+            assert post(s, {"prompt": "a", "max_tokens": 2}, as_key(n))[0] == 200
+            assert raw(s, "GET", "/metrics", headers=as_key(n))[0] == 200
+        for headers in ({}, {"Authorization": "Bearer key-three"}, {"Authorization": "Bearer key-one-and-more"}):
+            assert post(s, {"prompt": "a"}, headers)[0] == 401
+            assert raw(s, "GET", "/metrics", headers=headers)[0] == 401
+    finally:
+        s.stop()
+
+
+# -- browsers ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("host, allowed", [
+    ("127.0.0.1:{port}", True), ("localhost:{port}", True), ("[::1]:{port}", True), ("localhost", True),
+    ("evil.example:{port}", False), ("evil.example", False), ("localhost:1", False), ("127.0.0.1.evil.example:{port}", False), ("", False),
+])  # fmt: skip
+def test_the_host_header_must_name_this_server(served, host, allowed):
+    status, _, data = raw(served, "GET", "/v1/models", headers={"Host": host.format(port=served.port)})
+    assert status == (200 if allowed else 400), data
+    if not allowed:
+        assert json.loads(data)["error"]["code"] == "host_not_allowed"
+
+
+def test_allowed_host_adds_a_name():
+    s = Served(toy_pair(), allowed_hosts=("box.lan",))
+    try:
+        assert raw(s, "GET", "/v1/models", headers={"Host": f"box.lan:{s.port}"})[0] == 200
+        assert raw(s, "GET", "/v1/models", headers={"Host": f"other.lan:{s.port}"})[0] == 400
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"])
+def test_a_post_body_that_is_not_declared_json_is_415(served, content_type):
+    headers = {} if content_type is None else {"Content-Type": content_type}
+    status, _, data = raw(served, "POST", "/v1/completions", json.dumps({"prompt": "a"}).encode(), headers)
+    assert status == 415 and json.loads(data)["error"]["code"] == "unsupported_media_type"
+    assert post(served, {"prompt": "a", "max_tokens": 2}, {"Content-Type": "application/json; charset=utf-8"})[0] == 200
+
+
+def test_another_pages_origin_is_403_and_the_servers_own_page_passes(served):
+    evil = {"Origin": "http://evil.example"}
+    assert post(served, {"prompt": "a", "max_tokens": 2}, evil)[0] == 403
+    assert raw(served, "GET", "/v1/models", headers=evil)[0] == 403
+    assert raw(served, "OPTIONS", "/v1/completions", headers={**evil, "Access-Control-Request-Method": "POST"})[0] == 403
+    own = {"Origin": f"http://127.0.0.1:{served.port}"}
+    status, headers, _ = post(served, {"prompt": "a", "max_tokens": 2}, own)
+    assert status == 200 and "access-control-allow-origin" not in headers
+    status, _, page = raw(served, "GET", "/", headers=own)
+    assert status == 200 and b"<html" in page.lower()
+
+
+def test_cors_origin_allows_one_page_with_a_proper_preflight():
+    s = Served(toy_pair(), cors_origins=("http://localhost:3000",))
+    try:
+        assert s.worker.ready.wait(10)
+        page = {"Origin": "http://localhost:3000"}
+        status, headers, _ = raw(s, "OPTIONS", "/v1/chat/completions", headers={**page, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization, content-type"})
+        assert status == 204 and headers["access-control-allow-origin"] == "http://localhost:3000"
+        assert "POST" in headers["access-control-allow-methods"] and "Content-Type" in headers["access-control-allow-headers"]
+        assert "Authorization" in headers["access-control-allow-headers"] and headers["vary"] == "Origin"
+        status, headers, body = post(s, chat("a", max_tokens=3), page, path="/v1/chat/completions")
+        assert status == 200 and headers["access-control-allow-origin"] == "http://localhost:3000" and body["choices"][0]["message"]["content"] == "bcd"
+        assert post(s, {"prompt": "a"}, {"Origin": "http://localhost:4000"})[0] == 403
+    finally:
+        s.stop()
+
+
+# -- limits ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stop, needle", [
+    (["x"] * (MAX_STOPS + 1), f"at most {MAX_STOPS} strings, got {MAX_STOPS + 1}"),
+    (["x" * (MAX_STOP_CHARS + 1)], f"at most {MAX_STOP_CHARS} characters each, got one of {MAX_STOP_CHARS + 1}"),
+])  # fmt: skip
+def test_stop_strings_are_bounded(served, stop, needle):
+    status, _, body = post(served, {"prompt": "a", "stop": stop})
+    assert status == 400 and body["error"]["param"] == "stop" and needle in body["error"]["message"]
+    assert post(served, {"prompt": "a", "max_tokens": 4, "stop": ["x" * MAX_STOP_CHARS] * MAX_STOPS})[0] == 200
+
+
+BAD_JSON = [
+    (b"[" * 100_000 + b"]" * 100_000, "nests deeper than"),
+    (b'{"prompt": "a", "x": ' + b"[" * (MAX_JSON_DEPTH + 1) + b"]" * (MAX_JSON_DEPTH + 1) + b"}", "nests deeper than"),
+    (b'{"prompt": "a", "max_tokens": ' + b"9" * 5000 + b"}", "out of range"),
+    (b'{"prompt": "a", "seed": ' + str(MAX_INT + 1).encode() + b"}", "out of range"),
+    (b'{"prompt": "a", "temperature": 1e999}', "out of range"),
+    (b'{"prompt": "a", "temperature": NaN}', "NaN is not JSON"),
+    (b'{"prompt": "a", "top_p": -Infinity}', "-Infinity is not JSON"),
+]
+
+
+@pytest.mark.parametrize("body, needle", BAD_JSON, ids=[str(i) for i in range(len(BAD_JSON))])
+def test_bodies_too_deep_or_with_numbers_out_of_range_are_400(served, body, needle):
+    status, _, data = raw(served, "POST", "/v1/completions", body, {"Content-Type": "application/json"})
+    assert status == 400 and needle in json.loads(data)["error"]["message"], data[:300]
+
+
+INT_FIELDS = ["max_tokens", "seed", "top_k", "draft_tokens", "logprobs", "n", "max_completion_tokens", "top_logprobs"]
+
+
+@pytest.mark.parametrize("field", INT_FIELDS)
+@pytest.mark.parametrize("value", [MAX_INT, -MAX_INT, 0])
+def test_no_integer_a_client_sends_gives_500(served, field, value):
+    chat_fields = {"max_completion_tokens", "top_logprobs"}
+    body = chat("a", logprobs=True, **{field: value}) if field in chat_fields else {"prompt": "a", field: value}
+    status, _, answer = post(served, body, path="/v1/chat/completions" if field in chat_fields else "/v1/completions")
+    assert status < 500, answer
+
+
+def test_past_the_connection_bound_requests_get_503():
+    s = Served(toy_pair(), max_connections=2)
+    idle = []
+    try:
+        assert s.worker.ready.wait(10)
+        for _ in range(2):
+            idle.append(socket.create_connection(("127.0.0.1", s.port)))
+        time.sleep(0.2)  # not an ordering: the server must have accepted the idle connections before the third counts them
+        status, _, _ = raw(s, "GET", "/v1/models")
+        assert status == 503
+        for sock in idle:
+            sock.close()
+        deadline = time.monotonic() + 5
+        while raw(s, "GET", "/v1/models")[0] != 200:
+            assert time.monotonic() < deadline, "closed connections were never released"
+    finally:
+        for sock in idle:
+            sock.close()
+        s.stop()
+
+
+def test_a_connection_that_trickles_its_headers_is_cut_off():
+    s = Served(toy_pair(), header_seconds=0.5)
+    try:
+        with socket.create_connection(("127.0.0.1", s.port)) as sock:
+            sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # the headers never end
+            sock.settimeout(10)
+            started = time.monotonic()
+            assert sock.recv(1024) == b""  # closed by the server
+            assert time.monotonic() - started < 5
+        assert raw(s, "GET", "/v1/models")[0] == 200
+    finally:
+        s.stop()
+
+
+def test_a_body_that_does_not_arrive_in_time_is_408():
+    s = Served(toy_pair(), body_seconds=0.5)
+    try:
+        assert s.worker.ready.wait(10)
+        with socket.create_connection(("127.0.0.1", s.port)) as sock:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"prompt\"")
+            sock.settimeout(10)
+            reply = sock.recv(4096)
+            head, _, body = reply.partition(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            while len(body) < length:
+                body += sock.recv(4096)
+            reply = head + b"\r\n\r\n" + body
+        assert reply.startswith(b"HTTP/1.1 408") and b"did not arrive within 0.5 s" in reply
+    finally:
+        s.stop()
+
+
+def test_request_timeout_ends_a_generation_with_its_tokens_so_far_as_length():
+    s = Served(toy_pair(seconds_per_decode=0.01), request_timeout=0.3)
+    try:
+        assert s.worker.ready.wait(10)
+        status, _, body = post(s, {"prompt": "a", "max_tokens": 3000})
+        assert status == 200 and body["choices"][0]["finish_reason"] == "length"
+        text = body["choices"][0]["text"]
+        assert 0 < len(text) < 3000 and body["usage"]["completion_tokens"] == len(text)
+        assert text == (GREEDY_TEXT + "a") * (len(text) // 26) + (GREEDY_TEXT + "a")[: len(text) % 26]
+        assert post(s, {"prompt": "a", "max_tokens": 5})[2]["choices"][0]["text"] == "bcdef"  # the caches were rolled back
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_drafter_that_cannot_work_is_400_before_the_stream_starts(stream):
+    s = Served(toy_pair(draft=False))
+    try:
+        assert s.worker.ready.wait(10)
+        status, _, data = raw(s, "POST", "/v1/completions", json.dumps({"prompt": "a", "drafter": "cascade", "stream": stream}).encode(), {"Content-Type": "application/json"})
+        assert status == 400 and "needs a draft model" in json.loads(data)["error"]["message"]
+    finally:
+        s.stop()
+
+
+# -- metrics -----------------------------------------------------------------------------------
+
+
+def metric(text: str, name: str) -> float:
+    """The value of one sample line `name value` (name with its labels, as Prometheus writes it)."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no sample {name} in:\n{text}")
+
+
+def test_metrics_count_what_was_served(served):
+    _, _, first = post(served, {"prompt": "abc", "max_tokens": 9})
+    _, _, second = post(served, {"prompt": "abcdef", "max_tokens": 3})
+    assert post(served, {"prompt": "a", "top_p": 5})[0] == 400
+    status, headers, data = raw(served, "GET", "/metrics")
+    text = data.decode()
+    assert status == 200 and headers["content-type"].startswith("text/plain")
+    p = "specdec:"
+    assert metric(text, p + 'http_requests_total{endpoint="/v1/completions",status="200"}') == 2
+    assert metric(text, p + 'http_requests_total{endpoint="/v1/completions",status="400"}') == 1
+    both = [first, second]
+    assert metric(text, p + "prompt_tokens_total") == 3 + 6
+    assert metric(text, p + "prompt_tokens_cached_total") == sum(b["usage"]["prompt_tokens_details"]["cached_tokens"] for b in both) > 0
+    assert metric(text, p + "generation_tokens_total") == 12
+    assert metric(text, p + "spec_decode_num_draft_tokens_total") == sum(b["timings"]["draft_n"] for b in both)
+    assert metric(text, p + "spec_decode_num_accepted_tokens_total") == sum(b["timings"]["draft_n_accepted"] for b in both)
+    assert metric(text, p + 'spec_decode_num_accepted_tokens_per_pos_total{position="1"}') == sum(b["timings"]["accepted_by_position"][0] for b in both)
+    assert metric(text, p + "n_decode_total") == sum(b["timings"]["target_passes"] for b in both)
+    assert metric(text, p + "target_tokens_decoded") == served.pair.target.decoded > 0
+    assert metric(text, p + "num_requests_waiting") == 0 and metric(text, p + "num_requests_running") == 0
+    assert metric(text, p + "time_to_first_token_seconds_count") == 2 and metric(text, p + "e2e_request_latency_seconds_count") == 2
