@@ -58,11 +58,12 @@ class CascadeDrafter(ModelAndLookup):
     name = "cascade"
 
     def candidates(self, context: Sequence[int]) -> list[Proposer]:
-        """A guessed round named by its lookup match ("cascade:3-5", "cascade:memory:6+"), else the draft model."""
-        found = self.lookup.candidates(context)
-        if found:
-            return [GuessedDraft("cascade:" + found[0].name.split(":", 1)[1], self, found[0])]
-        return self.model.candidates(context)
+        """A guessed round for each lookup match, named by it ("cascade:3-5", "cascade:memory:6+"),
+        then the draft model step by step. The tokens are the draft model's sample either way, so
+        `auto` weighs what each costs per kept token (a wrong guess, such as the memory's value
+        from an earlier call, costs a batch for one token); a fixed k takes the first."""
+        guessed = [GuessedDraft("cascade:" + found.name.split(":", 1)[1], self, found) for found in self.lookup.candidates(context)]
+        return guessed + self.model.candidates(context)
 
     def sample_with_guess(
         self, context: Sequence[int], guess: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0

@@ -106,8 +106,8 @@ def test_a_guessed_round_is_one_draft_batch_and_its_sample_is_the_drafts_own():
     context = [1, 2, 3, 4, 1, 2]
     drafter.prefill(context[:-1])
     calls_before = len(draft.calls)
-    (round_,) = drafter.candidates(context)
-    assert round_.name.startswith("cascade:")
+    round_, by_model = drafter.candidates(context)  # the guessed round first, the draft model step by step after it
+    assert round_.name.startswith("cascade:") and by_model.name == "model"
     out = round_.propose(context, 4, GREEDY, np.random.default_rng(0))
     assert out.tokens == [3, 4, 5, 0] and out.q_rows is None
     assert draft.calls[calls_before:] == [(4, 4), (1, 1)]  # [2, 3, 4, 1]: one batch, four rows; then [5]
