@@ -3,7 +3,8 @@
 `start_server(*extra)` runs `python -m specdec_cli.cli serve --port 0 --temperature 0 -n 24` (the
 built-in pair), reads its stderr until `specdec: listening on http://127.0.0.1:PORT`, polls
 GET /health until 200 (the models loaded) and stops it with SIGTERM at the end; `live_server` is
-one of them for a whole module. Its
+one of them for a whole module; `served` is the toy pair behind the app in this process
+(toyserver.py). Its
 stderr keeps being read (a full pipe would stall the server) and goes into any failure.
 Example: live_server.url -> "http://127.0.0.1:41237".
 
@@ -27,6 +28,8 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+
+from toyserver import Served, toy_pair
 
 REPO = Path(__file__).resolve().parents[2]
 SERVE = [sys.executable, "-m", "specdec_cli.cli", "serve", "--port", "0", "--temperature", "0", "-n", "24"]
@@ -110,6 +113,15 @@ def start_server(*extra: str, code: str | None = None, wait_healthy: bool = True
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 process.kill()
+
+
+@pytest.fixture
+def served():
+    """The toy pair behind the app in this process (toyserver.Served), loaded."""
+    s = Served(toy_pair())
+    assert s.worker.ready.wait(10)
+    yield s
+    s.stop()
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,6 @@ rejection per pass over "e".
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import http.client
 import json
 import math
@@ -21,19 +19,9 @@ import time
 import urllib.error
 import urllib.request
 
-import numpy as np
 import pytest
-import uvicorn
 
 from toyserver import JSON, Served, chat, toy_pair
-
-
-@pytest.fixture
-def served():
-    s = Served(toy_pair())
-    assert s.worker.ready.wait(10)
-    yield s
-    s.stop()
 
 
 # -- the wire format ----------------------------------------------------------------------------

@@ -17,7 +17,6 @@ import http.client
 import json
 import logging
 import socket
-import threading
 import time
 
 import pytest
@@ -49,14 +48,6 @@ def raw(served: Served, method: str, path: str, body: bytes | None = None, heade
 def post(served: Served, body: dict, headers: dict | None = None, path: str = "/v1/completions") -> tuple[int, dict, dict]:
     status, got, data = raw(served, "POST", path, json.dumps(body).encode(), {"Content-Type": "application/json", **(headers or {})})
     return status, got, json.loads(data) if data else {}
-
-
-@pytest.fixture
-def served():
-    s = Served(toy_pair())
-    assert s.worker.ready.wait(10)
-    yield s
-    s.stop()
 
 
 # -- a failure costs one request ---------------------------------------------------------------
