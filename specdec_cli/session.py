@@ -40,6 +40,7 @@ from .drafting.vocab_map import VocabMap, of_models
 from .errors import BadInput, IncompatiblePair
 from .llama.gguf import require_chat_template
 from .llama.model import LlamaModel
+from .llama.rpc import parse_endpoints
 from .options import DRAFTERS, context_size, gpu_layers_to_load
 
 log = logging.getLogger("specdec")
@@ -54,19 +55,27 @@ class LoadOptions:
     draft_gpu_layers: int | None = None
     repack: bool | None = None  # None: auto (off where llama.cpp reports AMX, on elsewhere)
     chat: bool = False  # prompts go through the target's chat template: a target without one is refused before loading
+    rpc: tuple[str, ...] = ()  # the target's layers on these RPC servers (llama/rpc.py)
+    draft_rpc: tuple[str, ...] = ()
 
     @classmethod
     def from_cli(
         cls, ctx: int | None, draft_ctx: int | None, threads: int | None, gpu_layers: int, draft_gpu_layers: int,
-        repack: bool | None, pair_name: str | None, *, chat: bool = False,
+        repack: bool | None, pair_name: str | None, *, chat: bool = False, rpc: str | None = None, draft_rpc: str | None = None,
     ) -> "LoadOptions":  # fmt: skip
-        """The options run, bench and audit load with: --ctx or the named pair's context
-        (options.context_size), GPU layers as options.gpu_layers_to_load allows,
-        `chat` unless --raw."""
-        gpu_layers, draft_gpu_layers = gpu_layers_to_load(gpu_layers, draft_gpu_layers)
+        """The options run, bench, audit and serve load with: --ctx or the named pair's context
+        (options.context_size), GPU layers as options.gpu_layers_to_load allows (a side on RPC
+        servers takes all its layers there unless told otherwise), `chat` unless --raw."""
+        rpc_servers = parse_endpoints(rpc) if rpc else ()
+        draft_rpc_servers = parse_endpoints(draft_rpc, "--draft-rpc") if draft_rpc else ()
+        # A side on RPC servers keeps its count (-1: all its layers there); a local side needs a GPU here.
+        local, draft_local = gpu_layers_to_load(0 if rpc_servers else gpu_layers, 0 if draft_rpc_servers else draft_gpu_layers)
+        gpu_layers = gpu_layers if rpc_servers else local
+        draft_gpu_layers = draft_gpu_layers if draft_rpc_servers else draft_local
         return cls(
             n_ctx=context_size(ctx, pair_name), draft_ctx=draft_ctx, n_threads=threads,
             gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, repack=repack, chat=chat,
+            rpc=rpc_servers, draft_rpc=draft_rpc_servers,
         )  # fmt: skip
 
 
@@ -187,7 +196,7 @@ def open_pair(
         target = stack.enter_context(
             LlamaModel(
                 target_path, n_ctx=options.n_ctx, n_threads=options.n_threads, n_gpu_layers=options.gpu_layers,
-                repack=options.repack, role="target",
+                repack=options.repack, role="target", rpc_servers=options.rpc,
             )  # fmt: skip
         )
         draft = None
@@ -198,7 +207,7 @@ def open_pair(
             draft = stack.enter_context(
                 LlamaModel(
                     draft_path, n_ctx=draft_ctx, n_threads=options.n_threads, n_gpu_layers=options.draft_gpu_layers,
-                    repack=options.repack, role="draft",
+                    repack=options.repack, role="draft", rpc_servers=options.draft_rpc,
                 )  # fmt: skip
             )
             vocab_limit, vocab_map = pair_vocabularies(draft, target)

@@ -24,7 +24,7 @@ import typer
 from ..errors import BadInput
 from ..inputs import argv_text
 from ..options import DEFAULT_VERIFY, check_load_limits, check_p_min, check_sampling_options, check_seed, parse_draft_length, parse_drafter, parse_verify
-from .options import AUTO, CtxOption, DraftCtxOption, DraftGpuLayersOption, DraftOption, GpuLayersOption, MinPOption, PairOption, RepackOption, TargetOption, ThreadsOption, TopKOption, TopPOption, VerifyOption, read_prompt
+from .options import AUTO, CtxOption, DraftCtxOption, DraftGpuLayersOption, DraftOption, GpuLayersOption, MinPOption, PairOption, RepackOption, RpcOption, DraftRpcOption, TargetOption, ThreadsOption, TopKOption, TopPOption, VerifyOption, read_prompt
 
 if TYPE_CHECKING:
     from ..events import DraftTokens
@@ -58,6 +58,8 @@ def audit(
     gpu_layers: GpuLayersOption = -1,
     draft_gpu_layers: DraftGpuLayersOption = -1,
     repack: RepackOption = None,
+    rpc: RpcOption = None,
+    draft_rpc: DraftRpcOption = None,
     chat: Annotated[bool, typer.Option("--chat/--raw", help="Wrap the prompt in the target's chat template, or send it as it is.")] = True,
     system: Annotated[Optional[str], typer.Option(help="System message (with --raw: text put before the prompt).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object on stdout.")] = False,
@@ -97,7 +99,7 @@ def audit(
     verify = parse_verify(verify)
     config = AuditConfig(samples=samples, alpha=alpha, sampling=params, seed=seed, greedy_tokens=greedy_tokens, verify=verify)
     console = stderr_console(False)
-    options = LoadOptions.from_cli(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers, repack, pair_name, chat=chat)
+    options = LoadOptions.from_cli(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers, repack, pair_name, chat=chat, rpc=rpc, draft_rpc=draft_rpc)
     with contextlib.ExitStack() as stack:
         pair = load_pair(stack, draft, target, options, Activity(console), pair_name=pair_name, need_draft=drafter != "lookup")
         prompt_ids = pair.prompt_tokens(text, chat=chat, system=system)

@@ -22,7 +22,7 @@ from ..bench.native import DEFAULT_NATIVE_TIMEOUT
 from ..errors import BadInput, SpecdecError
 from ..inputs import writable_file
 from ..options import DEFAULT_VERIFY, check_load_limits, check_sampling_options, check_seed, option_list, parse_draft_tokens, parse_drafters, parse_temperatures, parse_verify
-from .options import CtxOption, DraftCtxOption, DraftGpuLayersOption, DraftOption, GpuLayersOption, MinPOption, PairOption, RepackOption, TargetOption, ThreadsOption, TopKOption, TopPOption, VerifyOption, _err, resolve_paths
+from .options import CtxOption, DraftCtxOption, DraftGpuLayersOption, DraftOption, GpuLayersOption, MinPOption, PairOption, RepackOption, RpcOption, DraftRpcOption, TargetOption, ThreadsOption, TopKOption, TopPOption, VerifyOption, _err, resolve_paths
 
 
 def check_plot_format(path: Path, matplotlib) -> None:
@@ -61,6 +61,8 @@ def bench(
     gpu_layers: GpuLayersOption = -1,
     draft_gpu_layers: DraftGpuLayersOption = -1,
     repack: RepackOption = None,
+    rpc: RpcOption = None,
+    draft_rpc: DraftRpcOption = None,
     raw: Annotated[bool, typer.Option("--raw", help="Send prompts as they are, without the chat template.")] = False,
     warmup: Annotated[int, typer.Option(help="Tokens of one unrecorded warm-up run per side; 0 skips it.")] = 16,
     json_out: Annotated[bool, typer.Option("--json", help="Write every measurement as one JSON object on stdout.")] = False,
@@ -123,7 +125,7 @@ def bench(
     )
     draft_path, target_path = resolve_paths(draft, target, pair=pair_name)
     console = bench_console()
-    options = LoadOptions.from_cli(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers, repack, pair_name, chat=config.chat)
+    options = LoadOptions.from_cli(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers, repack, pair_name, chat=config.chat, rpc=rpc, draft_rpc=draft_rpc)
     with open_pair(draft_path, target_path, options) as pair:
         if binary is not None and pair.vocab_map is not None:
             _err(f"specdec: --native skipped: {binary.name} refuses a draft whose vocabulary differs from the target's")

@@ -19,7 +19,7 @@ from typing import Annotated
 import typer
 
 from ..errors import BadInput
-from .options import DraftOption, PairOption, TargetOption, _err, resolve_paths
+from .options import DraftOption, DraftRpcOption, PairOption, RpcOption, TargetOption, _err, resolve_paths
 
 
 def doctor(
@@ -29,6 +29,8 @@ def doctor(
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
     timeout: Annotated[float, typer.Option(help="Seconds each probe child may take to load a model and decode.")] = 120,
     tokens: Annotated[int, typer.Option(help="Tokens each probe decodes.")] = 4,
+    rpc: RpcOption = None,
+    draft_rpc: DraftRpcOption = None,
 ) -> None:
     """Report the llama.cpp build and paths, and load and decode each model in a child process.
 
@@ -40,7 +42,10 @@ def doctor(
         raise BadInput(f"--timeout must be more than 0 seconds, got {timeout}")
     if not 1 <= tokens <= 256:
         raise BadInput(f"--tokens must be between 1 and 256, got {tokens}")
-    report = examine(models_to_probe(draft, target, pair_name), timeout=timeout, tokens=tokens, progress=lambda m: _err(f"specdec: {m}"))
+    from ..llama.rpc import parse_endpoints
+
+    servers = {"target": parse_endpoints(rpc) if rpc else (), "draft": parse_endpoints(draft_rpc, "--draft-rpc") if draft_rpc else ()}
+    report = examine(models_to_probe(draft, target, pair_name), timeout=timeout, tokens=tokens, progress=lambda m: _err(f"specdec: {m}"), rpc=servers)
     typer.echo(json.dumps(report, indent=2) if json_out else report_text(report))
     if not report["ok"]:
         raise typer.Exit(1)
@@ -75,13 +80,20 @@ def report_text(report: dict) -> str:
         f"models.toml: shipped {paths['models_toml_shipped']}; user {user}",
         f"Hugging Face cache: {paths['hf_cache']}",
     ]
+    for e in report.get("rpc", []):
+        if e["ok"]:
+            devices = "; ".join(f"device {i}: {d['free_mib']} of {d['total_mib']} MiB free" for i, d in enumerate(e["devices"]))
+            lines.append(f"RPC server {e['endpoint']}: protocol {e['version']}, {devices}")
+        else:
+            lines.append(f"RPC server {e['endpoint']}: {e['error']}")
     for model in report["models"]:
         desc = next((p["desc"] for p in model["probes"] if p["desc"]), None)
-        lines.append(f"{model['role']} {model['path']}" + (f" ({desc})" if desc else ""))
+        through = f" through RPC {', '.join(model['rpc'])}" if model.get("rpc") else ""
+        lines.append(f"{model['role']} {model['path']}{through}" + (f" ({desc})" if desc else ""))
         for p in model["probes"]:
             how = "with repacking" if p["repack"] else "without repacking"
             lines.append(f"  {how}{' (default)' if p['default'] else ''}: {p['outcome']}, {p['detail']}")
-    lines.append("everything works" if report["ok"] else "a model does not decode with the default settings: see above")
+    lines.append("everything works" if report["ok"] else "a model does not decode with the default settings, or an RPC server does not answer: see above")
     return "\n".join(lines)
 
 

@@ -43,6 +43,8 @@ DraftCtxOption = Annotated[Optional[int], typer.Option("--draft-ctx", help="Draf
 ThreadsOption = Annotated[Optional[int], typer.Option("--threads", help="CPU threads (default: all cores).")]
 GpuLayersOption = Annotated[int, typer.Option("--gpu-layers", help="Target layers on the GPU; -1 all when llama.cpp has a GPU backend.")]
 DraftGpuLayersOption = Annotated[int, typer.Option("--draft-gpu-layers", help="Draft layers on the GPU; -1 as for the target.")]
+RpcOption = Annotated[Optional[str], typer.Option("--rpc", metavar="HOST:PORT[,...]", help="Put the target's layers on the devices of these llama.cpp RPC servers (ggml-rpc-server on another machine); the draft stays here. The RPC server has no authentication: a trusted network or an SSH tunnel only.")]
+DraftRpcOption = Annotated[Optional[str], typer.Option("--draft-rpc", metavar="HOST:PORT[,...]", help="Put the draft's layers on these RPC servers' devices (default: here).")]
 RepackOption = Annotated[
     Optional[bool],
     typer.Option(

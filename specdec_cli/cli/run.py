@@ -45,6 +45,8 @@ from .options import (
     PairOption,
     PMinOption,
     RepackOption,
+    RpcOption,
+    DraftRpcOption,
     TargetOption,
     TemperatureOption,
     ThreadsOption,
@@ -93,6 +95,8 @@ def run(
     gpu_layers: GpuLayersOption = -1,
     draft_gpu_layers: DraftGpuLayersOption = -1,
     repack: RepackOption = None,
+    rpc: RpcOption = None,
+    draft_rpc: DraftRpcOption = None,
     chat: Annotated[bool, typer.Option("--chat/--raw", help="Wrap the prompt in the target's chat template, or send it as it is.")] = True,
     system: Annotated[Optional[str], typer.Option(help="System message (with --raw: text put before the prompt).")] = None,
     baseline: Annotated[bool, typer.Option(help="Also decode target-only and report the measured speed-up.")] = False,
@@ -146,7 +150,7 @@ def run(
         stop=stops,
         verify=verify,
     )
-    options = LoadOptions.from_cli(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers, repack, pair_name, chat=chat)
+    options = LoadOptions.from_cli(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers, repack, pair_name, chat=chat, rpc=rpc, draft_rpc=draft_rpc)
 
     with contextlib.ExitStack() as stack:
         pair = load_pair(stack, draft, target, options, Activity(console), pair_name=pair_name, need_draft=drafter != "lookup")

@@ -51,6 +51,8 @@ from .options import (
     PairOption,
     PMinOption,
     RepackOption,
+    RpcOption,
+    DraftRpcOption,
     TargetOption,
     TemperatureOption,
     ThreadsOption,
@@ -88,6 +90,8 @@ def serve(
     gpu_layers: GpuLayersOption = -1,
     draft_gpu_layers: DraftGpuLayersOption = -1,
     repack: RepackOption = None,
+    rpc: RpcOption = None,
+    draft_rpc: DraftRpcOption = None,
     host: Annotated[str, typer.Option(help="Address to listen on; 127.0.0.1 keeps the server to this machine.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on; 0 picks a free one (printed).")] = DEFAULT_PORT,
     api_key: Annotated[Optional[List[str]], typer.Option(envvar="SPECDEC_API_KEY", show_envvar=False, metavar="KEY", help="Require Authorization: Bearer KEY on /v1 and /metrics (or set SPECDEC_API_KEY); repeat for several tenants, each with its own drafting memory and cache.")] = None,
@@ -138,7 +142,7 @@ def serve(
         p_min=p_min,
         verify=parse_verify(verify),
     )
-    options = LoadOptions.from_cli(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers, repack, pair_name)
+    options = LoadOptions.from_cli(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers, repack, pair_name, rpc=rpc, draft_rpc=draft_rpc)
     limits = Limits(queue, max_connections, request_timeout)
     run_server(draft, target, pair_name, options, defaults, lookup, host, port, keys, allowed_host or [], cors_origin or [], alias, limits)
 

@@ -53,8 +53,9 @@ class Probe:
         return self.outcome == "ok"
 
 
-def probe_command(path: Path, repack: bool, tokens: int) -> list[str]:
-    return [sys.executable, "-m", "specdec_cli.doctor.probe", str(path), "--repack" if repack else "--no-repack", "--tokens", str(tokens)]
+def probe_command(path: Path, repack: bool, tokens: int, rpc: Sequence[str] = ()) -> list[str]:
+    where = ["--rpc", ",".join(rpc)] if rpc else []
+    return [sys.executable, "-m", "specdec_cli.doctor.probe", str(path), "--repack" if repack else "--no-repack", "--tokens", str(tokens), *where]
 
 
 def run_probe(command: Sequence[str], repack: bool, default: bool, timeout: float) -> Probe:
@@ -74,7 +75,8 @@ def run_probe(command: Sequence[str], repack: bool, default: bool, timeout: floa
     result = _last_json(done.stdout)
     if done.returncode == 0 and result.get("ok"):
         offloaded, layers = result.get("offloaded"), result.get("layers")
-        where = f", {offloaded}/{layers} layers on the GPU" if offloaded else ""
+        device = "on the RPC servers" if result.get("rpc") else "on the GPU"
+        where = f", {offloaded}/{layers} layers {device}" if offloaded else ""
         return Probe(repack, default, "ok", f"{result['tokens']} tokens in {result['seconds']:.1f} s{where}", exit_code=0,
                      desc=result.get("desc"), offloaded=offloaded, layers=layers)
     reason = result.get("error") or _last_line(done.stderr) or "no output"
@@ -178,17 +180,37 @@ def examine(
     facts: dict | None = None,
     command: ProbeCommand | None = None,  # default: probe_command (tests give a child that crashes)
     progress: Callable[[str], None] = lambda message: None,
+    rpc: dict[str, tuple[str, ...]] | None = None,  # role -> the RPC servers its layers go to (--rpc, --draft-rpc)
 ) -> dict:
-    """The whole report: build facts, paths, and both probes of every model; "ok" as the module says."""
+    """The whole report: build facts, paths, each RPC endpoint, and both probes of every model
+    (through its RPC servers, when it has some); "ok" as the module says, and every endpoint answering."""
     facts = facts if facts is not None else build_facts()
     command = command or probe_command
     default = facts["repack_default"]
+    rpc = rpc or {}
+    endpoints = [rpc_endpoint(e) for e in dict.fromkeys(e for servers in rpc.values() for e in servers)]
     found = []
     for role, path in models:
         probes = []
+        servers = rpc.get(role, ())
         for repack in (True, False):
-            progress(f"decoding {path.name} {'with' if repack else 'without'} repacking in a child process ...")
-            probes.append(run_probe(command(path, repack, tokens), repack, repack == default, timeout))
-        found.append({"role": role, "path": str(path), "probes": [asdict(p) for p in probes]})
-    ok = all(p["outcome"] == "ok" for m in found for p in m["probes"] if p["default"])
-    return {"ok": ok, "llama_cpp": facts, "paths": paths(), "models": found}
+            through = f" through {', '.join(servers)}" if servers else ""
+            progress(f"decoding {path.name} {'with' if repack else 'without'} repacking{through} in a child process ...")
+            argv = command(path, repack, tokens, servers) if servers else command(path, repack, tokens)
+            probes.append(run_probe(argv, repack, repack == default, timeout))
+        found.append({"role": role, "path": str(path), "rpc": list(servers), "probes": [asdict(p) for p in probes]})
+    ok = all(p["outcome"] == "ok" for m in found for p in m["probes"] if p["default"]) and all(e["ok"] for e in endpoints)
+    return {"ok": ok, "llama_cpp": facts, "paths": paths(), "rpc": endpoints, "models": found}
+
+
+def rpc_endpoint(endpoint: str) -> dict:
+    """One RPC endpoint as found (llama/rpc.probe, in Python: it cannot crash this process).
+    Example: {"endpoint": "10.0.0.2:50052", "ok": True, "version": "7.0.0", "devices": [{"free_mib": 7934, "total_mib": 8192}], "error": None}."""
+    from ..llama import rpc
+
+    try:
+        server = rpc.probe(endpoint)
+    except rpc.RpcError as exc:
+        return {"endpoint": endpoint, "ok": False, "version": None, "devices": [], "error": str(exc)}
+    devices = [{"free_mib": free >> 20, "total_mib": total >> 20} for free, total in server.devices]
+    return {"endpoint": endpoint, "ok": True, "version": ".".join(map(str, server.version)), "devices": devices, "error": None}

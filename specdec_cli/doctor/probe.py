@@ -20,13 +20,13 @@ import sys
 import time
 
 
-def probe(path: str, repack: bool, tokens: int) -> dict:
+def probe(path: str, repack: bool, tokens: int, rpc: tuple[str, ...] = ()) -> dict:
     import numpy as np
 
     from ..llama.model import LlamaModel
 
     start = time.perf_counter()
-    with LlamaModel(path, n_ctx=256, repack=repack, role="model") as model:
+    with LlamaModel(path, n_ctx=256, repack=repack, role="model", rpc_servers=rpc) as model:
         ids = model.tokenize("The sea is", add_special=True)
         logits = model.decode(ids)
         out = []
@@ -37,6 +37,7 @@ def probe(path: str, repack: bool, tokens: int) -> dict:
             "ok": True,
             "desc": model.describe(),
             "repack": model.repack,
+            "rpc": list(rpc),
             "offloaded": model.offloaded_layers,
             "layers": model.n_layer + 1,
             "tokens": len(out),
@@ -50,11 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("path")
     parser.add_argument("--repack", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--tokens", type=int, default=4)
+    parser.add_argument("--rpc", default="", help="HOST:PORT[,...]: load through these RPC servers")
     args = parser.parse_args(argv)
     from ..errors import SpecdecError
 
     try:
-        result = probe(args.path, args.repack, args.tokens)
+        result = probe(args.path, args.repack, args.tokens, tuple(filter(None, args.rpc.split(","))))
     except SpecdecError as exc:
         result = {"ok": False, "error": str(exc)}
     print(json.dumps(result), flush=True)

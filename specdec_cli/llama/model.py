@@ -30,7 +30,7 @@ import llama_cpp as lc  # before numpy: see specdec_cli/__init__.py
 import numpy as np
 
 from ..errors import BadInput, ContextOverflow, ModelLoadError, SpecdecError
-from . import crashguard, resources
+from . import crashguard, ggml, resources, rpc
 from .chat_template import render_jinja_template
 from .gguf import check_gguf_file, no_chat_template
 from .log import llama_log
@@ -69,6 +69,7 @@ class LlamaModel:
         vocab_only: bool = False,
         repack: bool | None = None,
         role: str = "model",
+        rpc_servers: Sequence[str] = (),
     ) -> None:
         self.path = Path(path)
         check_gguf_file(self.path)
@@ -82,6 +83,11 @@ class LlamaModel:
 
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = 0 if vocab_only else resolve_gpu_layers(n_gpu_layers)
+        self.rpc_servers = tuple(rpc_servers) if not vocab_only else ()
+        if self.rpc_servers:
+            self._devices = self._rpc_devices(role)  # kept alive: llama.cpp reads the array while loading
+            mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
+            mparams.n_gpu_layers = 999 if n_gpu_layers is None or n_gpu_layers < 0 else n_gpu_layers
         mparams.vocab_only = vocab_only
         self.repack = resolve_repack(repack)
         if can_choose_repack():
@@ -96,6 +102,8 @@ class LlamaModel:
         mark = self._log.count
         # What the crash guard names if llama.cpp dies: built once here, marked on every decode.
         what = f"the {role} {self.path.name}" + ("" if self.repack or vocab_only else " (repacking off)")
+        if self.rpc_servers:
+            what += " on the RPC server " + ", ".join(self.rpc_servers)
         self._decoding = f"decoding with {what}"
         crashguard.mark(f"loading {what}")
         self._model = lc.llama_model_load_from_file(str(self.path).encode(), mparams)
@@ -144,6 +152,20 @@ class LlamaModel:
         self.n_threads = threads
         self._memory = lc.llama_get_memory(self._ctx)
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
+
+    def _rpc_devices(self, role: str) -> ctypes.Array:
+        """The devices of this model's RPC servers, each probed first (one line naming a faulty one)."""
+        if not ggml.has_rpc():
+            raise SpecdecError(rpc.NO_RPC)
+        devices = []
+        for endpoint in self.rpc_servers:
+            rpc.probe(endpoint)
+            crashguard.mark(f"connecting the {role} {self.path.name} to the RPC server {endpoint}")
+            found = ggml.rpc_add_server(endpoint)
+            if not found:
+                raise rpc.RpcError(f"the RPC server at {endpoint} offers no device to llama.cpp")
+            devices += found
+        return ggml.device_array(devices)
 
     def _on_progress(self, progress: float, user_data: ctypes.c_void_p) -> bool:
         try:

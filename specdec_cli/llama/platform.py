@@ -20,14 +20,16 @@ from dataclasses import dataclass
 
 import llama_cpp as lc
 
+from .ggml import local_gpu
 from .log import llama_log
 
 log = logging.getLogger("specdec")
 
 
 def gpu_offload_supported() -> bool:
+    """Whether this machine has a GPU llama.cpp can offload to (not merely a build with RPC)."""
     llama_log()
-    return bool(lc.llama_supports_gpu_offload())
+    return local_gpu()
 
 
 def system_info() -> str:

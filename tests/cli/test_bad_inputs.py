@@ -589,11 +589,12 @@ def test_native_without_a_speed_line_names_its_log(tmp_path):
 
 def test_readme_main_command_installs_no_test_extras():
     readme = (ROOT / "README.md").read_text()
-    main_job, tests = re.findall(r"```sh\n((?:apt-get|python3 -m pip install) .*)\n```", readme)[:2]
-    assert main_job.startswith("python3 -m pip install -e . && specdec run ")
-    assert tests.endswith(" && python3 -m pip install -e '.[test]' && python3 -m pytest -q")
-    assert "apt-get install -y chromium chromium-driver curl" in tests  # the page's browser test, curl for the server's
-    assert "pip install --progress-bar off -e '.[test]'" in (ROOT / ".ci" / "run").read_text()
+    main_job, tests = re.findall(r"```sh\n((?:apt-get|python3 -m pip install|CMAKE_ARGS=\S+ python3 -m pip install) .*)\n```", readme)[:2]
+    rpc = 'CMAKE_ARGS="-DGGML_RPC=on" python3 -m pip install --no-cache-dir'  # llama.cpp's RPC backend, no cached wheel without it
+    assert main_job.startswith(f"{rpc} -e . && specdec run ")
+    assert tests.endswith(f" && {rpc} -e '.[test]' && python3 -m pytest -q")
+    assert "apt-get install -y chromium chromium-driver curl cmake" in tests  # the page's browser test, curl for the server's, cmake for ggml-rpc-server
+    assert 'CMAKE_ARGS="-DGGML_RPC=on" python3 -m pip install --progress-bar off --no-cache-dir -e \'.[test]\'' in (ROOT / ".ci" / "run").read_text()
 
 
 @pytest.mark.model
