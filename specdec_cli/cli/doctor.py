@@ -71,7 +71,8 @@ def report_text(report: dict) -> str:
     lines = [
         f"llama-cpp-python {facts['llama_cpp_python']}, Python {facts['python']}, {facts['platform']}",
         f"llama.cpp system info: {facts['system_info']}",
-        f"backends compiled in: {', '.join(facts['backends']) or 'unknown'}; GPU offload: {'yes' if facts['gpu_offload'] else 'no'}",
+        f"backends compiled in: {', '.join(facts['backends']) or 'unknown'}; GPU offload: {'yes' if facts['gpu_offload'] else 'no'}; "
+        + f"RPC client (--rpc): {'yes' if facts.get('rpc') else 'no (rebuild llama-cpp-python with CMAKE_ARGS=-DGGML_RPC=on)'}",
         "devices: " + ("; ".join(device_text(d) for d in facts["devices"]) or "none listed"),
         f"CPU features: {' '.join(facts['cpu_features']) or 'none reported'}",
         f"AMX: {'yes' if facts['amx'] else 'no'}; repacking by default: {repack}"

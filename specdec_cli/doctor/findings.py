@@ -142,6 +142,7 @@ def build_facts() -> dict:
         "system_info": info.strip(),
         "backends": backends_of(parsed["backends"], devices),
         "gpu_offload": llama.gpu_offload_supported(),
+        "rpc": llama.rpc_supported(),
         "devices": [asdict(device) for device in devices],
         "cpu_features": parsed["cpu_features"],
         "amx": llama.has_amx(info),

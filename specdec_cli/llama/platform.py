@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import llama_cpp as lc
 
-from .ggml import local_gpu
+from .ggml import has_rpc, local_gpu
 from .log import llama_log
 
 log = logging.getLogger("specdec")
@@ -30,6 +30,12 @@ def gpu_offload_supported() -> bool:
     """Whether this machine has a GPU llama.cpp can offload to (not merely a build with RPC)."""
     llama_log()
     return local_gpu()
+
+
+def rpc_supported() -> bool:
+    """Whether this llama-cpp-python has llama.cpp's RPC client (--rpc; built with GGML_RPC on)."""
+    llama_log()
+    return has_rpc()
 
 
 def system_info() -> str:

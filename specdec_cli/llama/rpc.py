@@ -96,6 +96,11 @@ def probe(endpoint: str, timeout: float = PROBE_SECONDS) -> RpcServer:
     with sock:
         try:
             hello = _exchange(sock, CMD_HELLO, bytes(CAPS_SIZE), 4 + CAPS_SIZE)
+        except socket.timeout:
+            raise RpcError(
+                f"the RPC server at {endpoint} took the connection but did not answer within {timeout:g} s; "
+                "ggml-rpc-server serves one client at a time: is another process using it?"
+            ) from None
         except (OSError, ValueError) as exc:
             raise RpcError(
                 f"the RPC server at {endpoint} does not speak llama.cpp's RPC protocol {_dotted(PROTOCOL)} ({exc}); "

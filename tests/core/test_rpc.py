@@ -17,7 +17,9 @@ minutes the first time) and started on 127.0.0.1. Checked through it:
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import socket
 import struct
 import subprocess
@@ -59,22 +61,32 @@ def rpc_server_binary() -> Path:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.fixture(scope="module")
-def endpoint(rpc_server_binary):
+@contextlib.contextmanager
+def rpc_server(binary: Path):
+    """A ggml-rpc-server on a free loopback port, ready (it answers a probe); its endpoint."""
     port = free_port()
-    server = subprocess.Popen([str(rpc_server_binary), "-H", "127.0.0.1", "-p", str(port), "-t", "2"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    server = subprocess.Popen([str(binary), "-H", "127.0.0.1", "-p", str(port), "-t", "2"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
     where = f"127.0.0.1:{port}"
     deadline = time.monotonic() + 60
-    while True:
-        try:
-            rpc.probe(where, timeout=2)
-            break
-        except rpc.RpcError:
-            assert server.poll() is None and time.monotonic() < deadline, "ggml-rpc-server did not start"
-            time.sleep(0.2)
-    yield where
-    server.terminate()
-    server.wait(30)
+    try:
+        while True:
+            try:
+                rpc.probe(where, timeout=2)
+                break
+            except rpc.RpcError:
+                assert server.poll() is None and time.monotonic() < deadline, "ggml-rpc-server did not start"
+                time.sleep(0.2)
+        yield where
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+@pytest.fixture(scope="module")
+def endpoint(rpc_server_binary):
+    """One server for the module (remote_target holds it: ggml-rpc-server serves one client at a time)."""
+    with rpc_server(rpc_server_binary) as where:
+        yield where
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +126,6 @@ def test_greedy_decoding_with_the_target_over_rpc_is_the_local_targets_own(built
     remote = Engine(remote_target, ModelDrafter(draft, limit), vocab_limit=limit)
     spoken = [e.id for e in remote.generate(prompt, config, draft_policy(4)) if isinstance(e, Token)]
     assert spoken == alone and len(alone) == 32
-    assert remote_target.rpc_servers == (rpc.probe(remote_target.rpc_servers[0]).endpoint,)
 
 
 def test_the_first_token_follows_the_targets_law_through_rpc(builtin_models, remote_target):
@@ -131,6 +142,12 @@ def test_the_first_token_follows_the_targets_law_through_rpc(builtin_models, rem
         config = GenerationConfig(max_tokens=1, sampling=PLAIN, seed=seed)
         firsts.append(next(e.id for e in engine.generate(prompt, config, draft_policy(4)) if isinstance(e, Token)))
     assert chi_square_pvalue(np.bincount(firsts, minlength=limit), p1) > ALPHA
+
+
+def test_a_server_busy_with_another_client_is_said_to_be_busy(remote_target):
+    """ggml-rpc-server serves one client at a time: while remote_target holds it, a probe waits."""
+    with pytest.raises(rpc.RpcError, match="serves one client at a time"):
+        rpc.probe(remote_target.rpc_servers[0], timeout=1)
 
 
 def test_an_endpoint_that_does_not_answer_is_one_line_and_exit_1(builtin_paths):
@@ -172,8 +189,8 @@ def test_a_server_of_another_protocol_version_is_one_line_and_exit_1(builtin_pat
     fake.sock.close()
 
 
-def test_a_server_that_goes_away_mid_generation_ends_in_the_guards_line_and_the_text_stays(builtin_paths, endpoint):
-    with DelayProxy(rpc._address(endpoint), delay=0.002) as proxy:
+def test_a_server_that_goes_away_mid_generation_ends_in_the_guards_line_and_the_text_stays(builtin_paths, rpc_server_binary):
+    with rpc_server(rpc_server_binary) as endpoint, DelayProxy(rpc._address(endpoint), delay=0.002) as proxy:
         proc = specdec("run", "--rpc", proxy.endpoint, "-n", "2000", "--ctx", "4096", "--temperature", "0", "Tell a very long story about the sea.")
         first = proc.stdout.read(40)  # the answer is streaming
         assert first, proc.stderr.read()
@@ -191,3 +208,17 @@ def test_a_build_without_rpc_says_how_to_get_one(builtin_paths):
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 1 and out == ""
     assert one_error_line(err) == f"specdec: error: {rpc.NO_RPC}"
+
+
+def test_doctor_lists_the_endpoint_and_loads_the_target_through_it(builtin_paths, rpc_server_binary):
+    with rpc_server(rpc_server_binary) as endpoint:
+        proc = specdec("doctor", "--target", str(builtin_paths[1]), "--rpc", endpoint, "--tokens", "2")
+        out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out + err
+    assert re.search(rf"^RPC server {re.escape(endpoint)}: protocol 7\.0\.0, device 0: \d+ of \d+ MiB free$", out, re.M), out
+    assert f"target {builtin_paths[1]} through RPC {endpoint}" in out
+    assert re.search(r"\(default\): ok, 2 tokens in [\d.]+ s, \d+/\d+ layers on the RPC servers", out), out
+    closed = free_port()
+    proc = specdec("doctor", "--target", str(builtin_paths[1]), "--rpc", f"127.0.0.1:{closed}", "--tokens", "2")
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 1 and f"RPC server 127.0.0.1:{closed}: the RPC server at 127.0.0.1:{closed} does not answer" in out, out + err
