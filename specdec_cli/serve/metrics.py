@@ -19,7 +19,7 @@ Each app has its own registry (no global state: the tests start many apps in one
     metrics = Metrics(waiting=lambda: 2, running=lambda: 1, decoded=lambda: 530)
     metrics.finished(stats, cached_tokens=5, first_token_seconds=0.1, seconds=0.9)
     metrics.answered("/v1/completions", 200)
-    metrics.render()  # -> b"# HELP specdec:generation_tokens_total ..."
+    metrics.render()  # -> b"# HELP specdec:http_requests_total Requests answered, by endpoint and status ..."
 
 Left out: which requests count (app.py calls these), the figures themselves (decoding/stats.py).
 """

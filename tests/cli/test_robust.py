@@ -259,12 +259,13 @@ def test_doctor_json_shape_and_exit_code(command, code, tmp_path, monkeypatch):
     result = runner.invoke(app, ["doctor", "--draft", str(model), "--json"])
     assert result.exit_code == code, result.output
     report = json.loads(result.stdout)
-    assert set(report) == {"ok", "llama_cpp", "paths", "models"}
+    assert set(report) == {"ok", "llama_cpp", "paths", "rpc", "models"}
+    assert report["rpc"] == []  # no --rpc: no endpoint examined
     assert report["ok"] is (code == 0)
     assert set(report["llama_cpp"]) == set(FACTS)
     assert {"cache", "models_toml_shipped", "models_toml_user", "hf_cache"} <= set(report["paths"])
     (model_report,) = report["models"]
-    assert (model_report["role"], model_report["path"]) == ("draft", str(model))
+    assert (model_report["role"], model_report["path"], model_report["rpc"]) == ("draft", str(model), [])
     assert [p["repack"] for p in model_report["probes"]] == [True, False]
     assert set(model_report["probes"][0]) == {"repack", "default", "outcome", "detail", "signal", "exit_code", "desc", "offloaded", "layers"}
 

@@ -415,3 +415,50 @@ def test_metrics_count_what_was_served(served):
     assert metric(text, p + "target_tokens_decoded") == served.pair.target.decoded > 0
     assert metric(text, p + "num_requests_waiting") == 0 and metric(text, p + "num_requests_running") == 0
     assert metric(text, p + "time_to_first_token_seconds_count") == 2 and metric(text, p + "e2e_request_latency_seconds_count") == 2
+
+
+# -- the worked examples in the docstrings --------------------------------------------------------
+
+
+def test_guard_docstring_examples(tmp_path):
+    from specdec_cli.serve.guard import Access, Refused, is_loopback, read_key_file, split_host
+
+    access = Access.for_bind("127.0.0.1", 8080, keys=("k1", "k2"))
+    access.check_host("localhost:8080")
+    with pytest.raises(Refused) as refused:
+        access.check_host("evil.example:8080")
+    assert refused.value.status == 400 and refused.value.message.startswith("the Host header names 'evil.example:8080'")
+    with pytest.raises(Refused) as refused:
+        access.check_origin("http://evil.example", "localhost:8080")
+    assert refused.value.status == 403
+    assert access.tenant("Bearer k2") == "key-2"
+    assert (is_loopback("::1"), is_loopback("0.0.0.0"), is_loopback("localhost"), is_loopback("192.168.1.2")) == (True, False, True, False)
+    keys = tmp_path / "keys"
+    keys.write_text("# ours\nk1\n\n k2 \n")
+    assert read_key_file(keys) == ["k1", "k2"]
+    assert split_host("localhost:8080") == ("localhost", 8080) and split_host("[::1]:80") == ("[::1]", 80)
+    assert split_host("example") == ("example", None) and split_host("a:b") == ("a:b", None)
+    assert Access.for_bind("0.0.0.0", 8080).hosts is None  # another address: any Host, unless --allowed-host names some
+
+
+def test_body_and_stop_docstring_examples():
+    from specdec_cli.options import BadSetting, check_stops
+    from specdec_cli.serve.app import _depth
+
+    assert _depth({"a": [1, {}]}) == 3
+    with pytest.raises(BadSetting) as bad:
+        check_stops(["a" * 1001])
+    assert bad.value.setting == "stop" and "must be at most 1000 characters each, got one of 1001" in str(bad.value)
+
+
+def test_metrics_docstring_example():
+    from specdec_cli.decoding.stats import RunStats
+    from specdec_cli.serve.metrics import Metrics
+
+    metrics = Metrics(waiting=lambda: 2, running=lambda: 1, decoded=lambda: 530)
+    metrics.finished(RunStats(prompt_tokens=7, new_tokens=5, drafted=4, accepted=3, target_passes=2), cached_tokens=5, first_token_seconds=0.1, seconds=0.9)
+    metrics.answered("/v1/completions", 200)
+    text = metrics.render().decode()
+    assert text.startswith("# HELP specdec:http_requests_total")
+    assert metric(text, "specdec:num_requests_waiting") == 2 and metric(text, "specdec:target_tokens_decoded") == 530
+    assert metric(text, "specdec:prompt_tokens_evaluated_total") == 2 and metric(text, "specdec:generation_tokens_total") == 5
