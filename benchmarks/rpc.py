@@ -79,7 +79,7 @@ def measure(args: argparse.Namespace) -> dict:
     out = {"temperature": args.temperature, "max_tokens": args.max_tokens, "prompts": len(prompts), "extra": args.extra, "delays": {}}
     try:
         for delay_ms in args.delays:
-            with DelayProxy(rpc._address(endpoint), delay_ms / 1e3) as proxy:
+            with DelayProxy(rpc.address(endpoint), delay_ms / 1e3) as proxy:
                 options = LoadOptions(n_ctx=2048, rpc=(proxy.endpoint,))
                 with open_pair(draft, target, options) as pair:
                     totals = {name: RunStats() for name, _ in CONFIGS}

@@ -62,7 +62,8 @@ def parse_endpoints(value: str, option: str = "--rpc") -> tuple[str, ...]:
     return tuple(out)
 
 
-def _address(endpoint: str) -> tuple[str, int]:
+def address(endpoint: str) -> tuple[str, int]:
+    """The (host, port) to connect to. Example: "[::1]:50052" -> ("::1", 50052)."""
     host, _, port = endpoint.rpartition(":")
     return host.strip("[]"), int(port)
 
@@ -89,7 +90,7 @@ def _receive(sock: socket.socket, n: int) -> bytes:
 def probe(endpoint: str, timeout: float = PROBE_SECONDS) -> RpcServer:
     """Connect, check the protocol version, and list the devices with their memory; RpcError otherwise."""
     try:
-        sock = socket.create_connection(_address(endpoint), timeout=timeout)
+        sock = socket.create_connection(address(endpoint), timeout=timeout)
     except OSError as exc:
         reason = (exc.strerror or str(exc) or type(exc).__name__).lower()
         raise RpcError(f"the RPC server at {endpoint} does not answer: {reason}; is ggml-rpc-server running there, and the port open?") from None

@@ -33,6 +33,7 @@ import pytest
 
 from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.drafting.model import ModelDrafter
+from specdec_cli.errors import BadInput
 from specdec_cli.events import Token
 from specdec_cli.llama import rpc
 from specdec_cli.maths.sampling import GREEDY, probabilities
@@ -109,6 +110,14 @@ def one_error_line(stderr: str) -> str:
     errors = [line for line in stderr.splitlines() if line.startswith("specdec: error")]
     assert len(errors) == 1 and "Traceback" not in stderr, stderr[-2000:]
     return errors[0]
+
+
+def test_endpoints_parse_as_the_docstrings_say():
+    assert rpc.parse_endpoints("10.0.0.2:50052, [::1]:50053") == ("10.0.0.2:50052", "[::1]:50053")
+    assert rpc.address("[::1]:50052") == ("::1", 50052)
+    for bad in ("nohost", ":50052", "host:", "host:0", "host:70000", "a:1,"):
+        with pytest.raises(BadInput, match="--rpc takes HOST:PORT"):
+            rpc.parse_endpoints(bad)
 
 
 def test_the_server_speaks_the_protocol_specdec_expects_and_lists_its_device(endpoint):
@@ -190,7 +199,7 @@ def test_a_server_of_another_protocol_version_is_one_line_and_exit_1(builtin_pat
 
 
 def test_a_server_that_goes_away_mid_generation_ends_in_the_guards_line_and_the_text_stays(builtin_paths, rpc_server_binary):
-    with rpc_server(rpc_server_binary) as endpoint, DelayProxy(rpc._address(endpoint), delay=0.002) as proxy:
+    with rpc_server(rpc_server_binary) as endpoint, DelayProxy(rpc.address(endpoint), delay=0.002) as proxy:
         proc = specdec("run", "--rpc", proxy.endpoint, "-n", "2000", "--ctx", "4096", "--temperature", "0", "Tell a very long story about the sea.")
         first = proc.stdout.read(40)  # the answer is streaming
         assert first, proc.stderr.read()
