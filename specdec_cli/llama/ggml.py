@@ -62,6 +62,15 @@ def local_gpu() -> bool:
     return bool(by_type(DEVICE_TYPE_GPU) or by_type(DEVICE_TYPE_IGPU))
 
 
+_CONNECTED: set[str] = set()  # endpoints this process's ggml holds a connection to
+
+
+def rpc_connected(endpoint: str) -> bool:
+    """Whether ggml in this process already talks to endpoint (ggml-rpc-server serves one client at a
+    time, so a second connection, a probe's, would wait; ggml shares its own among models)."""
+    return endpoint in _CONNECTED
+
+
 def rpc_add_server(endpoint: str) -> list[int]:
     """The devices of the RPC server at endpoint, registered with ggml (ggml_backend_rpc_add_server).
     The endpoint must answer (rpc.probe first): ggml aborts otherwise."""
@@ -72,6 +81,7 @@ def rpc_add_server(endpoint: str) -> list[int]:
     registry = add(endpoint.encode())
     if not registry:
         return []
+    _CONNECTED.add(endpoint)
     return [get(registry, i) for i in range(count(registry))]
 
 

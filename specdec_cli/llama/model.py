@@ -159,7 +159,8 @@ class LlamaModel:
             raise SpecdecError(rpc.NO_RPC)
         devices = []
         for endpoint in self.rpc_servers:
-            rpc.probe(endpoint)
+            if not ggml.rpc_connected(endpoint):  # ggml already talks to it: the server would not answer a second client
+                rpc.probe(endpoint)
             crashguard.mark(f"connecting the {role} {self.path.name} to the RPC server {endpoint}")
             found = ggml.rpc_add_server(endpoint)
             if not found:

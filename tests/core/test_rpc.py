@@ -153,6 +153,15 @@ def test_the_first_token_follows_the_targets_law_through_rpc(builtin_models, rem
     assert chi_square_pvalue(np.bincount(firsts, minlength=limit), p1) > ALPHA
 
 
+def test_both_models_on_one_server_share_ggmls_connection(builtin_paths, remote_target):
+    """The draft on the server the target already uses (--rpc E --draft-rpc E): it loads, although
+    the server, busy with this process, would not answer a second connection (a probe's)."""
+    from specdec_cli.llama.model import LlamaModel
+
+    with LlamaModel(builtin_paths[0], n_ctx=256, rpc_servers=remote_target.rpc_servers, role="draft") as draft:
+        assert draft.offloaded_layers > 0 and draft.decode(draft.tokenize("Hi")).shape[0] == 1
+
+
 def test_a_server_busy_with_another_client_is_said_to_be_busy(remote_target):
     """ggml-rpc-server serves one client at a time: while remote_target holds it, a probe waits."""
     with pytest.raises(rpc.RpcError, match="serves one client at a time"):
