@@ -78,6 +78,7 @@ class Round:
     rule: str = ""  # the rule that verified the drafts ("token", "block": maths/speculative.VERIFIERS); "" for a plain step
     rule_seconds: float = 0.0  # that rule's own computation, after the target's batch
     block_gain: float | None = None  # block rounds: drafts kept beyond the token rule's, in expectation (maths/speculative.expected_kept)
+    sequences: int = 1  # sequences whose rows shared this round's target pass (decoding/batch.py; 1 alone)
 
 
 @dataclass(frozen=True)

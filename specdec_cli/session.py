@@ -22,6 +22,7 @@ Left out: option parsing (cli/options.py), printing (cli/render.py), the loop it
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from .compat import MIN_SHARED_TOKENS, compare_vocabularies
+from .decoding.batch import Batcher
 from .decoding.engine import Engine
 from .drafting.cascade import CascadeDrafter
 from .drafting.combined import ModelAndLookup
@@ -56,6 +58,7 @@ class LoadOptions:
     repack: bool | None = None  # None: auto (off where llama.cpp reports AMX, on elsewhere)
     chat: bool = False  # prompts go through the target's chat template: a target without one is refused before loading
     rpc: tuple[str, ...] = ()  # the target's layers on these RPC servers (llama/rpc.py)
+    slots: int = 1  # sequences each model's context holds (serve --slots; each of n_ctx tokens)
     draft_rpc: tuple[str, ...] = ()
 
     @classmethod
@@ -116,6 +119,18 @@ class LoadedPair:
         if self.vocab_map is None:
             return list(context)
         return CrossVocabDrafter.for_models(self.draft, self.target, self.vocab_map).own_context(context)
+
+    def shared(self, slots: int) -> tuple[Batcher, list["LoadedPair"]]:
+        """`slots` pairs of sequence views over this pair's models (loaded with LoadOptions.slots or
+        more), whose engines run together through one Batcher (decoding/batch.py). Example:
+        batcher, pairs = pair.shared(4); pairs[2].engine() generates in sequence 2 of both models."""
+        models = [m for m in (self.draft, self.target) if m is not None]  # the draft's steps go first
+        batcher = Batcher(models, names=["draft", "target"][2 - len(models) :])
+
+        def view(model, i):
+            return None if model is None else batcher.sequence(model, i)
+
+        return batcher, [dataclasses.replace(self, target=view(self.target, i), draft=view(self.draft, i)) for i in range(slots)]
 
     def engine(
         self, speculative: bool = True, drafter: str = "model", lookup: LookupOptions = LookupOptions(), memory: DraftMemory | None = None
@@ -196,7 +211,7 @@ def open_pair(
         target = stack.enter_context(
             LlamaModel(
                 target_path, n_ctx=options.n_ctx, n_threads=options.n_threads, n_gpu_layers=options.gpu_layers,
-                repack=options.repack, role="target", rpc_servers=options.rpc,
+                repack=options.repack, role="target", rpc_servers=options.rpc, n_seq=options.slots,
             )  # fmt: skip
         )
         draft = None
@@ -207,7 +222,7 @@ def open_pair(
             draft = stack.enter_context(
                 LlamaModel(
                     draft_path, n_ctx=draft_ctx, n_threads=options.n_threads, n_gpu_layers=options.draft_gpu_layers,
-                    repack=options.repack, role="draft", rpc_servers=options.draft_rpc,
+                    repack=options.repack, role="draft", rpc_servers=options.draft_rpc, n_seq=options.slots,
                 )  # fmt: skip
             )
             vocab_limit, vocab_map = pair_vocabularies(draft, target)

@@ -3,7 +3,9 @@
 `MarkovModel` is a toy language model: its logits depend only on the last token
 (row `table[last]`), so the exact distribution of any continuation is known in closed
 form. It keeps a "KV cache" (the `tokens` list) exactly like llama/model.LlamaModel and
-records every decode call, so tests can check batching and rollback.
+records every decode call, so tests can check batching and rollback. Like LlamaModel it also
+holds several sequences for decoding/batch.py (`decode_rows`, `seq_rm`): `kv` keeps each one's
+tokens, and a part must start where its sequence ends (a wrong position fails the pass).
 
     m = MarkovModel(np.log(np.full((4, 4), 0.25)))
     m.decode([0, 1], n_logits=2)   # two rows: table[0], table[1]
@@ -20,26 +22,45 @@ import numpy as np
 
 class MarkovModel:
     def __init__(
-        self, logits_table: np.ndarray, *, n_ctx: int = 4096, eos: int | None = None, pieces: Sequence[bytes] | None = None
+        self, logits_table: np.ndarray, *, n_ctx: int = 4096, eos: int | None = None, pieces: Sequence[bytes] | None = None,
+        n_batch: int = 512,
     ) -> None:
         self.table = np.asarray(logits_table, dtype=np.float32)
         self.pieces = pieces  # each token's bytes; None: "a".."z", then "<26>", "<27>", ...
         self.n_vocab = self.table.shape[1]
         self.n_ctx = n_ctx
         self.eos = eos
+        self.n_batch = n_batch
         self.tokens: list[int] = []
+        self.kv: dict[int, list[int]] = {}  # sequence id -> its tokens (decode_rows; `tokens` is sequence 0's)
         self.calls: list[tuple[int, int]] = []  # (batch size, n_logits) per decode
+        self.passes: list[list[tuple[int, int, int]]] = []  # per decode_rows: (sequence, tokens, n_logits) of each part
         self.decoded = 0  # tokens evaluated, as llama/model.LlamaModel counts them
 
     def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray | None:
         assert len(tokens) > 0 and 0 <= n_logits <= len(tokens)
         assert len(self.tokens) + len(tokens) <= self.n_ctx
-        self.calls.append((len(tokens), n_logits))
-        self.decoded += len(tokens)
+        self.kv[0] = list(self.tokens)
+        rows = self.decode_rows([(0, len(self.tokens), tokens, n_logits)])[0]
         self.tokens.extend(int(t) for t in tokens)
-        if not n_logits:
-            return None
-        return self.table[np.asarray(self.tokens[-n_logits:])]
+        return rows
+
+    def decode_rows(self, parts) -> list[np.ndarray | None]:
+        assert 0 < sum(len(p[2]) for p in parts) <= self.n_batch, "a pass beyond n_batch"
+        for seq, start, tokens, _ in parts:
+            assert start == len(self.kv.setdefault(seq, [])), f"sequence {seq}: a part at {start} after {len(self.kv[seq])} tokens"
+            assert len(tokens) > 0 and start + len(tokens) <= self.n_ctx
+        self.calls.append((sum(len(p[2]) for p in parts), sum(p[3] for p in parts)))
+        self.passes.append([(seq, len(tokens), n) for seq, _, tokens, n in parts])
+        out = []
+        for seq, _, tokens, n_logits in parts:
+            self.kv[seq].extend(int(t) for t in tokens)
+            self.decoded += len(tokens)
+            out.append(self.table[np.asarray(self.kv[seq][len(self.kv[seq]) - n_logits :])] if n_logits else None)
+        return out
+
+    def seq_rm(self, seq: int, n_keep: int) -> None:
+        del self.kv.setdefault(seq, [])[n_keep:]
 
     def rewind(self, n_keep: int) -> None:
         del self.tokens[n_keep:]
@@ -119,7 +140,7 @@ class ToyModel(MarkovModel):
         self.decoding = threading.Event()
         self.messages = None
 
-    def decode(self, tokens, n_logits=1):
+    def decode_rows(self, parts):
         if self.fail_on_decode is not None and len(self.calls) + 1 >= self.fail_on_decode:
             raise self.error
         self.decoding.set()
@@ -127,7 +148,7 @@ class ToyModel(MarkovModel):
             assert self.gate.wait(30), "the test never opened the gate"
         if self.seconds_per_decode:
             time.sleep(self.seconds_per_decode)
-        return super().decode(tokens, n_logits)
+        return super().decode_rows(parts)
 
     def tokenize(self, text, *, add_special=True, parse_special=True):
         return [ord(c) - ord("a") for c in text if "a" <= c <= "z"]

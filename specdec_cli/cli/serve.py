@@ -13,6 +13,10 @@ target converted) before the port opens; the models then load behind it (/health
 is open, then one line per request. Ctrl-C or SIGTERM cancels the generation in flight
 (at most `GRACE_SECONDS` after the last byte is due), and the command exits 0.
 
+`--slots N` (default 4) requests generate at once: their rows share each pass of both models
+(serve/worker.py, decoding/batch.py); each has --ctx tokens of context, and the memory check
+covers all of them.
+
 Each `--api-key` (and each line of `--api-key-file`) is a tenant (serve/guard.py): its own
 drafting memory and cached prefix. Listening on an address other than loopback without a key
 prints a warning, since anyone who reaches the port can then use the models.
@@ -23,6 +27,7 @@ Left out: the HTTP side (serve/app.py), the worker (serve/worker.py).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import socket
 import threading
@@ -65,6 +70,8 @@ from .options import (
 GRACE_SECONDS = 5  # how long a shutdown waits for streams in flight before cancelling them
 DEFAULT_PORT = 8080
 DEFAULT_QUEUE = 16
+DEFAULT_SLOTS = 4  # requests generated at once (the issue: 4 clients; memory grows with slots x --ctx)
+MAX_SLOTS = 64
 DEFAULT_MAX_CONNECTIONS = 64  # open connections answered at once (serve/app.server_config); past it 503
 
 
@@ -101,7 +108,8 @@ def serve(
     request_timeout: Annotated[Optional[float], typer.Option(metavar="SECONDS", help="End a generation that runs longer than SECONDS, with its tokens so far (finish_reason \"length\").")] = None,
     max_connections: Annotated[int, typer.Option(help="Connections answered at once; more get 503.")] = DEFAULT_MAX_CONNECTIONS,
     alias: Annotated[Optional[str], typer.Option(help="The model name the server answers to (default: the target file's name).")] = None,
-    queue: Annotated[int, typer.Option(help="Requests that may wait while one generates (at least 1); more get 503 with Retry-After.")] = DEFAULT_QUEUE,
+    queue: Annotated[int, typer.Option(help="Requests that may wait while the slots are busy (at least 1); more get 503 with Retry-After.")] = DEFAULT_QUEUE,
+    slots: Annotated[int, typer.Option(help="Requests generated at once, their rows in one batch (each with --ctx tokens of context).")] = DEFAULT_SLOTS,
 ) -> None:
     """Serve the pair over OpenAI's API (chat and completions, streaming) and a live page at /.
 
@@ -122,6 +130,8 @@ def serve(
         raise BadInput(f"--port must be between 0 and 65535, got {port}")
     if queue < 1:
         raise BadInput(f"--queue must be at least 1, got {queue}")
+    if not 1 <= slots <= MAX_SLOTS:
+        raise BadInput(f"--slots must be between 1 and {MAX_SLOTS}, got {slots}")
     if max_connections < 1:
         raise BadInput(f"--max-connections must be at least 1, got {max_connections}")
     if request_timeout is not None and not request_timeout > 0:
@@ -143,6 +153,7 @@ def serve(
         verify=parse_verify(verify),
     )
     options = LoadOptions.from_cli(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers, repack, pair_name, rpc=rpc, draft_rpc=draft_rpc)
+    options = dataclasses.replace(options, slots=slots)
     limits = Limits(queue, max_connections, request_timeout)
     run_server(draft, target, pair_name, options, defaults, lookup, host, port, keys, allowed_host or [], cors_origin or [], alias, limits)
 
@@ -174,7 +185,7 @@ def run_server(draft, target, pair_name, options, defaults, lookup, host, port, 
     def load(stack: contextlib.ExitStack):
         return stack.enter_context(open_pair(draft_path, target_path, options))
 
-    worker = Worker(load, queue_size=limits.queue, lookup=lookup, request_timeout=limits.request_timeout)
+    worker = Worker(load, queue_size=limits.queue, lookup=lookup, request_timeout=limits.request_timeout, slots=options.slots)
     access = Access.for_bind(host, bound_port, keys, allowed_hosts, cors_origins)
     app = create_app(worker, defaults, alias=name, access=access)
     logging.getLogger("specdec.access").setLevel(logging.INFO)

@@ -36,12 +36,12 @@ strings and UTF-8 (text_stream.py), timing the cost curve (tuning/cost_curve.py)
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass, field
 from typing import Generator, Iterator, MutableMapping, NamedTuple, Sequence
 
 import numpy as np
 
+from .. import clock
 from ..drafting.interface import Drafter, Proposal, Proposer
 from ..drafting.kv_sync import CausalModel, catch_up, common_prefix
 from ..errors import ContextOverflow
@@ -126,12 +126,12 @@ class Engine:
         prompt and `max_tokens` more.
         """
         context_room(len(prompt), self.target.n_ctx, f"pass --ctx {_next_ctx(len(prompt) + max(max_tokens, 1))}")
-        start = time.perf_counter()
+        start = clock.now()
         head = list(prompt[:-1])
         catch_up(self.target, head, 0)
         if self.drafter is not None:
             self.drafter.prefill(head)
-        return Prefill(prompt_tokens=len(prompt), seconds=time.perf_counter() - start)
+        return Prefill(prompt_tokens=len(prompt), seconds=clock.now() - start)
 
     def target_step(
         self, context: list[int], params: SamplingParams, rng: np.random.Generator, logprobs: int | None = None
@@ -171,19 +171,19 @@ class Engine:
         On return the target's cache holds context + accepted drafts, whatever happened inside.
         """
         params = config.sampling
-        t0 = time.perf_counter()
+        t0 = clock.now()
         proposal = drafter.propose(context, k, params, rng, p_min)
-        t1 = time.perf_counter()
+        t1 = clock.now()
         drafts = proposal.tokens
         accepted = 0  # what survives in the target's cache if anything below raises
         try:
             logits = catch_up(self.target, list(context) + drafts, len(drafts) + 1)
-            t2 = time.perf_counter()
+            t2 = clock.now()
             # The rule was fixed by earlier rounds; the proposal only tells where the two rules coincide
             # (no q rows, T = 0, one draft). tuning/rule_choice.py says why that keeps the law.
             rule = rules.choose(sampled=proposal.q_rows is not None and not params.greedy, drafts=len(drafts))
             verdict = VERIFIERS[rule](logits[:, : self.vocab_limit], drafts, proposal.q_rows, params, rng)
-            t3 = time.perf_counter()
+            t3 = clock.now()
             accepted = verdict.accepted
             kept = self.token_logprobs(logits, drafts[:accepted] + [verdict.token], params, config.logprobs)
         finally:
@@ -196,12 +196,12 @@ class Engine:
     ) -> Decoded:  # fmt: skip
         """Plan, then draft and verify (or take one plain target step); the round's `seconds`
         cover planning to verification."""
-        start = time.perf_counter()
+        start = clock.now()
         drafter, k = self.plan(context, budget, policy) if policy is not None else (None, 0)
         if drafter is None:
-            t0 = time.perf_counter()
+            t0 = clock.now()
             token, kept = self.target_step(context, config.sampling, rng, config.logprobs)
-            scored = Scored(Proposal(), 0, token, 0.0, time.perf_counter() - t0, kept)
+            scored = Scored(Proposal(), 0, token, 0.0, clock.now() - t0, kept)
         else:
             scored = self.speculative_round(context, drafter, k, policy.p_min, config, rng, rules)
         drafts, accepted = scored.proposal.tokens, scored.accepted
@@ -219,13 +219,14 @@ class Engine:
             draft_seconds=scored.draft_seconds,
             draft_decode_seconds=scored.proposal.decode_seconds,
             target_seconds=scored.target_seconds,
-            seconds=time.perf_counter() - start,
+            seconds=clock.now() - start,
             drafter=drafter.name if drafter is not None else "",
             draft_catch_up_seconds=scored.proposal.catch_up_seconds,
             k=k,
             rule=scored.rule,
             rule_seconds=scored.rule_seconds,
             block_gain=scored.block_gain,
+            sequences=getattr(self.target, "last_pass_sequences", 1),
         )
         return Decoded(emitted, rejected, figures)
 
@@ -275,9 +276,9 @@ class Engine:
                 decoded = self.decode_round(context, min(left, room) - 1, policy, config, rng, rules)
                 if decoded.rejected is not None:
                     yield decoded.rejected
-                emitting = time.perf_counter()
+                emitting = clock.now()
                 reason = yield from self.emit(decoded.emitted, context, stream, left)
-                figures = dataclasses.replace(decoded.figures, seconds=decoded.figures.seconds + time.perf_counter() - emitting)
+                figures = dataclasses.replace(decoded.figures, seconds=decoded.figures.seconds + clock.now() - emitting)
                 if policy is not None:
                     policy.observe(figures)
                 rules.observe(figures)

@@ -5,12 +5,12 @@ Left out: the draft model alone (model.py), lookup alone (lookup.py).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
+from .. import clock
 from ..maths.sampling import SamplingParams, argmax, proposal, sample
 from ..maths.speculative import keep_or_resample
 from .combined import ModelAndLookup
@@ -78,7 +78,7 @@ class CascadeDrafter(ModelAndLookup):
         out = Proposal(q_rows=None if params.greedy else [])
         if k <= 0 or not own:
             return out
-        t0 = time.perf_counter()
+        t0 = clock.now()
         logits = catch_up(model, own + guess, len(guess) + 1)  # row i: after own + guess[:i]
         kept = 0
         try:
@@ -94,10 +94,10 @@ class CascadeDrafter(ModelAndLookup):
                 kept += 1
         finally:
             model.rewind(len(own) + kept)  # the cache holds the sample but its last token, as ModelDrafter leaves it
-        out.decode_seconds = out.catch_up_seconds = time.perf_counter() - t0
+        out.decode_seconds = out.catch_up_seconds = clock.now() - t0
         if len(out.tokens) < k:
-            t0 = time.perf_counter()
+            t0 = clock.now()
             row = model.decode(out.tokens[-1:], 1)[0]
-            out.decode_seconds += time.perf_counter() - t0
+            out.decode_seconds += clock.now() - t0
             drafter.extend(out, row, k, params, rng, p_min)
         return out

@@ -45,6 +45,7 @@ import fcntl
 import json
 import os
 import tempfile
+import threading
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +88,7 @@ class DraftMemory:
         self._size = 0
         self._table = NgramTable(range(1, ngram + 1), places)  # n-gram -> its newest (sequence number, end)
         self.earned: dict[str, Earned] = {}  # by proposer name: what its drafts earned in earlier calls
+        self._lock = threading.Lock()  # the server's slots add and match from their own threads
 
     def __len__(self) -> int:
         return self._size
@@ -94,6 +96,10 @@ class DraftMemory:
     def add(self, tokens: Sequence[int]) -> None:
         """Remember a finished sequence (its tail only, if it alone exceeds the bound)."""
         tokens = [int(t) for t in tokens[-self.max_tokens :]]
+        with self._lock:
+            self._add(tokens)
+
+    def _add(self, tokens: list[int]) -> None:
         if not tokens or (self.sequences and self.sequences[-1] == tokens):
             return
         number = self._first + len(self.sequences)
@@ -109,11 +115,12 @@ class DraftMemory:
     def match(self, context: Sequence[int]) -> Recall | None:
         """The continuation of the longest n-gram of the context's end seen in memory (longest n
         first), from the occurrence that agrees with the context furthest back."""
-        found = self._table.best(context, lambda number: self.sequences[number - self._first])
-        if found is None:
-            return None
-        length, number, end = found
-        return Recall(tokens=self.sequences[number - self._first][end : end + RECALL_TOKENS], length=length)
+        with self._lock:
+            found = self._table.best(context, lambda number: self.sequences[number - self._first])
+            if found is None:
+                return None
+            length, number, end = found
+            return Recall(tokens=self.sequences[number - self._first][end : end + RECALL_TOKENS], length=length)
 
     # -- the cache file ---------------------------------------------------------------------
 

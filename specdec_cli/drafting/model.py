@@ -14,11 +14,11 @@ Left out: verification (maths/speculative.py), another vocabulary (cross_vocab.p
 
 from __future__ import annotations
 
-import time
 from typing import Sequence
 
 import numpy as np
 
+from .. import clock
 from ..maths.sampling import Distribution, SamplingParams, argmax, proposal, sample, softmax_at
 from .interface import Proposal, Proposer
 from .kv_sync import CausalModel, catch_up, common_prefix
@@ -71,13 +71,13 @@ class ModelDrafter:
         self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
     ) -> Proposal:
         out = Proposal(q_rows=None if params.greedy else [])
-        t0 = time.perf_counter()
+        t0 = clock.now()
         own = self.own_context(context)
         k = min(k, self.model.n_ctx - len(own))
         if k <= 0 or not own:
             return out
         logits = catch_up(self.model, own)
-        out.catch_up_seconds = out.decode_seconds = time.perf_counter() - t0
+        out.catch_up_seconds = out.decode_seconds = clock.now() - t0
         self.extend(out, logits[0], k, params, rng, p_min)
         return out
 
@@ -93,9 +93,9 @@ class ModelDrafter:
                 out.q_rows.append(q)
             out.tokens.append(x)
             if len(out.tokens) < k:
-                t0 = time.perf_counter()
+                t0 = clock.now()
                 row = self.model.decode([d], 1)[0]
-                out.decode_seconds += time.perf_counter() - t0
+                out.decode_seconds += clock.now() - t0
 
     def sync(self, context: Sequence[int]) -> None:
         self.model.rewind(common_prefix(self.model.tokens, self.own_context(context)))

@@ -56,7 +56,12 @@ class VocabInfo:
 
 
 class LlamaModel:
-    """One GGUF model with one context (one sequence) and the tokens its KV cache holds."""
+    """One GGUF model with one context and the tokens its KV cache holds.
+
+    `decode` and `rewind` work on sequence 0 and keep `tokens`. A context made for n_seq > 1
+    sequences (the server's slots) is shared through `decode_rows` and `seq_rm` by
+    decoding/batch.py, which keeps each sequence's tokens; `n_ctx` is then each one's context.
+    """
 
     def __init__(
         self,
@@ -70,6 +75,7 @@ class LlamaModel:
         repack: bool | None = None,
         role: str = "model",
         rpc_servers: Sequence[str] = (),
+        n_seq: int = 1,
     ) -> None:
         self.path = Path(path)
         check_gguf_file(self.path)
@@ -124,7 +130,7 @@ class LlamaModel:
 
         if self.n_gpu_layers == 0 and resources.memory_check_enabled():
             try:
-                resources.check_kv_fits(self.path.name, n_ctx, self.kv_bytes_per_token(), resources.available_memory())
+                resources.check_kv_fits(self.path.name, n_ctx * n_seq, self.kv_bytes_per_token(), resources.available_memory())
             except SpecdecError:
                 self.close()
                 raise
@@ -132,11 +138,15 @@ class LlamaModel:
         cparams = lc.llama_context_default_params()
         # llama.cpp pads n_ctx to 256 but caps n_batch at the unpadded request (--ctx 8 gave a
         # 256-token context taking 8-token batches, too few to verify -k 16): ask for the padded size.
-        padded = resources.padded_ctx(n_ctx)
+        # With n_seq sequences (the server's slots) the cache is one stream of n_seq contexts, so
+        # that one batch holds rows of every sequence (llama.cpp splits a batch of several streams
+        # into one ubatch per equal share); each sequence is held to its own n_ctx here.
+        padded = resources.padded_ctx(n_ctx) * n_seq
         cparams.n_ctx = padded if padded <= 0xFFFFFFFF else n_ctx  # uint32_t
         cparams.n_batch = min(n_batch, cparams.n_ctx)
         cparams.n_ubatch = cparams.n_batch
-        cparams.n_seq_max = 1
+        cparams.n_seq_max = n_seq
+        cparams.kv_unified = n_seq > 1
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         mark = self._log.count
@@ -146,7 +156,8 @@ class LlamaModel:
             self.close()
             self._log.raise_pending()
             raise ModelLoadError(f"llama.cpp could not create a context of {n_ctx} tokens for {self.path}: {self._log.reason(mark)}")
-        self.n_ctx = int(lc.llama_n_ctx(self._ctx))
+        self.n_seq = n_seq
+        self.n_ctx = int(lc.llama_n_ctx(self._ctx)) // n_seq  # per sequence
         self.n_ctx_requested = n_ctx
         self.n_batch = min(int(lc.llama_n_batch(self._ctx)), int(lc.llama_n_ubatch(self._ctx)))
         self.n_threads = threads
@@ -352,32 +363,52 @@ class LlamaModel:
             raise ContextOverflow(
                 f"the context holds {self.n_ctx} tokens but {start + n} are needed; pass a larger --ctx"
             )
-        batch = self._batch
-        crashguard.mark(self._decoding)
-        first_logit = n - n_logits
         # Chunks of at most n_batch tokens; the last one holds every row that wants logits.
         last_start = max(0, n - self.n_batch)
         bounds = list(range(0, last_start, self.n_batch)) + [last_start, n]
-        for lo, hi in zip(bounds, bounds[1:]):
-            for i in range(hi - lo):
-                batch.token[i] = tokens[lo + i]
-                batch.pos[i] = start + lo + i
-                batch.n_seq_id[i] = 1
-                batch.seq_id[i][0] = 0
-                batch.logits[i] = lo + i >= first_logit
-            batch.n_tokens = hi - lo
-            rc = lc.llama_decode(self._ctx, batch)
-            if rc != 0:
-                # The chunks before this one are in the KV cache but not yet in self.tokens:
-                # drop them by position, so that the cache holds exactly self.tokens again.
-                lc.llama_memory_seq_rm(self._memory, 0, start, -1)
-                raise SpecdecError(f"llama_decode failed with code {rc} on {self.path.name}:\n{self._log.tail(4)}")
-            self.decoded += hi - lo
+        try:
+            for lo, hi in zip(bounds, bounds[1:]):
+                rows = self.decode_rows([(0, start + lo, tokens[lo:hi], n_logits if hi == n else 0)])[0]
+        except SpecdecError:
+            # The chunks before the failed one are in the KV cache but not yet in self.tokens:
+            # drop them by position, so that the cache holds exactly self.tokens again.
+            lc.llama_memory_seq_rm(self._memory, 0, start, -1)
+            raise
         self.tokens.extend(int(t) for t in tokens)
-        if not n_logits:
-            return None
-        # Output rows are indexed within the last chunk, which started at `lo`.
-        return self._logits_view(first_logit - lo, n_logits)
+        return rows
+
+    def decode_rows(self, parts: Sequence[tuple[int, int, Sequence[int], int]]) -> list[np.ndarray | None]:
+        """One llama_decode of several sequences' rows: each part is (sequence id, the position of its
+        first token, its tokens, how many of its last rows want logits), all in one batch of at most
+        n_batch tokens. Returns each part's logits as a view (None for n_logits 0), valid until the next
+        decode on this model. The caller keeps each sequence's tokens (`decode` those of sequence 0);
+        when the decode fails every part's positions are dropped again and SpecdecError is raised.
+
+            model.decode_rows([(0, 5, [7], 1), (1, 9, [3, 4, 5], 3)])   # -> [(1, n_vocab), (3, n_vocab)]
+        """
+        batch = self._batch
+        i = 0
+        firsts = []
+        for seq, start, tokens, n_logits in parts:
+            first_logit = len(tokens) - n_logits
+            firsts.append(i + first_logit)
+            for j, token in enumerate(tokens):
+                batch.token[i] = token
+                batch.pos[i] = start + j
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = seq
+                batch.logits[i] = j >= first_logit
+                i += 1
+        assert 0 < i <= self.n_batch, f"a batch of {i} tokens for n_batch={self.n_batch}"
+        batch.n_tokens = i
+        crashguard.mark(self._decoding)
+        rc = lc.llama_decode(self._ctx, batch)
+        if rc != 0:
+            for seq, start, _, _ in parts:
+                lc.llama_memory_seq_rm(self._memory, seq, start, -1)
+            raise SpecdecError(f"llama_decode failed with code {rc} on {self.path.name}:\n{self._log.tail(4)}")
+        self.decoded += i
+        return [self._logits_view(first, part[3]) if part[3] else None for first, part in zip(firsts, parts)]
 
     def _logits_view(self, first: int, rows: int) -> np.ndarray:
         ptr = lc.llama_get_logits_ith(self._ctx, first)
@@ -394,10 +425,14 @@ class LlamaModel:
         """Drop every cached token from position `n_keep` on (KV rollback)."""
         if n_keep >= len(self.tokens):
             return
-        ok = lc.llama_memory_seq_rm(self._memory, 0, n_keep, -1)
+        self.seq_rm(0, n_keep)
+        del self.tokens[n_keep:]
+
+    def seq_rm(self, seq: int, n_keep: int) -> None:
+        """Drop sequence `seq`'s cached tokens from position `n_keep` on (the caller keeps its tokens)."""
+        ok = lc.llama_memory_seq_rm(self._memory, seq, n_keep, -1)
         if not ok:
             raise SpecdecError(
                 f"{self.path.name}: llama.cpp cannot roll back this model's memory (recurrent architecture?); "
                 "speculative decoding needs a model whose KV cache can be truncated"
             )
-        del self.tokens[n_keep:]

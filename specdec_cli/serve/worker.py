@@ -1,4 +1,4 @@
-"""The one owner of the loaded pair: a thread that serves one generation at a time from a FIFO.
+"""The one owner of the loaded pair: `slots` generations at once, in one batch, from a FIFO.
 
 HTTP handlers never touch a model. They `submit` a Job (what to generate: chat turns or a
 raw prompt, and the request's Settings) and read what the worker hands back on the job's
@@ -11,30 +11,38 @@ asyncio queue, in this order:
     Failed(error)                           a SpecdecError (BadInput: the client's fault;
                                             InternalError: a bug of ours, its stack logged once)
 
+Slots. Each model's context holds `slots` sequences (LoadOptions.slots). A slot is one
+sequence in both models, with a thread of its own that runs the engine there; the slots'
+passes are gathered by one Batcher (decoding/batch.py), so every generating request's rows
+share each target pass. The dispatcher (the worker's own thread) takes jobs from the FIFO in
+arrival order, one whenever a slot is free, so no request starves behind later ones; it gives
+each the free slot whose cached tokens share the longest prefix with its prompt (a chat's next
+turn evaluates only what is new, in both models, while others are served: engine.prefill via
+drafting/kv_sync.catch_up; `cached_tokens` says how much was reused), else an empty slot, else
+the one used least recently.
+
 The queue holds at most `queue_size` waiting jobs (QueueFull beyond: the handler answers 503
-with Retry-After). A job whose client went away is `cancel()`ed: the worker sees it at the
+with Retry-After). A job whose client went away is `cancel()`ed: its slot sees it at the
 next event, at most one round later, and closes the engine's generator, whose `finally`
-rolls both KV caches back to the accepted prefix as Ctrl-C does in `specdec run`. The caches
-are kept between jobs, so a request sharing a prefix with the previous one (a chat's next
-turn) evaluates only what is new, in both models (engine.prefill via drafting/kv_sync.catch_up);
-`cached_tokens` says how much was reused. So is a drafting memory (drafting/memory.py): every finished
+rolls its sequence back to the accepted prefix in both models as Ctrl-C does in `specdec run`;
+the slot is free for the next pass. A drafting memory (drafting/memory.py) keeps every finished
 request's prompt and answer, which lookup drafts from for the requests after it.
 
 Tenants (a job's `tenant`: its API key, guard.py) never see each other's text. Each has its
-own drafting memory, and a job reuses the caches only when the previous job was its own
-tenant's: otherwise both caches are emptied first, so `cached_tokens` (and the time a prefill
-takes) tells a client only about its own key's requests.
+own drafting memory, and a job reuses a slot's cache only when the slot's last job was its own
+tenant's: otherwise the slot's sequence is emptied first, so `cached_tokens` (and the time a
+prefill takes) tells a client only about its own key's requests.
 
 A failure costs one request. Any exception while serving a job fails that job alone
-(Failed(InternalError), the stack logged once); the caches, whose state the failure may have
-left unknown, are emptied, and the worker goes on. If they cannot be, or the load failed,
+(Failed(InternalError), the stack logged once); its slot's sequence, whose state the failure
+may have left unknown, is emptied, and the other slots go on exactly. If they cannot be, or the load failed,
 `gone` holds the reason: /health answers 503 with it and every request gets 503 at once.
 `request_timeout` ends a generation that runs longer, with its tokens so far (finish reason
 "time_limit", OpenAI's "length").
 
 Example (what the tests do, with a scripted pair):
 
-    worker = Worker(lambda stack: pair, queue_size=4); worker.start()
+    worker = Worker(lambda stack: pair, queue_size=4, slots=2); worker.start()
     job = worker.submit(Job(turns=[("user", "Hi")], settings=settings, tenant="key-1"), loop)
     first = await job.items.get()   # Started(prompt_tokens=9, cached_tokens=0)
 
@@ -59,7 +67,8 @@ from ..drafting.kv_sync import common_prefix
 from ..drafting.lookup import LookupOptions
 from ..drafting.memory import DraftMemory
 from ..errors import BadInput, SpecdecError
-from ..events import Event
+from ..decoding.batch import Batcher
+from ..events import Event, Round
 from ..session import LoadedPair
 from ..tuning.policy import draft_policy
 from .types import Settings
@@ -125,8 +134,22 @@ class Job:
         self._loop.call_soon_threadsafe(self.items.put_nowait, item)
 
 
+@dataclass(eq=False)
+class Slot:
+    """One sequence in both models (`pair`: views, LoadedPair.shared), served by a thread of its own."""
+
+    index: int
+    pair: LoadedPair
+    tenant: str | None = None  # whose tokens its sequence holds (None: nobody's)
+    job: Job | None = None
+    used: int = 0  # when it last took a job (a counter): the least recently used is given away first
+    inbox: queue.Queue = field(default_factory=queue.Queue)
+    rounds: int = 0  # this job's rounds and tokens, for the page
+    tokens: int = 0
+
+
 class Worker:
-    """Loads the pair in its own thread, then runs queued jobs one at a time until `stop`."""
+    """Loads the pair in its own thread, then serves queued jobs in `slots` slots until `stop`."""
 
     def __init__(
         self,
@@ -134,16 +157,21 @@ class Worker:
         queue_size: int,
         lookup: LookupOptions = LookupOptions(),
         request_timeout: float | None = None,
+        slots: int = 1,
     ) -> None:
         assert queue_size >= 1, "the queue holds at least one job (cli/serve.py checks --queue)"
+        assert slots >= 1, "cli/serve.py checks --slots"
         self._load = load
         self._lookup = lookup
         self._request_timeout = request_timeout
+        self.n_slots = slots
         self.memories: dict[str, DraftMemory] = {}  # each tenant's earlier prompts and answers, for lookup (drafting/memory.py)
-        self._cache_tenant: str | None = None  # whose tokens the KV caches hold
         self._jobs: queue.Queue[Job | None] = queue.Queue(maxsize=queue_size)
         self._thread = threading.Thread(target=self._main, name="specdec-worker", daemon=True)
-        self._current: Job | None = None
+        self._free = threading.Condition()  # a slot became free, or the worker is stopping
+        self._served = 0
+        self.slots: list[Slot] = []
+        self.batcher: Batcher | None = None
         self._stopping = threading.Event()
         self.ready = threading.Event()
         self.load_error: SpecdecError | None = None
@@ -161,7 +189,7 @@ class Worker:
 
     @property
     def running(self) -> int:
-        return int(self._current is not None)
+        return sum(slot.job is not None for slot in self.slots)
 
     def submit(self, job: Job, loop: asyncio.AbstractEventLoop) -> Job:
         if self._stopping.is_set():
@@ -176,14 +204,16 @@ class Worker:
         return job
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Cancel the generation in flight and every waiting job, then end the thread."""
+        """Cancel the generations in flight and every waiting job, then end the threads."""
         self._stopping.set()
-        current = self._current
-        if current is not None:
-            current.cancel()
+        for slot in self.slots:
+            if slot.job is not None:
+                slot.job.cancel()
         self._fail_waiting(ShuttingDown("the server is shutting down"))
         with contextlib.suppress(queue.Full):
             self._jobs.put_nowait(None)
+        with self._free:
+            self._free.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout)
 
@@ -196,12 +226,24 @@ class Worker:
             if job is not None:
                 job._put(Failed(error))
 
-    # -- the worker thread ----------------------------------------------------------------
+    def slot_report(self) -> dict:
+        """For the page: each slot's state and tokens per pass, and how many sequences the passes held."""
+        log = self.batcher.log if self.batcher is not None else None
+        return {
+            "slots": [
+                {"slot": s.index, "busy": s.job is not None, "cached": len(s.pair.target.tokens), "rounds": s.rounds, "tokens": s.tokens}
+                for s in self.slots
+            ],
+            "target_passes": dict(sorted(log.sequences["target"].items())) if log is not None else {},
+        }
+
+    # -- the dispatcher (the worker's thread) ----------------------------------------------
 
     def _main(self) -> None:
         with contextlib.ExitStack() as stack:
             try:
                 self.pair = self._load(stack)
+                self.batcher, pairs = self.pair.shared(self.n_slots)
             except Exception as exc:
                 if not isinstance(exc, SpecdecError):
                     log.error("loading the models failed", exc_info=True)
@@ -210,69 +252,133 @@ class Worker:
                 self.gone = str(exc)
                 self.ready.set()
                 return
+            self.slots = [Slot(i, p) for i, p in enumerate(pairs)]
+            threads = [threading.Thread(target=self._slot_main, args=(s,), name=f"specdec-slot-{s.index}", daemon=True) for s in self.slots]
+            for t in threads:
+                t.start()
             self.ready.set()
-            while not self._stopping.is_set() and self.gone is None:
-                job = self._jobs.get()
-                if job is None:
-                    break
-                if job.cancelled:
-                    continue
-                self._current = job
-                try:
-                    self._serve(job)
-                finally:
-                    self._current = None
+            try:
+                self._dispatch()
+            finally:
+                for slot in self.slots:
+                    slot.inbox.put(None)
+                for t in threads:
+                    t.join(30)
             if self.gone is not None:
                 self._fail_waiting(Unavailable(self.gone))
 
-    def _serve(self, job: Job) -> None:
-        try:
-            self._generate(job)
-        except Exception as exc:  # a bug of ours: this request fails, the server goes on
-            log.error("internal error while serving a request", exc_info=True)
-            job._put(Failed(InternalError(f"internal error: {type(exc).__name__}: {exc}")))
-            self._reset_caches()
+    def _dispatch(self) -> None:
+        """Hand each job, in arrival order, to a free slot as soon as there is one."""
+        while not self._stopping.is_set() and self.gone is None:
+            with self._free:
+                while not self._stopping.is_set() and self.gone is None and all(s.job is not None for s in self.slots):
+                    self._free.wait()
+            if self._stopping.is_set() or self.gone is not None:
+                return
+            job = self._jobs.get()
+            if job is None:
+                return
+            if job.cancelled:
+                continue
+            try:
+                ids = self.pair.chat_tokens(job.turns) if job.turns is not None else self.pair.prompt_tokens(job.prompt, chat=False)
+            except SpecdecError as exc:
+                job._put(Failed(exc))
+                continue
+            except Exception as exc:
+                self._internal(job, exc)
+                continue
+            with self._free:
+                slot = self._choose(ids, job.tenant)
+                self._served += 1
+                slot.job, slot.used = job, self._served
+            slot.inbox.put((job, ids))
 
-    def _reset_caches(self) -> None:
-        """Empty both KV caches, whose state a failure may have left unknown; `gone` if they cannot be."""
-        self._cache_tenant = None
+    def _choose(self, ids: list[int], tenant: str) -> Slot:
+        """The free slot whose sequence shares the longest prefix with the prompt (its own tenant's
+        only), else an empty one, else the least recently used."""
+
+        def merit(slot: Slot) -> tuple[int, bool, int]:
+            held = slot.pair.target.tokens
+            shared = common_prefix(held, ids[:-1]) if slot.tenant == tenant else 0
+            return shared, not held, -slot.used
+
+        return max((s for s in self.slots if s.job is None), key=merit)
+
+    # -- a slot's thread -----------------------------------------------------------------
+
+    def _slot_main(self, slot: Slot) -> None:
+        while True:
+            item = slot.inbox.get()
+            if item is None:
+                return
+            job, ids = item
+            try:
+                self._serve(slot, job, ids)
+            finally:
+                with self._free:
+                    slot.job = None
+                    self._free.notify_all()
+
+    def _serve(self, slot: Slot, job: Job, ids: list[int]) -> None:
         try:
-            for model in (self.pair.target, self.pair.draft):
+            self._generate(slot, job, ids)
+        except Exception as exc:  # a bug of ours: this request fails, the server goes on
+            self._internal(job, exc)
+            self._reset(slot)
+
+    def _internal(self, job: Job, exc: Exception) -> None:
+        log.error("internal error while serving a request", exc_info=(type(exc), exc, exc.__traceback__))
+        job._put(Failed(InternalError(f"internal error: {type(exc).__name__}: {exc}")))
+
+    def _reset(self, slot: Slot) -> None:
+        """Empty a slot's sequence in both models, whose state a failure may have left unknown; `gone` if it cannot be."""
+        slot.tenant = None
+        try:
+            for model in (slot.pair.target, slot.pair.draft):
                 if model is not None:
                     model.rewind(0)
         except Exception as exc:
             log.error("the KV caches could not be reset", exc_info=True)
             self.gone = f"the models cannot serve after an internal error ({type(exc).__name__}: {exc}); restart the server"
+            with contextlib.suppress(queue.Full):
+                self._jobs.put_nowait(None)  # wakes the dispatcher, which ends and fails the waiting jobs
+            with self._free:
+                self._free.notify_all()
 
-    def _generate(self, job: Job) -> None:
-        pair = self.pair
+    def _generate(self, slot: Slot, job: Job, ids: list[int]) -> None:
+        pair = slot.pair
         s = job.settings
         try:
-            ids = pair.chat_tokens(job.turns) if job.turns is not None else pair.prompt_tokens(job.prompt, chat=False)
             config = self._fit(ids, s)
             memory = self.memories.setdefault(job.tenant, DraftMemory())
             engine = pair.engine(drafter=s.drafter, lookup=self._lookup, memory=memory)
         except SpecdecError as exc:
             job._put(Failed(exc))
             return
-        if self._cache_tenant != job.tenant:
-            self._reset_caches()  # another tenant's prefix is never reused, nor reported
+        if slot.tenant != job.tenant:
+            self._reset(slot)  # another tenant's prefix is never reused, nor reported
             if self.gone is not None:
                 job._put(Failed(Unavailable(self.gone)))
                 return
-            self._cache_tenant = job.tenant
+            slot.tenant = job.tenant
         job._put(Started(prompt_tokens=len(ids), cached_tokens=common_prefix(pair.target.tokens, ids[:-1])))
         deadline = None if self._request_timeout is None else time.monotonic() + self._request_timeout
+        slot.rounds = slot.tokens = 0
 
         def hand_over(event: Event) -> None:
             if job.cancelled:
                 raise _Cancelled
+            if isinstance(event, Round):
+                slot.rounds += 1
+                slot.tokens += event.accepted + 1
             job._put(event)
             if deadline is not None and time.monotonic() > deadline:
                 raise EndEarly("time_limit")
 
         try:
-            outcome = consume(engine.generate(ids, config, draft_policy(s.draft_tokens, s.p_min)), hand_over)
+            with self.batcher.joined():
+                outcome = consume(engine.generate(ids, config, draft_policy(s.draft_tokens, s.p_min)), hand_over)
         except _Cancelled:  # consume closed the generator: the engine rolled both caches back
             if self._stopping.is_set():
                 job._put(Failed(ShuttingDown("the server is shutting down; the generation was cancelled")))

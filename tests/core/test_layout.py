@@ -37,7 +37,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "specdec_cli"
 FRONT_ENDS = ("cli", "bench", "audit", "doctor", "serve")
 CORE_PARTS = ("shared", "maths", "llama", "models", "drafting", "tuning", "decoding", "wiring")  # lowest first
-TOP_LEVEL = {"errors": "shared", "events": "shared", "inputs": "shared", "prompts": "shared", "options": "wiring", "compat": "wiring", "session": "wiring", "": "wiring"}
+TOP_LEVEL = {"errors": "shared", "clock": "shared", "events": "shared", "inputs": "shared", "prompts": "shared", "options": "wiring", "compat": "wiring", "session": "wiring", "": "wiring"}
 # cli/ is the shell of the other front-ends: each of its commands hands one of them its flags.
 MAY_IMPORT = {"cli": {"bench", "audit", "doctor", "serve"}}
 

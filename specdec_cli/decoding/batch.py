@@ -1,0 +1,319 @@
+"""Several generations at once: every sequence's rows in one pass of each model.
+
+Each sequence runs the one engine there is (engine.py's `Engine.generate`, the batch of one),
+in a thread of its own, over `SharedSequence`s: views of a model whose context holds several
+sequences (llama/model.LlamaModel with n_seq > 1, or a fake). A view is a CausalModel like any
+other, except that its `decode` hands the rows to the `Batcher` and waits. When every sequence
+that has joined is waiting, the last one to arrive runs a pass: ONE `decode_rows` call of one
+model that holds the waiting rows of every sequence for that model, each under its own sequence
+id, and hands each its own logits. So
+
+  - draft steps: all sequences that draft with the draft model at this moment take one step
+    together (the draft model goes first: a target pass waits while anyone is still drafting,
+    so that it holds every sequence's rows);
+  - the target pass: each sequence's last token and drafts, verified afterwards by its own
+    rule, with its own RNG and sampling settings, in its own thread;
+  - roll back: each view drops its own sequence's entries (`seq_rm`).
+
+Sequences join and leave between passes (`joined`), as requests come and go. A long prompt is
+prefilled in chunks of at most `prefill_chunk` tokens while others are generating, so that it
+does not stall them; alone it takes whole batches. A pass that fails is retried part by part,
+so that the error reaches only the sequence whose rows caused it.
+
+What a sequence is charged (clock.py). A pass of R rows over N sequences took T seconds; this
+model's passes are fitted by a line a + b R (`PassCost`). Sequence i, with r_i rows, is charged
+T (a / N + b r_i) / (a + b R): the fixed cost split evenly, each row at the marginal cost of a
+row, scaled to what the pass took. Alone that is T. So `-k auto` (tuning/policy.py), which learns
+from the Round figures, weighs the rows a sequence adds at the batch size it is in, and
+speculation shrinks or stops for a sequence where its rows do not pay.
+
+    batcher = Batcher([draft, target])             # pass order: the draft's steps first
+    seqs = [(batcher.sequence(draft, i), batcher.sequence(target, i)) for i in range(4)]
+    # in each of four threads:  with batcher.joined(): ... Engine(seqs[i][1], ModelDrafter(seqs[i][0])).generate(...)
+
+Left out: which request gets which sequence, and the threads (serve/worker.py); the models'
+own decode (llama/model.py: `decode_rows`, `seq_rm`).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Iterator, NamedTuple, Protocol, Sequence
+
+import numpy as np
+
+from .. import clock
+from ..errors import ContextOverflow, SpecdecError
+
+PREFILL_CHUNK = 128  # prompt tokens per pass while other sequences are generating
+PRIOR_ROW_SHARE = 0.05  # before two batch sizes are seen: a row costs this share of a one-row pass
+
+
+class SharedModel(Protocol):
+    """A model whose context holds several sequences (llama/model.LlamaModel, the fakes)."""
+
+    n_vocab: int
+    n_ctx: int  # per sequence
+    n_batch: int
+
+    def decode_rows(self, parts: Sequence["Part"]) -> list[np.ndarray | None]: ...
+
+    def seq_rm(self, seq: int, n_keep: int) -> None: ...
+
+
+class Part(NamedTuple):
+    """A sequence's rows in one pass: its id, the position of its first token, the tokens, and
+    how many of the last rows want logits."""
+
+    seq: int
+    start: int
+    tokens: Sequence[int]
+    n_logits: int
+
+
+class PassCost:
+    """A line a + b R through one model's recent passes (R rows, weights decaying), the rule's a and b.
+
+    Example: passes of 1 row in 10 ms and 9 rows in 14 ms, seen alike -> a = 9.5 ms, b = 0.5 ms.
+    """
+
+    def __init__(self, decay: float = 0.98, prior_weight: float = 4.0) -> None:
+        self.decay = decay
+        self.prior_weight = prior_weight  # in weight x rows^2: pulls the slope toward PRIOR_ROW_SHARE
+        self.sums = np.zeros(5)  # weight, sum R, sum R^2, sum T, sum R T
+
+    def add(self, rows: int, seconds: float) -> None:
+        self.sums = self.sums * self.decay + np.array([1.0, rows, rows * rows, seconds, rows * seconds])
+
+    def line(self) -> tuple[float, float]:
+        """(a, b), both >= 0; (1, 0) before any pass (every sequence then pays alike)."""
+        w, sx, sxx, sy, sxy = self.sums
+        if w <= 0:
+            return 1.0, 0.0
+        mx, my = sx / w, sy / w
+        prior = PRIOR_ROW_SHARE * my / (1 + PRIOR_ROW_SHARE * max(mx - 1, 0))
+        b = max(((sxy - w * mx * my) + self.prior_weight * prior) / ((sxx - w * mx * mx) + self.prior_weight), 0.0)
+        a = my - b * mx
+        if a < 0:
+            a, b = 0.0, my / max(mx, 1.0)
+        return a, b
+
+
+def shares(seconds: float, rows: Sequence[int], line: tuple[float, float]) -> list[float]:
+    """What each sequence of a pass is charged: seconds * (a / N + b r_i) / (a + b R).
+
+    Example: 20 ms for rows [1, 9], a = 9.5 ms, b = 0.5 ms -> [5.25, 9.25] / 14.5 * 20 = [7.24, 12.76] ms.
+    """
+    a, b = line
+    n, total = len(rows), sum(rows)
+    whole = a + b * total
+    if whole <= 0:
+        return [seconds / n] * n
+    return [seconds * (a / n + b * r) / whole for r in rows]
+
+
+@dataclass(eq=False)
+class _Request:
+    view: "SharedSequence"
+    tokens: list[int]
+    n_logits: int
+    done: int = 0  # tokens decoded so far (a prompt goes in chunks)
+    finished: bool = False
+    result: np.ndarray | None = None
+    error: BaseException | None = None
+    charged: float = 0.0
+    sequences: int = 1  # in the last pass that served it
+
+
+@dataclass
+class PassLog:
+    """What the passes held: per model role, how many passes had N sequences, and the rows."""
+
+    sequences: dict[str, collections.Counter] = field(default_factory=lambda: collections.defaultdict(collections.Counter))
+    rows: collections.Counter = field(default_factory=collections.Counter)
+    passes: collections.Counter = field(default_factory=collections.Counter)
+
+
+class Batcher:
+    """Gathers the waiting rows of every joined sequence into one pass per model (see the module's text)."""
+
+    def __init__(self, models: Sequence[SharedModel], names: Sequence[str] | None = None, prefill_chunk: int = PREFILL_CHUNK) -> None:
+        self.models = list(models)  # pass order: while a sequence waits on an earlier model, later ones wait
+        self.names = list(names or (f"model{i}" for i in range(len(self.models))))
+        self.prefill_chunk = prefill_chunk
+        self.lock = threading.Lock()  # one llama.cpp call on these contexts at a time
+        self.costs = [PassCost() for _ in self.models]
+        self.log = PassLog()
+        self._cond = threading.Condition(threading.Lock())
+        self._active = 0
+        self._waiting: list[_Request] = []
+        self._running = False
+        self._joined = threading.local()
+        self._views: dict[tuple[int, int], SharedSequence] = {}
+
+    def sequence(self, model: SharedModel, seq: int) -> "SharedSequence":
+        """The view of sequence `seq` of `model` (one of this batcher's models): the same one each time."""
+        assert any(m is model for m in self.models), "the model is not one of this batcher's"
+        key = (self.models.index(model), seq)
+        if key not in self._views:
+            self._views[key] = SharedSequence(self, model, seq)
+        return self._views[key]
+
+    @contextlib.contextmanager
+    def joined(self) -> Iterator[None]:
+        """This thread is one of the sequences every pass waits for, until the block ends."""
+        assert not getattr(self._joined, "yes", False), "a thread joins once"
+        with self._cond:
+            self._active += 1
+        self._joined.yes = True
+        try:
+            yield
+        finally:
+            self._joined.yes = False
+            with self._cond:
+                self._active -= 1
+                self._cond.notify_all()
+
+    @property
+    def active(self) -> int:
+        return self._active
+
+    def decode(self, view: "SharedSequence", tokens: Sequence[int], n_logits: int) -> np.ndarray | None:
+        """`view`'s tokens through the next passes; its logits rows (a view, valid until this thread's next decode)."""
+        if not getattr(self._joined, "yes", False):  # a thread outside generation (a reset, a test) joins for this call
+            with self.joined():
+                return self.decode(view, tokens, n_logits)
+        request = _Request(view, [int(t) for t in tokens], n_logits)
+        start = time.perf_counter()
+        with self._cond:
+            self._waiting.append(request)
+            while not request.finished:
+                if not self._running and len(self._waiting) >= self._active:
+                    self._run_pass()
+                else:
+                    self._cond.wait()
+        clock.charge(time.perf_counter() - start, request.charged)
+        view.last_pass_sequences = request.sequences
+        if request.error is not None:
+            raise request.error
+        return request.result
+
+    # -- a pass (under self._cond, released while the model computes) ---------------------
+
+    def _run_pass(self) -> None:
+        index = min(self.models.index(r.view.model) for r in self._waiting)
+        model = self.models[index]
+        planned = self._plan(model, [r for r in self._waiting if r.view.model is model])
+        self._running = True
+        self._cond.release()
+        try:
+            results, seconds = self._decode(model, planned)
+        finally:
+            self._cond.acquire()
+            self._running = False
+        served = [(r, take) for (r, take), result in zip(planned, results) if not isinstance(result, BaseException)]
+        if seconds is not None:
+            self.costs[index].add(sum(take for _, take in served), seconds)
+            line = self.costs[index].line()
+            for (r, take), share in zip(served, shares(seconds, [take for _, take in served], line)):
+                r.charged += share
+        name = self.names[index]
+        self.log.sequences[name][len(planned)] += 1
+        self.log.rows[name] += sum(take for _, take in planned)
+        self.log.passes[name] += 1
+        for (r, take), result in zip(planned, results):
+            if isinstance(result, BaseException):
+                r.error, r.finished = result, True
+            else:
+                r.view.tokens.extend(r.tokens[r.done : r.done + take])
+                r.done += take
+                r.sequences = len(planned)
+                if r.done == len(r.tokens):
+                    r.result, r.finished = result, True
+        self._waiting = [r for r in self._waiting if not r.finished]
+        self._cond.notify_all()
+
+    def _plan(self, model: SharedModel, requests: list[_Request]) -> list[tuple[_Request, int]]:
+        """How many tokens of each waiting request this pass takes: generation rows whole, prompts
+        in chunks (at most prefill_chunk while anyone is generating), within n_batch, rows that
+        want logits only in a request's last chunk."""
+        budget = model.n_batch
+
+        def prompt(r: _Request) -> bool:
+            return len(r.tokens) - r.done > self.prefill_chunk
+
+        generating = not all(prompt(r) for r in requests)
+        planned = []
+        for r in sorted(requests, key=prompt):  # generation rows first, then prompts, each in arrival order
+            rest = len(r.tokens) - r.done
+            take = min(rest, budget, self.prefill_chunk if generating else rest)
+            if take < rest:
+                take = min(take, rest - r.n_logits)  # the rows with logits come in the last chunk
+            if take > 0:
+                planned.append((r, take))
+                budget -= take
+        assert planned, "a pass with nothing to do"
+        return planned
+
+    def _decode(self, model: SharedModel, planned: list[tuple[_Request, int]]) -> tuple[list, float | None]:
+        """Each part's logits (or the exception its rows raised) and the pass's seconds (None when it failed)."""
+        parts = [self._part(r, take) for r, take in planned]
+        with self.lock:
+            start = time.perf_counter()
+            try:
+                return model.decode_rows(parts), time.perf_counter() - start
+            except Exception as exc:  # handed to the part's own thread, which raises it
+                if len(parts) == 1:
+                    return [exc], None
+            # One part's rows failed the pass (the model dropped every part's positions): alone, each
+            # part meets only its own fate. (Copies: each decode overwrites the model's logits.)
+            results = []
+            for part in parts:
+                try:
+                    rows = model.decode_rows([part])[0]
+                    results.append(None if rows is None else np.array(rows))
+                except Exception as exc:  # handed to that part's own thread, which raises it
+                    results.append(exc)
+            return results, None
+
+    @staticmethod
+    def _part(r: _Request, take: int) -> Part:
+        last = r.done + take == len(r.tokens)
+        return Part(r.view.seq, len(r.view.tokens), r.tokens[r.done : r.done + take], r.n_logits if last else 0)
+
+
+class SharedSequence:
+    """One sequence of a shared model: a CausalModel (drafting/kv_sync.py) whose decode goes through the batcher.
+
+    Everything else (piece, tokenize, the chat template, n_vocab) is the model's own.
+    """
+
+    def __init__(self, batcher: Batcher, model: SharedModel, seq: int) -> None:
+        self.batcher = batcher
+        self.model = model
+        self.seq = seq
+        self.tokens: list[int] = []
+        self.n_ctx = model.n_ctx
+        self.last_pass_sequences = 1  # sequences in the pass that last served this one
+
+    def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray | None:
+        assert len(tokens) > 0 and 0 <= n_logits <= len(tokens), f"n_logits={n_logits} for {len(tokens)} tokens"
+        if len(self.tokens) + len(tokens) > self.n_ctx:
+            raise ContextOverflow(
+                f"the context holds {self.n_ctx} tokens but {len(self.tokens) + len(tokens)} are needed; pass a larger --ctx"
+            )
+        return self.batcher.decode(self, tokens, n_logits)
+
+    def rewind(self, n_keep: int) -> None:
+        if n_keep >= len(self.tokens):
+            return
+        with self.batcher.lock:
+            self.model.seq_rm(self.seq, n_keep)
+        del self.tokens[n_keep:]
+
+    def __getattr__(self, name: str):
+        return getattr(self.model, name)

@@ -1,0 +1,316 @@
+"""Several sequences in one batch (decoding/batch.py), on fake models: each exact as if alone.
+
+The fakes (tests/fakes.MarkovModel) hold several sequences, check that each part starts where
+its sequence ends, and record every pass, so the tests count what the passes held rather than
+trust the batcher. Each sequence runs the one engine in a thread of its own.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from fakes import MarkovModel, random_markov
+from stat_checks import ALPHA, PLAIN, first_two_law, first_two_pvalue
+from specdec_cli.decoding import engine as engine_module
+from specdec_cli.decoding.batch import Batcher, PassCost, shares
+from specdec_cli.decoding.engine import Engine, GenerationConfig
+from specdec_cli.drafting.lookup import LookupDrafter, LookupOptions
+from specdec_cli.drafting.model import ModelDrafter
+from specdec_cli.maths.sampling import GREEDY, SamplingParams, probabilities
+from specdec_cli.tuning.policy import draft_policy
+
+V = 12
+HOT = SamplingParams(temperature=0.8, top_k=6, top_p=0.95, min_p=0.02)
+
+
+def tables(seed: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    target = random_markov(V, rng, scale=1.5)
+    draft = target + rng.standard_normal(target.shape).astype(np.float32) * 0.7
+    return target, draft
+
+
+def shared_pair(target_model=MarkovModel, n_batch: int = 512):
+    t, d = tables()
+    target, draft = target_model(t, n_batch=n_batch), MarkovModel(d, n_batch=n_batch)
+    batcher = Batcher([draft, target], names=["draft", "target"], prefill_chunk=8)
+    return batcher, target, draft
+
+
+def engine_for(batcher, target, draft, seq: int, drafter: str) -> Engine:
+    t, d = batcher.sequence(target, seq), batcher.sequence(draft, seq)
+    if drafter == "none":
+        return Engine(t, None, vocab_limit=V)
+    if drafter == "lookup":
+        return Engine(t, LookupDrafter(LookupOptions(), vocab_limit=V), vocab_limit=V)
+    return Engine(t, ModelDrafter(d), vocab_limit=V)
+
+
+# (drafter, k, verify) per sequence: every batch below mixes them
+SETTINGS = [("model", 3, "token"), ("model", 1, "block"), ("none", 0, "token"), ("lookup", 4, "token"), ("model", 6, "auto")]
+
+
+def together(batcher, target, draft, runs) -> tuple[list, list]:
+    """Run each sequence's list of (prompt, config, drafter, k) in its own thread, all joined
+    before any starts; returns each sequence's token tuples and the exception it met (or None)."""
+    outputs: list[list] = [[] for _ in runs]
+    errors: list = [None] * len(runs)
+    start = threading.Barrier(len(runs))
+
+    def work(i: int) -> None:
+        try:
+            with batcher.joined():
+                start.wait()
+                for prompt, config, drafter, k in runs[i]:
+                    engine = engine_for(batcher, target, draft, i, drafter)
+                    policy = draft_policy(k) if drafter != "none" else None
+                    outputs[i].append(tuple(e.tokens for e in engine.generate(prompt, config, policy) if type(e).__name__ == "Finished")[0])
+        except Exception as exc:  # noqa: BLE001 (the test looks at it)
+            errors[i] = exc
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(runs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return outputs, errors
+
+
+def alone(prompt, config) -> tuple[int, ...]:
+    """Target-only decoding of the prompt on a fresh target, no batch."""
+    t, _ = tables()
+    events = Engine(MarkovModel(t), None, vocab_limit=V).generate(prompt, config)
+    return [e for e in events if type(e).__name__ == "Finished"][0].tokens
+
+
+def prompts(n: int) -> list[list[int]]:
+    rng = np.random.default_rng(11)
+    return [list(rng.integers(0, V, size=3 + 5 * i)) for i in range(n)]
+
+
+def test_every_sequence_is_its_greedy_self_and_the_target_passes_hold_several():
+    batcher, target, draft = shared_pair()
+    config = GenerationConfig(max_tokens=40, sampling=GREEDY)
+    runs = [[(p, GenerationConfig(max_tokens=40, sampling=GREEDY, verify=v), d, k)] for p, (d, k, v) in zip(prompts(5), SETTINGS)]
+    outputs, errors = together(batcher, target, draft, runs)
+    assert errors == [None] * 5
+    for run, out in zip(runs, outputs):
+        assert out[0] == alone(run[0][0], config)
+    # counted by the fake: passes of the target that held rows of several sequences, and no pass beyond n_batch
+    sizes = [len(p) for p in target.passes]
+    assert max(sizes) >= 4 and sum(s > 1 for s in sizes) > len(sizes) / 2, sizes
+    # each sequence's cache holds exactly what its view says
+    for seq in range(5):
+        assert target.kv[seq] == batcher.sequence(target, seq).tokens
+
+
+def test_caches_end_exact_per_sequence():
+    batcher, target, draft = shared_pair()
+    views = [(batcher.sequence(target, i), batcher.sequence(draft, i)) for i in range(3)]
+    outs = [[] for _ in range(3)]
+    start = threading.Barrier(3)
+
+    def work(i):
+        with batcher.joined():
+            start.wait()
+            engine = Engine(views[i][0], ModelDrafter(views[i][1]), vocab_limit=V)
+            events = list(engine.generate(prompts(3)[i], GenerationConfig(max_tokens=30, sampling=GREEDY), draft_policy(4)))
+            outs[i] = list(prompts(3)[i]) + list(events[-1].tokens)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    [t.start() for t in threads]
+    [t.join(60) for t in threads]
+    for i, (t_view, d_view) in enumerate(views):
+        assert target.kv[i] == t_view.tokens and draft.kv[i] == d_view.tokens  # the model's own record
+        assert outs[i][: len(t_view.tokens)] == t_view.tokens  # the accepted prefix, nothing stale
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.8])
+def test_first_two_law_of_each_sequence_with_different_settings_in_one_batch(temperature):
+    """N = 1,500 generations of two tokens per sequence, three sequences with different settings
+    sharing every pass (fixed seeds); each sequence's first two tokens against the exact law at
+    ALPHA = 1e-4, so a false failure has probability at most 3e-4 per temperature."""
+    n = 1500
+    batcher, target, draft = shared_pair()
+    t, _ = tables()
+    params = [SamplingParams(temperature=temperature), PLAIN if temperature == 1.0 else HOT, SamplingParams(temperature=temperature, top_k=4)]
+    settings = [("model", 3, "token"), ("model", 2, "block"), ("lookup", 3, "token")]
+    ps = prompts(3)
+    runs = [
+        [(ps[i], GenerationConfig(max_tokens=2, sampling=params[i], seed=1000 * i + j, verify=settings[i][2]), settings[i][0], settings[i][1]) for j in range(n)]
+        for i in range(3)
+    ]
+    outputs, errors = together(batcher, target, draft, runs)
+    assert errors == [None] * 3
+    assert sum(len(p) > 1 for p in target.passes) > n, "the sequences did not share passes"
+    for i in range(3):
+        law = first_two_law(lambda prefix: probabilities(t[(ps[i] + list(prefix))[-1]], params[i]), n)
+        assert first_two_pvalue(outputs[i], law) > ALPHA
+
+
+def test_each_sequence_draws_from_its_own_rng():
+    """At T = 0.8 with fixed k (the fake's rows do not depend on the batch), every sequence gives
+    exactly the tokens its seed gives alone. A planted shared RNG fails it."""
+    config = lambda seed: GenerationConfig(max_tokens=30, sampling=HOT, seed=seed)  # noqa: E731
+
+    def batch_outputs():
+        batcher, target, draft = shared_pair()
+        runs = [[(p, config(7 + i), "model", 3)] for i, p in enumerate(prompts(4))]
+        outputs, errors = together(batcher, target, draft, runs)
+        assert errors == [None] * 4
+        return [o[0] for o in outputs]
+
+    def alone_outputs():
+        out = []
+        for i, p in enumerate(prompts(4)):
+            t, d = tables()
+            events = Engine(MarkovModel(t), ModelDrafter(MarkovModel(d)), vocab_limit=V).generate(p, config(7 + i), draft_policy(3))
+            out.append([e for e in events if type(e).__name__ == "Finished"][0].tokens)
+        return out
+
+    assert batch_outputs() == alone_outputs()
+    shared = np.random.default_rng(0)
+    real = engine_module.np.random.default_rng
+    try:
+        engine_module.np.random.default_rng = lambda seed=None: shared  # the planted bug: one RNG for all
+        assert batch_outputs() != alone_outputs()
+    finally:
+        engine_module.np.random.default_rng = real
+
+
+class SwappingModel(MarkovModel):
+    """A planted bug: the first two parts of a pass that ask for as many rows get each other's rows."""
+
+    def decode_rows(self, parts):
+        out = super().decode_rows(parts)
+        same = [i for i, p in enumerate(parts) if p[3] and p[3] == parts[0][3]]
+        if len(same) >= 2:
+            a, b = same[:2]
+            out[a], out[b] = out[b], out[a]
+        return out
+
+
+def test_rows_handed_to_the_wrong_sequence_fail_the_identity():
+    batcher, target, draft = shared_pair(SwappingModel)
+    runs = [[(p, GenerationConfig(max_tokens=30, sampling=GREEDY), "model", 3)] for p in prompts(3)]
+    outputs, _ = together(batcher, target, draft, runs)
+    assert any(out[:1] != [alone(run[0][0], GenerationConfig(max_tokens=30, sampling=GREEDY))] for run, out in zip(runs, outputs))
+
+
+class FailingDrafter(ModelDrafter):
+    def __init__(self, model, after: int):
+        super().__init__(model)
+        self.after = after
+
+    def propose(self, *args, **kw):
+        self.after -= 1
+        if self.after < 0:
+            raise AssertionError("planted")
+        return super().propose(*args, **kw)
+
+
+def test_a_sequence_that_fails_or_is_cancelled_midway_leaves_the_others_exact():
+    batcher, target, draft = shared_pair()
+    ps = prompts(4)
+    greedy = GenerationConfig(max_tokens=40, sampling=GREEDY)
+    results: dict[int, object] = {}
+    start = threading.Barrier(4)
+
+    def work(i):
+        tv, dv = batcher.sequence(target, i), batcher.sequence(draft, i)
+        drafter = FailingDrafter(dv, after=3) if i == 1 else ModelDrafter(dv)
+        try:
+            with batcher.joined():
+                start.wait()
+                events = Engine(tv, drafter, vocab_limit=V).generate(ps[i], greedy, draft_policy(3))
+                if i == 2:  # the client leaves after a few events: the generator is closed
+                    for n, _ in enumerate(events):
+                        if n == 6:
+                            events.close()
+                            break
+                    results[i] = "cancelled"
+                else:
+                    results[i] = [e for e in events if type(e).__name__ == "Finished"][0].tokens
+        except AssertionError as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    [t.start() for t in threads]
+    [t.join(60) for t in threads]
+    assert isinstance(results[1], AssertionError) and results[2] == "cancelled"
+    for i in (0, 3):
+        assert results[i] == alone(ps[i], greedy)
+    for i in range(4):  # every sequence's cache, the failed and the cancelled too, holds what its view says
+        assert target.kv[i] == batcher.sequence(target, i).tokens and draft.kv[i] == batcher.sequence(draft, i).tokens
+        assert target.kv[i][: len(ps[i]) - 1] == list(ps[i][:-1])
+
+
+class PoisonModel(MarkovModel):
+    """Fails any pass that holds token 11 in sequence 1 (as llama_decode fails a whole batch)."""
+
+    def decode_rows(self, parts):
+        if any(seq == 1 and 11 in list(tokens) for seq, _, tokens, _ in parts):
+            raise RuntimeError("planted decode failure")
+        return super().decode_rows(parts)
+
+
+def test_a_pass_that_fails_for_one_sequence_fails_that_sequence_alone():
+    batcher, target, draft = shared_pair(PoisonModel)
+    ps = prompts(3)
+    ps[1] = ps[1][:-1] + [11]  # sequence 1's first round holds 11
+    greedy = GenerationConfig(max_tokens=30, sampling=GREEDY)
+    runs = [[(p, greedy, "model", 3)] for p in ps]
+    outputs, errors = together(batcher, target, draft, runs)
+    assert isinstance(errors[1], RuntimeError) and errors[0] is None and errors[2] is None
+    for i in (0, 2):
+        assert outputs[i][0] == alone(ps[i], greedy)
+    for i in range(3):
+        assert target.kv.get(i, []) == batcher.sequence(target, i).tokens
+
+
+def test_a_long_prompt_goes_in_chunks_beside_the_generating_sequences():
+    batcher, target, draft = shared_pair()
+    ps = [prompts(1)[0], list(np.random.default_rng(5).integers(0, V, size=60))]
+    greedy = GenerationConfig(max_tokens=60, sampling=GREEDY)
+
+    outputs: list = [None, None]
+    generating, joined = threading.Event(), threading.Event()
+
+    def work(i):
+        with batcher.joined():
+            if i == 1:
+                joined.set()
+            engine = engine_for(batcher, target, draft, i, "model")
+            out = []
+            for e in engine.generate(ps[i], greedy, draft_policy(2)):
+                if i == 0 and type(e).__name__ == "Round" and not generating.is_set():
+                    generating.set()  # sequence 0 is generating: now the long prompt arrives
+                    assert joined.wait(10)
+                out.append(e)
+            outputs[i] = out[-1].tokens
+
+    t0 = threading.Thread(target=work, args=(0,))
+    t0.start()
+    assert generating.wait(10)
+    t1 = threading.Thread(target=work, args=(1,))
+    t1.start()
+    t0.join(30)
+    t1.join(30)
+    assert outputs[0] == alone(ps[0], greedy) and outputs[1] == alone(ps[1], greedy)
+    # counted from the target's passes: the 59 prompt tokens never went in a pass beside sequence 0's
+    # rows more than prefill_chunk (8) at a time
+    beside = [dict((seq, n) for seq, n, _ in p) for p in target.passes if len(p) == 2]
+    assert sum(p[1] for p in beside) >= 59 - 8 and all(p[1] <= 8 for p in beside), beside
+
+
+def test_pass_cost_and_shares_examples():
+    cost = PassCost(decay=1.0)
+    cost.add(1, 0.010)
+    cost.add(9, 0.014)
+    a, b = cost.line()
+    assert a == pytest.approx(0.0095) and b == pytest.approx(0.0005)
+    assert shares(0.020, [1, 9], (0.0095, 0.0005)) == pytest.approx([0.00724, 0.01276], abs=1e-5)
+    assert shares(0.020, [5], (0.0095, 0.0005)) == pytest.approx([0.020])  # alone: the whole pass
