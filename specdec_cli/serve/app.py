@@ -67,7 +67,7 @@ BODY_SECONDS = 30.0  # to read a request's body, once its headers are in
 HEADER_SECONDS = 10.0  # for a new connection to send its request's headers
 MAX_JSON_DEPTH = 32  # levels of nesting in a body: a chat request needs 4
 MAX_INT = 2**63 - 1  # the largest integer a body may hold (in magnitude)
-ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/")  # metrics' labels; others are "other"
+ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/slots", "/")  # metrics' labels; others are "other"
 PAGE_FILES = {"index.html": "text/html; charset=utf-8", "page.js": "text/javascript; charset=utf-8", "page.css": "text/css; charset=utf-8"}
 
 
@@ -239,6 +239,12 @@ def create_app(
     async def prometheus(request: Request):
         tenant(request)
         return Response(metrics.render(), media_type=METRICS_TYPE)
+
+    @app.get("/slots")
+    async def slots(request: Request):
+        """The page's slots panel: each slot's state and tokens per pass, and how many sequences the target passes held."""
+        tenant(request)
+        return worker.slot_report()
 
     @app.get("/v1/models")
     async def models(request: Request):

@@ -164,7 +164,7 @@ class Answer:
         if isinstance(event, Rejected):
             return self._envelope([], specdec={"rejected": {"text": event.text, "position": event.position}})
         if isinstance(event, Round):
-            figures = {"drafted": event.drafted, "accepted": event.accepted, "k": event.k, "source": event.drafter, "verify": event.rule, "seconds": event.seconds}
+            figures = {"drafted": event.drafted, "accepted": event.accepted, "k": event.k, "source": event.drafter, "verify": event.rule, "seconds": event.seconds, "sequences": event.sequences}
             return self._envelope([], specdec={"round": figures})
         return None
 

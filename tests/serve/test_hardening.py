@@ -95,10 +95,10 @@ def test_caches_that_cannot_be_reset_make_health_503_with_the_reason_and_request
         assert post(s, {"prompt": "a", "max_tokens": 5})[0] == 200
         pair.target.fail_on_decode, pair.target.error = len(pair.target.calls) + 2, RuntimeError("device lost")
 
-        def broken_rewind(n_keep):
+        def broken_seq_rm(seq, n_keep):
             raise RuntimeError("the device is gone")
 
-        pair.target.rewind = broken_rewind
+        pair.target.seq_rm = broken_seq_rm  # what emptying a slot's sequence calls
         assert post(s, {"prompt": "a", "max_tokens": 5})[0] == 500
         status, _, data = raw(s, "GET", "/health")
         assert status == 503 and "the device is gone" in json.loads(data)["error"]["message"]

@@ -115,6 +115,8 @@
     if (ev.round) {
       countRound(view.tally, ev.round);
       showFigures(view.tally);
+      view.sequences = (view.sequences || 0) + (ev.round.sequences || 1);
+      $("sequences").textContent = (view.sequences / view.tally.steps).toFixed(2);
     }
     if (chunk.timings) {
       view.timings = chunk.timings;
@@ -380,6 +382,35 @@
       $("sim-play").textContent = "Play";
     }
     simRestart();
+    showSlots();
+    setInterval(showSlots, 2000);
+  }
+
+  // The slots panel: GET /slots (behind the key, as the API) every 2 s.
+  async function showSlots() {
+    if (document.hidden) return;
+    const key = $("api-key").value;
+    let report;
+    try {
+      const response = await fetch("/slots", { headers: key ? { Authorization: `Bearer ${key}` } : {} });
+      if (!response.ok) return;
+      report = await response.json();
+    } catch (e) {
+      return;
+    }
+    const rows = report.slots.map((s) => {
+      const tr = document.createElement("tr");
+      const perStep = s.rounds ? (s.tokens / s.rounds).toFixed(2) : "–";
+      for (const text of [String(s.slot), s.busy ? "generating" : "free", String(s.tokens), perStep]) {
+        const td = document.createElement("td");
+        td.textContent = text;
+        tr.appendChild(td);
+      }
+      return tr;
+    });
+    $("slots").querySelector("tbody").replaceChildren(...rows);
+    const passes = Object.entries(report.target_passes).map(([n, count]) => `${count} with ${n}`);
+    $("passes").textContent = passes.length ? `big-model steps by sequences they held: ${passes.join(", ")}` : "";
   }
 
   init();
