@@ -26,7 +26,7 @@ from .maths.speculative import DEFAULT_VERIFY, VERIFIERS  # noqa: F401  DEFAULT_
 log = logging.getLogger("specdec")
 
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit for top_logprobs
-DRAFTERS = ("model", "lookup", "model+lookup", "cascade")  # see drafting/ and session.LoadedPair.engine
+DRAFTERS = ("model", "lookup", "model+lookup", "cascade", "none")  # see drafting/ and session.LoadedPair.engine; none: target-only
 VERIFY_RULES = (*VERIFIERS, AUTO)  # ("token", "block", "auto"): speculative.verify, speculative.verify_block, rule_choice.AutoRule
 DEFAULT_CTX = 2048
 

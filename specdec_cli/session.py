@@ -135,12 +135,13 @@ class LoadedPair:
     def engine(
         self, speculative: bool = True, drafter: str = "model", lookup: LookupOptions = LookupOptions(), memory: DraftMemory | None = None
     ) -> Engine:
-        """The engine for `drafter` ("model", "lookup" or "model+lookup"); target-only if not speculative.
+        """The engine for `drafter` ("model", "lookup", "model+lookup", "cascade"); target-only if not
+        speculative or "none" (speculation off: the server's comparison, serve --drafter none).
         Lookup also drafts from `memory`, earlier calls' sequences (drafting/memory.py), when given,
         and the policy starts from what each proposer earned in those calls (memory.earned)."""
         if drafter not in DRAFTERS:
             raise BadInput(f"unknown drafter {drafter!r}; choose one of {', '.join(DRAFTERS)}")
-        if not speculative or (drafter == "model" and self.draft is None):
+        if not speculative or drafter == "none" or (drafter == "model" and self.draft is None):
             return Engine(self.target, None, vocab_limit=self.vocab_limit)
         if drafter in ("model+lookup", "cascade") and self.draft is None:
             raise BadInput(f"--drafter {drafter} needs a draft model; pass --draft, or use --drafter lookup")

@@ -57,7 +57,7 @@ RepackOption = Annotated[
 
 # Options `run` and `serve` share (the sampling ones are serve's per-request defaults).
 DraftTokensOption = Annotated[str, typer.Option("--draft-tokens", "-k", help="Draft tokens per round: 'auto' (chosen each round from this run's acceptance and costs) or a fixed k, e.g. 8.")]
-DrafterOption = Annotated[str, typer.Option(help="Who drafts: model (the draft GGUF), lookup (copies from the prompt and output; no draft model), model+lookup, cascade (lookup guesses, the draft model checks the guess in one batch).")]
+DrafterOption = Annotated[str, typer.Option(help="Who drafts: model (the draft GGUF), lookup (copies from the prompt and output; no draft model), model+lookup, cascade (lookup guesses, the draft model checks the guess in one batch), none (target-only: speculation off).")]
 PMinOption = Annotated[Optional[float], typer.Option(help="Stop drafting before a token the draft model gives less than this probability (llama.cpp's --draft-p-min). Default 0: off.")]
 LookupNgramMinOption = Annotated[int, typer.Option(help="Lookup: shortest n-gram to match.")]
 LookupNgramMaxOption = Annotated[int, typer.Option(help="Lookup: longest n-gram to match (tried first).")]

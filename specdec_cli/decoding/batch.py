@@ -48,6 +48,7 @@ import numpy as np
 
 from .. import clock
 from ..errors import ContextOverflow, SpecdecError
+from ..tuning.cost_curve import CostCurve
 
 PREFILL_CHUNK = 128  # prompt tokens per pass while other sequences are generating
 PRIOR_ROW_SHARE = 0.05  # before two batch sizes are seen: a row costs this share of a one-row pass
@@ -181,6 +182,22 @@ class Batcher:
     @property
     def active(self) -> int:
         return self._active
+
+    def cost_curve(self, sequences: int, max_rows: int) -> CostCurve | None:
+        """What one sequence among `sequences` is charged, by the lines measured so far: a target pass
+        with n of its rows (n = 1..max_rows: a / N + b n) and a draft step; None before a target pass
+        was timed. `-k auto` starts from it (serve/worker.py), so that a sequence in a batch of four
+        weighs its rows at their marginal cost there from its first round, not at a pass's cost alone."""
+        target = self.models.index(self.models[-1])
+        if self.costs[target].sums[0] <= 0:
+            return None
+        a, b = self.costs[target].line()
+        n = max(sequences, 1)
+        draft_step = 0.0
+        if len(self.models) > 1 and self.costs[0].sums[0] > 0:
+            da, db = self.costs[0].line()
+            draft_step = da / n + db
+        return CostCurve(draft_step=draft_step, target_batch=tuple(a / n + b * rows for rows in range(1, max_rows + 1)))
 
     def decode(self, view: "SharedSequence", tokens: Sequence[int], n_logits: int) -> np.ndarray | None:
         """`view`'s tokens through the next passes; its logits rows (a view, valid until this thread's next decode)."""

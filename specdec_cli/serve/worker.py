@@ -68,9 +68,9 @@ from ..drafting.lookup import LookupOptions
 from ..drafting.memory import DraftMemory
 from ..errors import BadInput, SpecdecError
 from ..decoding.batch import Batcher
-from ..events import Event, Round
+from ..events import AUTO, DraftPolicy, Event, Round
 from ..session import LoadedPair
-from ..tuning.policy import draft_policy
+from ..tuning.policy import AUTO_MAX_K, draft_policy
 from .types import Settings
 
 log = logging.getLogger("specdec")
@@ -235,6 +235,7 @@ class Worker:
                 for s in self.slots
             ],
             "target_passes": dict(sorted(log.sequences["target"].items())) if log is not None else {},
+            "target_rows": log.rows["target"] if log is not None else 0,
         }
 
     # -- the dispatcher (the worker's thread) ----------------------------------------------
@@ -378,7 +379,7 @@ class Worker:
 
         try:
             with self.batcher.joined():
-                outcome = consume(engine.generate(ids, config, draft_policy(s.draft_tokens, s.p_min)), hand_over)
+                outcome = consume(engine.generate(ids, config, self._policy(s)), hand_over)
         except _Cancelled:  # consume closed the generator: the engine rolled both caches back
             if self._stopping.is_set():
                 job._put(Failed(ShuttingDown("the server is shutting down; the generation was cancelled")))
@@ -388,6 +389,13 @@ class Worker:
             return
         memory.add(ids + outcome.tokens)
         job._put(Done(outcome))
+
+    def _policy(self, settings: Settings) -> DraftPolicy:
+        """The job's draft-length policy: a fixed k, or `auto` starting from the costs this server's
+        passes measured for a sequence at the batch size it joins (Batcher.cost_curve), which
+        its own rounds then refine."""
+        curve = self.batcher.cost_curve(self.batcher.active, AUTO_MAX_K + 1) if settings.draft_tokens == AUTO else None
+        return draft_policy(settings.draft_tokens, settings.p_min, curve)
 
     def _fit(self, ids: list[int], settings: Settings):
         """The request's config with its token budget checked against the context (the numbers

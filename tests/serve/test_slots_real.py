@@ -77,7 +77,7 @@ def check_same(s, prompt, got: str, alone: str) -> None:
 
 
 def test_every_answer_of_a_batch_is_its_alone_target_only_answer(served):
-    alone = {p: complete(served, p, draft_tokens=0)["choices"][0]["text"] for p in PROMPTS}  # target-only, one at a time
+    alone = {p: complete(served, p, drafter="none")["choices"][0]["text"] for p in PROMPTS}  # target-only, one at a time
     settings = [{"draft_tokens": 4}, {"draft_tokens": "auto"}, {"draft_tokens": 2, "verify": "block"}, {"drafter": "model+lookup"}, {"draft_tokens": 8}]
     answers = at_once(served, list(zip(PROMPTS, settings)))
     for p, answer in zip(PROMPTS, answers):

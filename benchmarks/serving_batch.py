@@ -1,0 +1,206 @@
+"""Many clients at once: aggregate tokens/s, p50/p99 latency and the target's batch, four servers side by side.
+
+For each temperature and each client count (--clients, default 1 2 4 8), every client sends
+--requests chat requests in turn (its own prompts, --max-tokens tokens, llama.cpp's default
+filters top_k 40, top_p 0.95, min_p 0.05, seed 1 + request), and the servers are, one after the
+other, never two at once:
+
+  - before:        `specdec serve` of --before (a git worktree of the commit before slots):
+                   one generation at a time;
+  - specdec:       `specdec serve --slots S` (this checkout): every request's rows in one batch;
+  - specdec-off:   the same with `--drafter none` (speculation off: what it must never lose to);
+  - llama-server:  llama.cpp's server with `-np N` (N = the client count), the draft
+                   (`-md`, `--spec-type draft-simple`, `--spec-draft-sampling probabilistic`,
+                   `--spec-draft-n-max` --n-max) and without it (`--spec-type none`, no -md).
+
+Reported per row: aggregate tokens/s (completion tokens over the wall time of the load),
+latency p50 and p99 (nearest rank), and for specdec the mean sequences and rows per target
+pass (from GET /slots, counted by the batcher). Each specdec server serves every client count;
+each llama-server is started per count (its slots are fixed at start).
+
+    flock /tmp/llama.lock python3 benchmarks/serving_batch.py --before /tmp/before \\
+        --llama-server /tmp/b11434/llama.cpp/build/bin/llama-server --out serving_batch.json
+
+Produces docs/serving.md's table "Many clients at once".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))
+
+from serving import READY_SECONDS, log, percentile, stop, wait_healthy, free_port, LISTENING  # noqa: E402
+
+TOPICS = ["the sea", "a lighthouse", "autumn leaves", "a busy market", "the moon", "a small robot", "a mountain village", "rain on a window",
+          "an old library", "a desert road", "a winter morning", "a lost key"]  # fmt: skip
+FILTERS = {"top_k": 40, "top_p": 0.95, "min_p": 0.05}
+
+
+def post(url: str, body: dict, headers: dict | None = None, timeout: float = 600) -> dict:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json", **(headers or {})})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return json.loads(r.read())
+
+
+class Process:
+    """A server process on a free port: its URL, /health polled, SIGTERM to stop."""
+
+    def __init__(self, command: list[str], log_path: Path, cwd: Path | None = None, url: str | None = None) -> None:
+        self.command, self.log_path, self.cwd, self.url = command, log_path, cwd, url
+
+    def __enter__(self):
+        log("starting " + " ".join(self.command))
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(self.command, cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.PIPE, text=True)
+        found = threading.Event()
+
+        def drain():
+            for line in self.proc.stderr:
+                self._log.write(line)
+                self._log.flush()
+                m = LISTENING.search(line)
+                if m and self.url is None:
+                    self.url = m.group(1)
+                    found.set()
+            found.set()
+
+        threading.Thread(target=drain, daemon=True).start()
+        if self.url is None:
+            found.wait(READY_SECONDS)
+        wait_healthy(self.url, self.proc)
+        return self
+
+    def __exit__(self, *exc):
+        stop(self.proc, self.command[0])
+        self._log.close()
+
+
+def load(url: str, clients: int, requests: int, temperature: float, max_tokens: int) -> dict:
+    latencies, tokens, errors = [], [0], []
+    lock = threading.Lock()
+
+    def client(i: int) -> None:
+        for j in range(requests):
+            topic = TOPICS[(i * requests + j) % len(TOPICS)]
+            body = {"messages": [{"role": "user", "content": f"Write a short story about {topic}."}], "max_tokens": max_tokens,
+                    "temperature": temperature, "seed": 1 + j, **FILTERS}  # fmt: skip
+            start = time.perf_counter()
+            try:
+                reply = post(url + "/v1/chat/completions", body)
+            except Exception as exc:  # counted, never retried
+                with lock:
+                    errors.append(f"{type(exc).__name__}: {exc}")
+                continue
+            with lock:
+                latencies.append(time.perf_counter() - start)
+                tokens[0] += reply["usage"]["completion_tokens"]
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    start = time.perf_counter()
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    wall = time.perf_counter() - start
+    return {"clients": clients, "tokens_per_s": tokens[0] / wall, "tokens": tokens[0], "wall_s": wall, "p50_s": percentile(latencies, 50),
+            "p99_s": percentile(latencies, 99), "answered": len(latencies), "errors": errors}  # fmt: skip
+
+
+def passes(url: str) -> tuple[int, int, int] | None:
+    """(target passes, sequences summed over them, rows) from /slots; None for a server without it."""
+    try:
+        report = get(url + "/slots")
+    except Exception:
+        return None
+    held = report["target_passes"]
+    return sum(held.values()), sum(int(n) * c for n, c in held.items()), report.get("target_rows", 0)
+
+
+def specdec_rows(name: str, root: Path, flags: list[str], args, temperature: float, logs: Path) -> list[dict]:
+    command = [sys.executable, "-m", "specdec_cli.cli", "serve", "--port", "0", "--ctx", str(args.ctx), "--threads", str(args.threads), "--queue", "64", *flags]
+    rows = []
+    with Process(command, logs / f"{name}-{temperature}.log", cwd=root) as server:
+        load(server.url, 1, 1, temperature, 8)  # warm
+        for clients in args.clients:
+            before = passes(server.url)
+            row = load(server.url, clients, args.requests, temperature, args.max_tokens)
+            after = passes(server.url)
+            if before is not None and after is not None and after[0] > before[0]:
+                row["sequences_per_pass"] = (after[1] - before[1]) / (after[0] - before[0])
+                row["rows_per_pass"] = (after[2] - before[2]) / (after[0] - before[0])
+            rows.append({"server": name, "temperature": temperature, **row})
+            log(f"{name} T={temperature} clients={clients}: {row['tokens_per_s']:.1f} tok/s p50 {row['p50_s']:.2f} s")
+    return rows
+
+
+def llama_rows(name: str, args, draft: Path | None, temperature: float, logs: Path, target: Path) -> list[dict]:
+    rows = []
+    for clients in args.clients:
+        port = free_port()
+        command = [str(args.llama_server), "-m", str(target), "--host", "127.0.0.1", "--port", str(port), "-np", str(clients),
+                   "-c", str(args.ctx * clients), "-t", str(args.threads), "--no-webui"]  # fmt: skip
+        if draft is not None:
+            command += ["-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-sampling", "probabilistic", "--spec-draft-n-max", str(args.n_max)]
+        with Process(command, logs / f"{name}-{temperature}-{clients}.log", url=f"http://127.0.0.1:{port}"):
+            url = f"http://127.0.0.1:{port}"
+            load(url, 1, 1, temperature, 8)
+            row = load(url, clients, args.requests, temperature, args.max_tokens)
+        rows.append({"server": name, "temperature": temperature, **row})
+        log(f"{name} T={temperature} clients={clients}: {row['tokens_per_s']:.1f} tok/s p50 {row['p50_s']:.2f} s")
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--before", type=Path, required=True, help="a checkout of specdec before slots (git worktree add DIR COMMIT)")
+    parser.add_argument("--llama-server", type=Path, help="llama.cpp b11434's llama-server (skipped when not given)")
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--requests", type=int, default=3, help="requests per client")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--temperatures", type=float, nargs="+", default=[0.8, 0.0])
+    parser.add_argument("--slots", type=int, default=4)
+    parser.add_argument("--ctx", type=int, default=1024)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--n-max", type=int, default=8, help="llama-server's --spec-draft-n-max")
+    parser.add_argument("--pair", nargs=2, type=Path, metavar=("DRAFT", "TARGET"), help="default: the built-in pair")
+    parser.add_argument("--out", type=Path, default=Path("serving_batch.json"))
+    args = parser.parse_args()
+    if args.pair:
+        draft, target = args.pair
+    else:
+        from specdec_cli.models.cache import builtin_pair
+
+        draft, target = builtin_pair()
+    pair_flags = ["--draft", str(draft), "--target", str(target)]
+    logs = args.out.with_suffix(".logs")
+    logs.mkdir(exist_ok=True)
+    rows = []
+    for t in args.temperatures:
+        rows += specdec_rows("before", args.before, pair_flags, args, t, logs)
+        rows += specdec_rows("specdec", ROOT, pair_flags + ["--slots", str(args.slots)], args, t, logs)
+        rows += specdec_rows("specdec-off", ROOT, pair_flags + ["--slots", str(args.slots), "--drafter", "none"], args, t, logs)
+        if args.llama_server:
+            rows += llama_rows("llama-server", args, draft, t, logs, target)
+            rows += llama_rows("llama-server-nodraft", args, None, t, logs, target)
+        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}, indent=1))
+    for r in rows:
+        extra = f"  seq/pass {r['sequences_per_pass']:.2f} rows/pass {r['rows_per_pass']:.1f}" if "sequences_per_pass" in r else ""
+        print(f"{r['server']:22} T={r['temperature']:.1f} c={r['clients']}: {r['tokens_per_s']:7.1f} tok/s  p50 {r['p50_s']:.2f}  p99 {r['p99_s']:.2f}  answered {r['answered']}{extra}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
