@@ -21,11 +21,13 @@ does not stall them; alone it takes whole batches. A pass that fails is retried 
 so that the error reaches only the sequence whose rows caused it.
 
 What a sequence is charged (clock.py). A pass of R rows over N sequences took T seconds; this
-model's passes are fitted by a line a + b R (`PassCost`). Sequence i, with r_i rows, is charged
-T (a / N + b r_i) / (a + b R): the fixed cost split evenly, each row at the marginal cost of a
-row, scaled to what the pass took. Alone that is T. So `-k auto` (tuning/policy.py), which learns
-from the Round figures, weighs the rows a sequence adds at the batch size it is in, and
-speculation shrinks or stops for a sequence where its rows do not pay.
+model's passes are fitted by a + b R + c N (`PassCost`). Sequence i, with r_i rows, is charged
+T (a / N + c + b r_i) / (a + c N + b R): the fixed cost split evenly, its own sequence's cost,
+each row at the marginal cost of a row, scaled to what the pass took. Alone that is T. So
+`-k auto` (tuning/policy.py), which learns from the Round figures, weighs the rows a sequence
+adds at the batch size it is in; it starts from those costs (`cost_curve`), and `BatchedPolicy`
+leaves the draft model out of any round where, at the current batch size, its drafts could
+not pay even if all were accepted. So speculation shrinks or stops where it does not pay.
 
     batcher = Batcher([draft, target])             # pass order: the draft's steps first
     seqs = [(batcher.sequence(draft, i), batcher.sequence(target, i)) for i in range(4)]
@@ -42,14 +44,16 @@ import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Iterator, NamedTuple, Protocol, Sequence
+from typing import Iterator, Mapping, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
 from .. import clock
 from ..errors import ContextOverflow, SpecdecError
+from ..events import DraftPolicy, Earned, Round
 from ..tuning.cost_curve import CostCurve
 
+DRAFT_MODEL_SOURCES = ("model", "cascade")  # proposers (drafting/) whose drafts take draft-model passes
 PREFILL_CHUNK = 128  # prompt tokens per pass while other sequences are generating
 PRIOR_ROW_SHARE = 0.05  # before two batch sizes are seen: a row costs this share of a one-row pass
 
@@ -77,44 +81,58 @@ class Part(NamedTuple):
 
 
 class PassCost:
-    """A line a + b R through one model's recent passes (R rows, weights decaying), the rule's a and b.
+    """T = a + b R + c S through one model's recent passes (R rows, S sequences; weights decaying).
 
-    Example: passes of 1 row in 10 ms and 9 rows in 14 ms, seen alike -> a = 9.5 ms, b = 0.5 ms.
+    a is what any pass costs (reading the weights), b a row, c a sequence (its own stretch of the
+    cache to attend over, its own outputs). Least squares, ridged toward b = PRIOR_ROW_SHARE of a
+    mean pass per row and c = 0, so that passes of one shape alone still give a line. Example:
+    passes (R, S, T) of (1, 1, 12 ms), (9, 1, 16 ms) and (4, 4, 19.5 ms), seen alike -> a = 9.5,
+    b = 0.5, c = 2.0 ms (up to the ridge).
     """
 
-    def __init__(self, decay: float = 0.98, prior_weight: float = 4.0) -> None:
+    def __init__(self, decay: float = 0.98, prior_weight: float = 1.0) -> None:
         self.decay = decay
-        self.prior_weight = prior_weight  # in weight x rows^2: pulls the slope toward PRIOR_ROW_SHARE
-        self.sums = np.zeros(5)  # weight, sum R, sum R^2, sum T, sum R T
+        self.prior_weight = prior_weight
+        self.xtx = np.zeros((3, 3))
+        self.xty = np.zeros(3)
+        self.weight = 0.0
+        self.total = 0.0  # weighted sum of T
 
-    def add(self, rows: int, seconds: float) -> None:
-        self.sums = self.sums * self.decay + np.array([1.0, rows, rows * rows, seconds, rows * seconds])
+    def add(self, rows: int, sequences: int, seconds: float) -> None:
+        x = np.array([1.0, rows, sequences])
+        self.xtx = self.xtx * self.decay + np.outer(x, x)
+        self.xty = self.xty * self.decay + x * seconds
+        self.weight = self.weight * self.decay + 1.0
+        self.total = self.total * self.decay + seconds
 
-    def line(self) -> tuple[float, float]:
-        """(a, b), both >= 0; (1, 0) before any pass (every sequence then pays alike)."""
-        w, sx, sxx, sy, sxy = self.sums
-        if w <= 0:
-            return 1.0, 0.0
-        mx, my = sx / w, sy / w
-        prior = PRIOR_ROW_SHARE * my / (1 + PRIOR_ROW_SHARE * max(mx - 1, 0))
-        b = max(((sxy - w * mx * my) + self.prior_weight * prior) / ((sxx - w * mx * mx) + self.prior_weight), 0.0)
-        a = my - b * mx
-        if a < 0:
-            a, b = 0.0, my / max(mx, 1.0)
-        return a, b
+    @property
+    def measured(self) -> bool:
+        return self.weight > 0
+
+    def line(self) -> tuple[float, float, float]:
+        """(a, b, c), each >= 0; (1, 0, 0) before any pass (every sequence then pays alike)."""
+        if not self.measured:
+            return 1.0, 0.0, 0.0
+        mean = self.total / self.weight
+        ridge = self.prior_weight * np.diag([0.0, 1.0, 1.0])
+        prior = self.prior_weight * np.array([0.0, PRIOR_ROW_SHARE * mean, 0.0])
+        a, b, c = np.linalg.lstsq(self.xtx + ridge, self.xty + prior, rcond=None)[0]
+        b, c = max(b, 0.0), max(c, 0.0)
+        a = max(a, 0.0)
+        return float(a), float(b), float(c)
 
 
-def shares(seconds: float, rows: Sequence[int], line: tuple[float, float]) -> list[float]:
-    """What each sequence of a pass is charged: seconds * (a / N + b r_i) / (a + b R).
+def shares(seconds: float, rows: Sequence[int], line: tuple[float, float, float]) -> list[float]:
+    """What each sequence of a pass is charged: seconds * (a / N + c + b r_i) / (a + c N + b R).
 
-    Example: 20 ms for rows [1, 9], a = 9.5 ms, b = 0.5 ms -> [5.25, 9.25] / 14.5 * 20 = [7.24, 12.76] ms.
+    Example: 20 ms for rows [1, 9], (a, b, c) = (9.5, 0.5, 0) ms -> [5.25, 9.25] / 14.5 * 20 = [7.24, 12.76] ms.
     """
-    a, b = line
+    a, b, c = line
     n, total = len(rows), sum(rows)
-    whole = a + b * total
+    whole = a + c * n + b * total
     if whole <= 0:
         return [seconds / n] * n
-    return [seconds * (a / n + b * r) / whole for r in rows]
+    return [seconds * (a / n + c + b * r) / whole for r in rows]
 
 
 @dataclass(eq=False)
@@ -185,19 +203,33 @@ class Batcher:
 
     def cost_curve(self, sequences: int, max_rows: int) -> CostCurve | None:
         """What one sequence among `sequences` is charged, by the lines measured so far: a target pass
-        with n of its rows (n = 1..max_rows: a / N + b n) and a draft step; None before a target pass
-        was timed. `-k auto` starts from it (serve/worker.py), so that a sequence in a batch of four
-        weighs its rows at their marginal cost there from its first round, not at a pass's cost alone."""
-        target = self.models.index(self.models[-1])
-        if self.costs[target].sums[0] <= 0:
+        with n of its rows (n = 1..max_rows: a / N + c + b n) and a draft step (the same, of the draft
+        model's line, all N drafting); None before a target pass was timed. `-k auto` starts from it
+        (serve/worker.py), so that a sequence in a batch weighs its rows at their cost there from its
+        first round, not at a pass's cost alone."""
+        if not self.costs[-1].measured:
             return None
-        a, b = self.costs[target].line()
         n = max(sequences, 1)
-        draft_step = 0.0
-        if len(self.models) > 1 and self.costs[0].sums[0] > 0:
-            da, db = self.costs[0].line()
-            draft_step = da / n + db
-        return CostCurve(draft_step=draft_step, target_batch=tuple(a / n + b * rows for rows in range(1, max_rows + 1)))
+        a, b, c = self.costs[-1].line()
+        return CostCurve(draft_step=self._draft_step(n), target_batch=tuple(a / n + c + b * rows for rows in range(1, max_rows + 1)))
+
+    def _draft_step(self, n: int) -> float:
+        if len(self.models) < 2 or not self.costs[0].measured:
+            return 0.0
+        a, b, c = self.costs[0].line()
+        return a / n + c + b
+
+    def draft_model_can_pay(self) -> bool:
+        """Whether a draft model's drafts can pay at the current batch size even if every one were
+        accepted: a round of k drafts yields at most k + 1 tokens for T(1) + k (b + d), d the draft
+        step, against k + 1 plain steps of T(1) = a / N + c + b; so only when a / N + c > d. True
+        until both models' passes were timed. On a CPU, where a draft row costs much of what a
+        target row does, four sequences are already too many (docs/serving.md)."""
+        if len(self.models) < 2 or not (self.costs[0].measured and self.costs[-1].measured):
+            return True
+        n = max(self._active, 1)
+        a, _, c = self.costs[-1].line()
+        return a / n + c > self._draft_step(n)
 
     def decode(self, view: "SharedSequence", tokens: Sequence[int], n_logits: int) -> np.ndarray | None:
         """`view`'s tokens through the next passes; its logits rows (a view, valid until this thread's next decode)."""
@@ -234,7 +266,7 @@ class Batcher:
             self._running = False
         served = [(r, take) for (r, take), result in zip(planned, results) if not isinstance(result, BaseException)]
         if seconds is not None:
-            self.costs[index].add(sum(take for _, take in served), seconds)
+            self.costs[index].add(sum(take for _, take in served), len(served), seconds)
             line = self.costs[index].line()
             for (r, take), share in zip(served, shares(seconds, [take for _, take in served], line)):
                 r.charged += share
@@ -301,6 +333,34 @@ class Batcher:
     def _part(r: _Request, take: int) -> Part:
         last = r.done + take == len(r.tokens)
         return Part(r.view.seq, len(r.view.tokens), r.tokens[r.done : r.done + take], r.n_logits if last else 0)
+
+
+class BatchedPolicy:
+    """A sequence's `-k auto` policy in a batch: `inner`'s choice, with the draft model's proposals
+    left out of every round where Batcher.draft_model_can_pay says they cannot pay. What it reads
+    (passes already timed, the batch size) is fixed before the round's draws, so the law is kept
+    (tuning/policy.py, "Why the output stays exact"). Lookup, which costs only its rows, stays."""
+
+    def __init__(self, inner: DraftPolicy, batcher: Batcher) -> None:
+        self.inner, self.batcher = inner, batcher
+
+    @property
+    def p_min(self) -> float:
+        return self.inner.p_min
+
+    def resume(self, earned: Mapping[str, Earned]) -> None:
+        self.inner.resume(earned)
+
+    def earned(self) -> dict[str, Earned]:
+        return self.inner.earned()
+
+    def observe(self, event: Round) -> None:
+        self.inner.observe(event)
+
+    def choose(self, sources: Sequence[str], budget: int) -> tuple[str | None, int]:
+        if not self.batcher.draft_model_can_pay():
+            sources = [name for name in sources if name.split(":")[0] not in DRAFT_MODEL_SOURCES]
+        return self.inner.choose(sources, budget)
 
 
 class SharedSequence:

@@ -67,7 +67,7 @@ from ..drafting.kv_sync import common_prefix
 from ..drafting.lookup import LookupOptions
 from ..drafting.memory import DraftMemory
 from ..errors import BadInput, SpecdecError
-from ..decoding.batch import Batcher
+from ..decoding.batch import Batcher, BatchedPolicy
 from ..events import AUTO, DraftPolicy, Event, Round
 from ..session import LoadedPair
 from ..tuning.policy import AUTO_MAX_K, draft_policy
@@ -393,9 +393,11 @@ class Worker:
     def _policy(self, settings: Settings) -> DraftPolicy:
         """The job's draft-length policy: a fixed k, or `auto` starting from the costs this server's
         passes measured for a sequence at the batch size it joins (Batcher.cost_curve), which
-        its own rounds then refine."""
-        curve = self.batcher.cost_curve(self.batcher.active, AUTO_MAX_K + 1) if settings.draft_tokens == AUTO else None
-        return draft_policy(settings.draft_tokens, settings.p_min, curve)
+        its own rounds then refine, with the draft model left out where it cannot pay (BatchedPolicy)."""
+        if settings.draft_tokens != AUTO:
+            return draft_policy(settings.draft_tokens, settings.p_min)
+        curve = self.batcher.cost_curve(self.batcher.active, AUTO_MAX_K + 1)
+        return BatchedPolicy(draft_policy(AUTO, settings.p_min, curve), self.batcher)
 
     def _fit(self, ids: list[int], settings: Settings):
         """The request's config with its token budget checked against the context (the numbers

@@ -15,7 +15,7 @@ import pytest
 from fakes import MarkovModel, random_markov
 from stat_checks import ALPHA, PLAIN, first_two_law, first_two_pvalue
 from specdec_cli.decoding import engine as engine_module
-from specdec_cli.decoding.batch import Batcher, PassCost, shares
+from specdec_cli.decoding.batch import BatchedPolicy, Batcher, PassCost, shares
 from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.drafting.lookup import LookupDrafter, LookupOptions
 from specdec_cli.drafting.model import ModelDrafter
@@ -307,10 +307,70 @@ def test_a_long_prompt_goes_in_chunks_beside_the_generating_sequences():
 
 
 def test_pass_cost_and_shares_examples():
-    cost = PassCost(decay=1.0)
-    cost.add(1, 0.010)
-    cost.add(9, 0.014)
-    a, b = cost.line()
-    assert a == pytest.approx(0.0095) and b == pytest.approx(0.0005)
-    assert shares(0.020, [1, 9], (0.0095, 0.0005)) == pytest.approx([0.00724, 0.01276], abs=1e-5)
-    assert shares(0.020, [5], (0.0095, 0.0005)) == pytest.approx([0.020])  # alone: the whole pass
+    cost = PassCost(decay=1.0, prior_weight=1e-9)
+    for rows, sequences, seconds in [(1, 1, 0.012), (9, 1, 0.016), (4, 4, 0.0195)]:
+        cost.add(rows, sequences, seconds)
+    assert cost.line() == pytest.approx((0.0095, 0.0005, 0.002), abs=1e-6)
+    assert shares(0.020, [1, 9], (0.0095, 0.0005, 0.0)) == pytest.approx([0.00724, 0.01276], abs=1e-5)
+    assert shares(0.020, [5], (0.0095, 0.0005, 0.002)) == pytest.approx([0.020])  # alone: the whole pass
+
+
+def test_auto_starts_from_the_costs_a_sequence_pays_at_its_batch_size():
+    batcher, target, draft = shared_pair()
+    assert batcher.cost_curve(2, 4) is None  # nothing timed yet
+    for rows, seqs, seconds in [(1, 1, 0.010), (9, 1, 0.014), (4, 4, 0.018)] * 3:  # the target's passes
+        batcher.costs[1].add(rows, seqs, seconds)
+    for rows, seqs, seconds in [(1, 1, 0.002), (4, 4, 0.006), (2, 1, 0.0025)] * 3:  # the draft's
+        batcher.costs[0].add(rows, seqs, seconds)
+    a, b, c = batcher.costs[1].line()
+    curve = batcher.cost_curve(4, 3)
+    assert curve.target_batch == pytest.approx(tuple(a / 4 + c + b * n for n in (1, 2, 3)))
+    da, db, dc = batcher.costs[0].line()
+    assert curve.draft_step == pytest.approx(da / 4 + dc + db)
+    assert batcher.cost_curve(1, 1).target_batch[0] == pytest.approx(a + b + c)  # alone: a whole one-row pass
+
+
+class Choosing:
+    p_min = 0.0
+
+    def __init__(self):
+        self.offered = []
+
+    def choose(self, sources, budget):
+        self.offered.append(list(sources))
+        return (sources[0], 3) if sources else (None, 0)
+
+
+def test_the_draft_model_is_left_out_where_it_cannot_pay_at_the_batch_size():
+    """Target passes cost 10 ms + 1 ms a row + 0 a sequence; a draft step 1 ms + 3 ms a row. Alone
+    (a / N = 10 ms > 4 ms) the draft model may draft; among four (2.5 ms < 1 / 4 + 3 ms) it may not,
+    while lookup, which takes no draft pass, still may."""
+    batcher, target, draft = shared_pair()
+    for rows, seqs in [(1, 1), (5, 1), (4, 4), (8, 4), (2, 2)] * 3:
+        batcher.costs[1].add(rows, seqs, 0.010 + 0.001 * rows)
+        batcher.costs[0].add(rows, seqs, 0.001 + 0.003 * rows)
+    inner = Choosing()
+    policy = BatchedPolicy(inner, batcher)
+    with batcher.joined():
+        assert batcher.draft_model_can_pay()
+        assert policy.choose(["model", "lookup:2"], 8) == ("model", 3)
+    joined = [threading.Event() for _ in range(3)]
+    done = threading.Event()
+
+    def sit(i):
+        with batcher.joined():
+            joined[i].set()
+            done.wait(10)
+
+    threads = [threading.Thread(target=sit, args=(i,)) for i in range(3)]
+    [t.start() for t in threads]
+    [e.wait(10) for e in joined]
+    try:
+        with batcher.joined():  # four joined
+            assert not batcher.draft_model_can_pay()
+            assert policy.choose(["model", "lookup:2"], 8) == ("lookup:2", 3)
+            assert policy.choose(["cascade:2"], 8) == (None, 0)
+    finally:
+        done.set()
+        [t.join(10) for t in threads]
+    assert inner.offered == [["model", "lookup:2"], ["lookup:2"], []]
