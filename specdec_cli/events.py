@@ -113,6 +113,7 @@ class DraftPolicy(Protocol):
     builds one and hands it to Engine.generate)."""
 
     p_min: float  # the draft model's early-stop threshold (0: off)
+    prefill_draft: bool  # whether the engine evaluates the prompt in the draft model up front (else the drafter catches up when it first drafts)
 
     def resume(self, earned: Mapping[str, Earned]) -> None:
         """Start from what earlier calls earned, by proposer name (a policy that does not learn ignores it)."""

@@ -348,6 +348,11 @@ class BatchedPolicy:
     def p_min(self) -> float:
         return self.inner.p_min
 
+    @property
+    def prefill_draft(self) -> bool:
+        """A prompt goes into the draft model up front only where it may pay (else it catches up if it drafts later)."""
+        return self.batcher.draft_model_can_pay()
+
     def resume(self, earned: Mapping[str, Earned]) -> None:
         self.inner.resume(earned)
 

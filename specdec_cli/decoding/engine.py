@@ -119,8 +119,9 @@ class Engine:
 
     # -- stages -----------------------------------------------------------------------
 
-    def prefill(self, prompt: Sequence[int], max_tokens: int = 0) -> Prefill:
-        """Evaluate all of the prompt but its last token in both models (the last one opens round 1).
+    def prefill(self, prompt: Sequence[int], max_tokens: int = 0, draft: bool = True) -> Prefill:
+        """Evaluate all of the prompt but its last token in both models (the last one opens round 1;
+        with draft=False the target only: the drafter catches up when it first drafts).
 
         A prompt that does not fit raises ContextOverflow suggesting a --ctx with room for the
         prompt and `max_tokens` more.
@@ -129,7 +130,7 @@ class Engine:
         start = clock.now()
         head = list(prompt[:-1])
         catch_up(self.target, head, 0)
-        if self.drafter is not None:
+        if self.drafter is not None and draft:
             self.drafter.prefill(head)
         return Prefill(prompt_tokens=len(prompt), seconds=clock.now() - start)
 
@@ -264,7 +265,7 @@ class Engine:
         context = list(prompt)
         stream = TextStream(config.stop)
         reason = None
-        yield self.prefill(prompt, config.max_tokens)
+        yield self.prefill(prompt, config.max_tokens, policy is None or policy.prefill_draft)
         try:
             while reason is None:
                 left = config.max_tokens - (len(context) - len(prompt))

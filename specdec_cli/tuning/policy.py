@@ -144,6 +144,7 @@ class FixedPolicy:
 
     k: int
     p_min: float = 0.0
+    prefill_draft = True
 
     def choose(self, sources: Sequence[str], budget: int) -> tuple[str | None, int]:
         k = min(self.k, budget)
@@ -211,6 +212,8 @@ class AdaptivePolicy:
     `costs` seeds the cost estimates with a measured curve (cost_curve.measure_cost_curve);
     with learn_costs=False they stay fixed (tests with hand-worked curves).
     """
+
+    prefill_draft = True
 
     def __init__(
         self,
