@@ -23,7 +23,9 @@ so that the error reaches only the sequence whose rows caused it.
 What a sequence is charged (clock.py). A pass of R rows over N sequences took T seconds; this
 model's passes are fitted by a + b R + c N (`PassCost`). Sequence i, with r_i rows, is charged
 T (a / N + c + b r_i) / (a + c N + b R): the fixed cost split evenly, its own sequence's cost,
-each row at the marginal cost of a row, scaled to what the pass took. Alone that is T. So
+each row at the marginal cost of a row, scaled to what the pass took; and a pass that held only
+N of the M joined sequences (a draft step, a catch-up) stalled the other M - N, so its charges
+are multiplied by M / N. Alone that is T. So
 `-k auto` (tuning/policy.py), which learns from the Round figures, weighs the rows a sequence
 adds at the batch size it is in; it starts from those costs (`cost_curve`), and `BatchedPolicy`
 leaves the draft model out of any round where, at the current batch size, its drafts could
@@ -173,6 +175,7 @@ class Batcher:
         self._running = False
         self._joined = threading.local()
         self._views: dict[tuple[int, int], SharedSequence] = {}
+        self._drafting_together: float | None = None  # sequences per draft pass, a decaying mean
 
     def sequence(self, model: SharedModel, seq: int) -> "SharedSequence":
         """The view of sequence `seq` of `model` (one of this batcher's models): the same one each time."""
@@ -203,8 +206,9 @@ class Batcher:
 
     def cost_curve(self, sequences: int, max_rows: int) -> CostCurve | None:
         """What one sequence among `sequences` is charged, by the lines measured so far: a target pass
-        with n of its rows (n = 1..max_rows: a / N + c + b n) and a draft step (the same, of the draft
-        model's line, all N drafting); None before a target pass was timed. `-k auto` starts from it
+        with n of its rows (n = 1..max_rows: a / N + c + b n) and a draft step (of the draft model's
+        line, with as many drafting together as the recent draft passes held); None before a target
+        pass was timed. `-k auto` starts from it
         (serve/worker.py), so that a sequence in a batch weighs its rows at their cost there from its
         first round, not at a pass's cost alone."""
         if not self.costs[-1].measured:
@@ -217,19 +221,24 @@ class Batcher:
         if len(self.models) < 2 or not self.costs[0].measured:
             return 0.0
         a, b, c = self.costs[0].line()
-        return a / n + c + b
+        together = min(self._drafting_together or n, n)
+        return a / together + c + b
 
     def draft_model_can_pay(self) -> bool:
-        """Whether a draft model's drafts can pay at the current batch size even if every one were
-        accepted: a round of k drafts yields at most k + 1 tokens for T(1) + k (b + d), d the draft
-        step, against k + 1 plain steps of T(1) = a / N + c + b; so only when a / N + c > d. True
-        until both models' passes were timed. On a CPU, where a draft row costs much of what a
-        target row does, four sequences are already too many (docs/serving.md)."""
+        """Whether the draft model's drafts can pay at the current batch size even if every one were
+        accepted. With N sequences joined, S of which draft together, one draft each: a pass of
+        T = a + c N + b (N + S) and a draft step of a_d + (b_d + c_d) S yield N + S tokens, against N
+        for a + c N + b N; so drafting can pay only when a / N + c > a_d / S + b_d + c_d. S is the
+        mean number of sequences the recent draft passes held (N before any). True until both
+        models' passes were timed. On a CPU, where a draft row costs much of a target row, two
+        sequences are already too many (docs/serving.md)."""
         if len(self.models) < 2 or not (self.costs[0].measured and self.costs[-1].measured):
             return True
         n = max(self._active, 1)
+        together = min(self._drafting_together or n, n)
         a, _, c = self.costs[-1].line()
-        return a / n + c > self._draft_step(n)
+        da, db, dc = self.costs[0].line()
+        return a / n + c > da / together + db + dc
 
     def decode(self, view: "SharedSequence", tokens: Sequence[int], n_logits: int) -> np.ndarray | None:
         """`view`'s tokens through the next passes; its logits rows (a view, valid until this thread's next decode)."""
@@ -268,8 +277,14 @@ class Batcher:
         if seconds is not None:
             self.costs[index].add(sum(take for _, take in served), len(served), seconds)
             line = self.costs[index].line()
+            # Every joined sequence waited through this pass: one that served only some of them (a
+            # draft step, a catch-up) cost the others their progress, so its sequences carry that too.
+            stalled = max(self._active, len(served)) / len(served)
             for (r, take), share in zip(served, shares(seconds, [take for _, take in served], line)):
-                r.charged += share
+                r.charged += share * stalled
+        if index == 0 and len(self.models) > 1:
+            seen = self._drafting_together
+            self._drafting_together = len(planned) if seen is None else 0.9 * seen + 0.1 * len(planned)
         name = self.names[index]
         self.log.sequences[name][len(planned)] += 1
         self.log.rows[name] += sum(take for _, take in planned)
@@ -336,8 +351,9 @@ class Batcher:
 
 
 class BatchedPolicy:
-    """A sequence's `-k auto` policy in a batch: `inner`'s choice, with the draft model's proposals
-    left out of every round where Batcher.draft_model_can_pay says they cannot pay. What it reads
+    """A sequence's `-k auto` policy in a batch (an AdaptivePolicy): `inner`'s choice, with the draft
+    model's proposals left out of every round where Batcher.draft_model_can_pay says they cannot
+    pay, and no probes while other sequences share the passes. What it reads
     (passes already timed, the batch size) is fixed before the round's draws, so the law is kept
     (tuning/policy.py, "Why the output stays exact"). Lookup, which costs only its rows, stays."""
 
@@ -365,6 +381,10 @@ class BatchedPolicy:
     def choose(self, sources: Sequence[str], budget: int) -> tuple[str | None, int]:
         if not self.batcher.draft_model_can_pay():
             sources = [name for name in sources if name.split(":")[0] not in DRAFT_MODEL_SOURCES]
+        # A probe (a drafter passed over, tried again in case the text changed) stalls every other
+        # sequence through its catch-up; while others share the passes their record (the drafting
+        # memory's) stands in for it.
+        self.inner.probing = self.batcher.active <= 1
         return self.inner.choose(sources, budget)
 
 

@@ -214,6 +214,7 @@ class AdaptivePolicy:
     """
 
     prefill_draft = True
+    probing = True  # whether a drafter passed over is tried now and then (off while others share the passes: decoding/batch.py)
 
     def __init__(
         self,
@@ -302,7 +303,7 @@ class AdaptivePolicy:
                 rec.waited, rec.backoff = 0, FIRST_BACKOFF
                 continue
             rec.waited += 1
-            if probe is None and rec.waited > rec.backoff and self.affordable(rec):
+            if self.probing and probe is None and rec.waited > rec.backoff and self.affordable(rec):
                 # Its estimate may be stale (the text changed); finding out costs one round.
                 probe, rec.waited, rec.backoff = name, 0, min(2 * rec.backoff, MAX_BACKOFF)
         chosen = probe or chosen

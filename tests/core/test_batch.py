@@ -332,6 +332,7 @@ def test_auto_starts_from_the_costs_a_sequence_pays_at_its_batch_size():
 
 class Choosing:
     p_min = 0.0
+    probing = True
 
     def __init__(self):
         self.offered = []
@@ -343,8 +344,8 @@ class Choosing:
 
 def test_the_draft_model_is_left_out_where_it_cannot_pay_at_the_batch_size():
     """Target passes cost 10 ms + 1 ms a row + 0 a sequence; a draft step 1 ms + 3 ms a row. Alone
-    (a / N = 10 ms > 4 ms) the draft model may draft; among four (2.5 ms < 1 / 4 + 3 ms) it may not,
-    while lookup, which takes no draft pass, still may."""
+    (a / N = 10 ms > 4 ms) the draft model may draft; among four (2.5 ms < 1 / 4 + 3 ms, all four
+    drafting together) it may not, while lookup, which takes no draft pass, still may."""
     batcher, target, draft = shared_pair()
     for rows, seqs in [(1, 1), (5, 1), (4, 4), (8, 4), (2, 2)] * 3:
         batcher.costs[1].add(rows, seqs, 0.010 + 0.001 * rows)
@@ -353,6 +354,9 @@ def test_the_draft_model_is_left_out_where_it_cannot_pay_at_the_batch_size():
     policy = BatchedPolicy(inner, batcher)
     with batcher.joined():
         assert batcher.draft_model_can_pay()
+        batcher._drafting_together = 1.0  # as if the recent draft passes each held one sequence: alone it still pays
+        assert batcher.draft_model_can_pay()
+        batcher._drafting_together = None
         assert policy.choose(["model", "lookup:2"], 8) == ("model", 3)
     joined = [threading.Event() for _ in range(3)]
     done = threading.Event()
@@ -374,3 +378,4 @@ def test_the_draft_model_is_left_out_where_it_cannot_pay_at_the_batch_size():
         done.set()
         [t.join(10) for t in threads]
     assert inner.offered == [["model", "lookup:2"], ["lookup:2"], []]
+    assert not inner.probing  # no probes while others share the passes
