@@ -243,8 +243,7 @@ def create_app(
     @app.get("/slots")
     async def slots(request: Request):
         """The page's slots panel: each slot's state and tokens per pass, and how many sequences the target passes held."""
-        tenant(request)
-        return worker.slot_report()
+        return worker.slot_report(tenant(request))
 
     @app.get("/v1/models")
     async def models(request: Request):

@@ -35,8 +35,8 @@ prefill takes) tells a client only about its own key's requests.
 
 A failure costs one request. Any exception while serving a job fails that job alone
 (Failed(InternalError), the stack logged once); its slot's sequence, whose state the failure
-may have left unknown, is emptied, and the other slots go on exactly. If they cannot be, or the load failed,
-`gone` holds the reason: /health answers 503 with it and every request gets 503 at once.
+may have left unknown, is emptied, and the other slots go on exactly. If it cannot be, or the
+load failed, `gone` holds the reason: /health answers 503 with it and every request gets 503 at once.
 `request_timeout` ends a generation that runs longer, with its tokens so far (finish reason
 "time_limit", OpenAI's "length").
 
@@ -61,13 +61,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..decoding.batch import Batcher, BatchedPolicy
 from ..decoding.consume import EndEarly, Outcome, consume
 from ..decoding.engine import context_room
 from ..drafting.kv_sync import common_prefix
 from ..drafting.lookup import LookupOptions
 from ..drafting.memory import DraftMemory
 from ..errors import BadInput, SpecdecError
-from ..decoding.batch import Batcher, BatchedPolicy
 from ..events import AUTO, DraftPolicy, Event, Round
 from ..session import LoadedPair
 from ..tuning.policy import AUTO_MAX_K, draft_policy
@@ -226,14 +226,17 @@ class Worker:
             if job is not None:
                 job._put(Failed(error))
 
-    def slot_report(self) -> dict:
-        """For the page: each slot's state and tokens per pass, and how many sequences the passes held."""
+    def slot_report(self, tenant: str) -> dict:
+        """For the page: each slot's state, and for the asking tenant's own slots their cached tokens
+        and this job's tokens per pass; how many sequences the target passes held, and their rows."""
         log = self.batcher.log if self.batcher is not None else None
+        slots = []
+        for s in self.slots:
+            own = s.tenant == tenant
+            slots.append({"slot": s.index, "busy": s.job is not None, "cached": len(s.pair.target.tokens) if own else None,
+                          "rounds": s.rounds if own else None, "tokens": s.tokens if own else None})  # fmt: skip
         return {
-            "slots": [
-                {"slot": s.index, "busy": s.job is not None, "cached": len(s.pair.target.tokens), "rounds": s.rounds, "tokens": s.tokens}
-                for s in self.slots
-            ],
+            "slots": slots,
             "target_passes": dict(sorted(log.sequences["target"].items())) if log is not None else {},
             "target_rows": log.rows["target"] if log is not None else 0,
         }

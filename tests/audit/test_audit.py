@@ -390,7 +390,7 @@ def one_line(stderr: str) -> str:
         (["--alpha", "1.5", "x"], "--alpha must be at least 1e-05 and below 1, e.g. 0.001; got 1.5"),
         (["--greedy-tokens", "-1", "x"], "--greedy-tokens must be between 0 and 100000, got -1"),
         (["-k", "0", "x"], "--draft-tokens must be between 1 and 64, got 0"),
-        (["--drafter", "oracle", "x"], "--drafter must be one of model, lookup, model+lookup, cascade, got 'oracle'"),
+        (["--drafter", "oracle", "x"], "--drafter must be one of model, lookup, model+lookup, cascade, none, got 'oracle'"),
         (["--verify", "tree", "x"], "--verify must be one of token, block, auto, got 'tree'"),
         (["--top-p", "0", "x"], "--top-p must be in (0, 1], got 0.0"),
         (["--p-min", "2", "x"], "--p-min must be in [0, 1], got 2.0"),

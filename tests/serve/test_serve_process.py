@@ -105,6 +105,7 @@ def test_a_port_in_use_is_one_line_and_exit_1(builtin_paths):
     [
         (["--port", "70000"], "specdec: error: --port must be between 0 and 65535, got 70000"),
         (["--queue", "0"], "specdec: error: --queue must be at least 1, got 0"),
+        (["--slots", "0"], "specdec: error: --slots must be between 1 and 64, got 0"),
         (["--max-connections", "0"], "specdec: error: --max-connections must be at least 1, got 0"),
         (["--request-timeout", "0"], "specdec: error: --request-timeout must be more than 0 seconds, got 0"),
         (["--api-key-file", "/nonexistent/keys"], "specdec: error: --api-key-file /nonexistent/keys: No such file or directory"),

@@ -401,7 +401,8 @@
     const rows = report.slots.map((s) => {
       const tr = document.createElement("tr");
       const perStep = s.rounds ? (s.tokens / s.rounds).toFixed(2) : "–";
-      for (const text of [String(s.slot), s.busy ? "generating" : "free", String(s.tokens), perStep]) {
+      const tokens = s.tokens === null ? "–" : String(s.tokens); // another key's slot: its figures are not shown
+      for (const text of [String(s.slot), s.busy ? "generating" : "free", tokens, perStep]) {
         const td = document.createElement("td");
         td.textContent = text;
         tr.appendChild(td);

@@ -1,0 +1,78 @@
+"""`serve --slots`: requests generated at once over the toy pair, their rows in shared passes.
+
+The toy models (tests/fakes.py) record every pass with its parts, so the tests count what the
+passes held; the gate holds every decode until the test opens it, which orders events without
+sleeping.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from toyserver import Served, toy_pair
+
+GREEDY_TEXT = "bcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz"
+
+
+def _wait_until(condition, what: str, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.005)
+
+
+def test_two_requests_generate_at_once_and_share_the_target_passes():
+    gate = threading.Event()
+    pair = toy_pair(gate=gate)
+    s = Served(pair, slots=2)
+    try:
+        assert s.worker.ready.wait(10)
+        results = {}
+
+        def ask(name, prompt, n):
+            results[name] = s.post("/v1/completions", {"prompt": prompt, "max_tokens": n})
+
+        threads = [threading.Thread(target=ask, args=("a", "a", 20)), threading.Thread(target=ask, args=("k", "k", 20))]
+        [t.start() for t in threads]
+        _wait_until(lambda: s.worker.running == 2, "both requests have a slot (neither waits in the queue)")
+        assert s.worker.waiting == 0
+        gate.set()
+        [t.join(30) for t in threads]
+        assert results["a"][2]["choices"][0]["text"] == GREEDY_TEXT[:20]
+        assert results["k"][2]["choices"][0]["text"] == GREEDY_TEXT[10:30]
+        # counted by the fake target: passes that held rows of both sequences
+        shared = [p for p in pair.target.passes if len({seq for seq, _, _ in p}) == 2]
+        assert len(shared) >= 5, pair.target.passes
+    finally:
+        gate.set()
+        s.stop()
+
+
+def test_a_request_takes_the_slot_that_holds_its_prefix():
+    s = Served(toy_pair(), slots=2)
+    try:
+        assert s.worker.ready.wait(10)
+        first = s.post("/v1/completions", {"prompt": "abcdefgh", "max_tokens": 4})[2]
+        s.post("/v1/completions", {"prompt": "mnopq", "max_tokens": 4})
+        again = s.post("/v1/completions", {"prompt": "abcdefghijkl", "max_tokens": 4})[2]
+        assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        # the slot of the first request holds "abcdefgh" + its answer "ijkl" (less the last token)
+        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 11
+    finally:
+        s.stop()
+
+
+def test_slots_shows_each_key_only_its_own_slots_figures():
+    s = Served(toy_pair(), slots=2, keys=("k1", "k2"))
+    try:
+        assert s.worker.ready.wait(10)
+        assert s.post("/v1/completions", {"prompt": "abc", "max_tokens": 5}, headers={"Authorization": "Bearer k1"})[0] == 200
+        status, mine = s.get("/slots", headers={"Authorization": "Bearer k1"})
+        status2, theirs = s.get("/slots", headers={"Authorization": "Bearer k2"})
+        assert status == status2 == 200
+        assert any(slot["cached"] for slot in mine["slots"]) and all(slot["cached"] is None for slot in theirs["slots"])
+        assert sum(int(n) * c for n, c in mine["target_passes"].items()) >= 1
+        assert s.get("/slots")[0] == 401
+    finally:
+        s.stop()
