@@ -5,10 +5,10 @@ template), tokens and temperature, and the same delays through delay_proxy.py, b
 b11434's llama-server (built with GGML_RPC) against b11434's own rpc-server. For each delay and
 each `--spec-draft-n-max` in --n-max (and without a draft), one llama-server is started
 (`--rpc PROXY -ngl 99`, the draft kept on the CPU with `-devd none`), the prompts are sent in
-turn, and decode tokens/s is read from its `timings.predicted_per_second` (prefill excluded,
-as rpc.py reports), weighted by tokens.
+turn, and decode tokens/s is read from its `timings` (predicted_n over predicted_ms: prefill
+excluded, as rpc.py reports), with the bytes that crossed the proxy per token (prefill included).
 
-    cmake -B build ... -DGGML_RPC=ON && cmake --build build --target llama-server rpc-server -j2
+    cmake -B build ... -DGGML_RPC=ON && cmake --build build --target llama-server ggml-rpc-server -j2
     flock /tmp/llama.lock python3 benchmarks/rpc_llama_server.py --bin /tmp/b11434/.../build/bin --out /tmp/rpc_ls.json
 
 Produces docs/rpc.md's table "llama-server --rpc".
@@ -48,10 +48,10 @@ def start_rpc_server(binary: Path) -> tuple[subprocess.Popen, int]:
             time.sleep(0.2)
 
 
-def run(args, bin_dir: Path, proxy_endpoint: str, n_max: int | None, prompts: list[str], log_path: Path) -> dict:
+def run(args, bin_dir: Path, proxy: DelayProxy, n_max: int | None, prompts: list[str], log_path: Path) -> dict:
     draft, target = builtin_pair()
     port = free_port()
-    command = [str(bin_dir / "llama-server"), "-m", str(target), "--rpc", proxy_endpoint, "-ngl", "99", "--host", "127.0.0.1",
+    command = [str(bin_dir / "llama-server"), "-m", str(target), "--rpc", proxy.endpoint, "-ngl", "99", "--host", "127.0.0.1",
                "--port", str(port), "-c", "2048", "-t", "2", "-np", "1", "--no-webui"]  # fmt: skip
     if n_max is not None:
         command += ["-md", str(draft), "-devd", "none", "-ngld", "0", "--spec-type", "draft-simple", "--spec-draft-n-max", str(n_max),
@@ -61,6 +61,7 @@ def run(args, bin_dir: Path, proxy_endpoint: str, n_max: int | None, prompts: li
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         try:
             wait_healthy(url, proc)
+            crossed = proxy.sent + proxy.received
             tokens = seconds = 0.0
             drafted = accepted = 0
             for text in prompts:
@@ -72,14 +73,16 @@ def run(args, bin_dir: Path, proxy_endpoint: str, n_max: int | None, prompts: li
                 seconds += t["predicted_ms"] / 1e3
                 drafted += t.get("draft_n", 0)
                 accepted += t.get("draft_n_accepted", 0)
+            crossed = proxy.sent + proxy.received - crossed
         finally:
             stop(proc, "llama-server")
-    return {"tokens_per_second": round(tokens / seconds, 2), "tokens": tokens, "drafted": drafted, "accepted": accepted}
+    return {"tokens_per_second": round(tokens / seconds, 2), "tokens": tokens, "drafted": drafted, "accepted": accepted,
+            "bytes_per_token": round(crossed / max(tokens, 1))}  # fmt: skip
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--bin", type=Path, required=True, help="b11434's build/bin, with llama-server and rpc-server (GGML_RPC on)")
+    parser.add_argument("--bin", type=Path, required=True, help="b11434's build/bin, with llama-server and ggml-rpc-server (GGML_RPC on)")
     parser.add_argument("--delays", type=float, nargs="+", default=[0, 1, 5], help="ms each way (round trips of twice that)")
     parser.add_argument("--n-max", type=int, nargs="+", default=[2, 4, 8, 16])
     parser.add_argument("--max-tokens", type=int, default=128)
@@ -90,7 +93,7 @@ def main() -> int:
     prompts = [p.text for p in builtin_prompts()][: args.prompts]
     logs = args.out.with_suffix(".logs")
     logs.mkdir(exist_ok=True)
-    server, port = start_rpc_server(args.bin / "rpc-server")
+    server, port = start_rpc_server(args.bin / "ggml-rpc-server")
     out = {"temperature": args.temperature, "max_tokens": args.max_tokens, "prompts": len(prompts), "delays": {}}
     try:
         for delay in args.delays:
@@ -98,8 +101,8 @@ def main() -> int:
             with DelayProxy(("127.0.0.1", port), delay / 1e3) as proxy:
                 for n_max in [None, *args.n_max]:
                     name = "no draft" if n_max is None else f"n_max={n_max}"
-                    rows[name] = run(args, args.bin, proxy.endpoint, n_max, prompts, logs / f"{delay}-{name}.log")
-                    print(f"delay {delay} ms each way, {name}: {rows[name]['tokens_per_second']} tok/s", file=sys.stderr, flush=True)
+                    rows[name] = run(args, args.bin, proxy, n_max, prompts, logs / f"{delay}-{name}.log")
+                    print(f"delay {delay} ms each way, {name}: {rows[name]['tokens_per_second']} tok/s, {rows[name]['bytes_per_token']} bytes a token", file=sys.stderr, flush=True)
             base = rows["no draft"]["tokens_per_second"]
             drafted = {k: v for k, v in rows.items() if k != "no draft"}
             best = max(drafted, key=lambda k: drafted[k]["tokens_per_second"])

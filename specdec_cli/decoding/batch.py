@@ -25,9 +25,8 @@ model's passes are fitted by a + b R + c N (`PassCost`). Sequence i, with r_i ro
 T (a / N + c + b r_i) / (a + c N + b R): the fixed cost split evenly, its own sequence's cost,
 each row at the marginal cost of a row, scaled to what the pass took; and a pass that held only
 N of the M joined sequences (a draft step, a catch-up) stalled the other M - N, so its charges
-are multiplied by M / N. Alone that is T. So
-`-k auto` (tuning/policy.py), which learns from the Round figures, weighs the rows a sequence
-adds at the batch size it is in; it starts from those costs (`cost_curve`), and `BatchedPolicy`
+are multiplied by M / N. Alone that is T. So `-k auto` (tuning/policy.py), which learns from
+the Round figures, weighs the rows a sequence adds at the batch size it is in; it starts from those costs (`cost_curve`), and `BatchedPolicy`
 leaves the draft model out of any round where, at the current batch size, its drafts could
 not pay even if all were accepted. So speculation shrinks or stops where it does not pay.
 
@@ -208,9 +207,8 @@ class Batcher:
         """What one sequence among `sequences` is charged, by the lines measured so far: a target pass
         with n of its rows (n = 1..max_rows: a / N + c + b n) and a draft step (of the draft model's
         line, with as many drafting together as the recent draft passes held); None before a target
-        pass was timed. `-k auto` starts from it
-        (serve/worker.py), so that a sequence in a batch weighs its rows at their cost there from its
-        first round, not at a pass's cost alone."""
+        pass was timed. `-k auto` starts from it (serve/worker.py), so that a sequence in a batch
+        weighs its rows at their cost there from its first round, not at a pass's cost alone."""
         if not self.costs[-1].measured:
             return None
         n = max(sequences, 1)
