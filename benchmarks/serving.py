@@ -235,14 +235,15 @@ def stop(proc: subprocess.Popen, name: str) -> int:
 class SpecdecServer:
     """`specdec serve --port 0 ...` as a subprocess: its URL from stderr, /health polled, SIGTERM to stop."""
 
-    def __init__(self, args: list[str], log_path: Path) -> None:
+    def __init__(self, args: list[str], log_path: Path, root: Path = ROOT) -> None:
         self.command = [sys.executable, "-m", "specdec_cli.cli", "serve", "--port", "0", *args]
         self.log_path = log_path
+        self.root = root  # the checkout whose specdec runs (serving_batch.py: also one before slots)
 
     def __enter__(self) -> "SpecdecServer":
         log("starting " + " ".join(self.command[1:]))
         self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(self.command, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(self.command, cwd=self.root, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.PIPE, text=True)
         found = threading.Event()
         self.url = None
 
@@ -274,9 +275,10 @@ class SpecdecServer:
 class LlamaServer:
     """llama.cpp's `llama-server` on a free port, /health polled, SIGTERM to stop."""
 
-    def __init__(self, binary: Path, draft: Path, target: Path, extra: list[str], log_path: Path) -> None:
+    def __init__(self, binary: Path, draft: Path | None, target: Path, extra: list[str], log_path: Path) -> None:
         self.port = free_port()
-        self.command = [str(binary), "-m", str(target), "-md", str(draft), "--host", "127.0.0.1", "--port", str(self.port), *extra]
+        with_draft = ["-md", str(draft)] if draft is not None else []
+        self.command = [str(binary), "-m", str(target), *with_draft, "--host", "127.0.0.1", "--port", str(self.port), *extra]
         self.log_path = log_path
         self.url = f"http://127.0.0.1:{self.port}"
 

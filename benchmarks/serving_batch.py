@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import threading
 import time
@@ -39,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
-from serving import READY_SECONDS, log, percentile, stop, wait_healthy, free_port, LISTENING  # noqa: E402
+from serving import LlamaServer, SpecdecServer, log, percentile  # noqa: E402
 
 TOPICS = ["the sea", "a lighthouse", "autumn leaves", "a busy market", "the moon", "a small robot", "a mountain village", "rain on a window",
           "an old library", "a desert road", "a winter morning", "a lost key"]  # fmt: skip
@@ -55,39 +54,6 @@ def post(url: str, body: dict, headers: dict | None = None, timeout: float = 600
 def get(url: str) -> dict:
     with urllib.request.urlopen(url, timeout=30) as r:
         return json.loads(r.read())
-
-
-class Process:
-    """A server process on a free port: its URL, /health polled, SIGTERM to stop."""
-
-    def __init__(self, command: list[str], log_path: Path, cwd: Path | None = None, url: str | None = None) -> None:
-        self.command, self.log_path, self.cwd, self.url = command, log_path, cwd, url
-
-    def __enter__(self):
-        log("starting " + " ".join(self.command))
-        self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(self.command, cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.PIPE, text=True)
-        found = threading.Event()
-
-        def drain():
-            for line in self.proc.stderr:
-                self._log.write(line)
-                self._log.flush()
-                m = LISTENING.search(line)
-                if m and self.url is None:
-                    self.url = m.group(1)
-                    found.set()
-            found.set()
-
-        threading.Thread(target=drain, daemon=True).start()
-        if self.url is None:
-            found.wait(READY_SECONDS)
-        wait_healthy(self.url, self.proc)
-        return self
-
-    def __exit__(self, *exc):
-        stop(self.proc, self.command[0])
-        self._log.close()
 
 
 def load(url: str, clients: int, requests: int, temperature: float, max_tokens: int) -> dict:
@@ -130,9 +96,9 @@ def passes(url: str) -> tuple[int, int, int] | None:
 
 
 def specdec_rows(name: str, root: Path, flags: list[str], args, temperature: float, logs: Path) -> list[dict]:
-    command = [sys.executable, "-m", "specdec_cli.cli", "serve", "--port", "0", "--ctx", str(args.ctx), "--threads", str(args.threads), "--queue", "64", *flags]
+    flags = ["--ctx", str(args.ctx), "--threads", str(args.threads), "--queue", "64", *flags]
     rows = []
-    with Process(command, logs / f"{name}-{temperature}.log", cwd=root) as server:
+    with SpecdecServer(flags, logs / f"{name}-{temperature}.log", root=root) as server:
         load(server.url, 1, 1, temperature, 8)  # warm
         for clients in args.clients:
             before = passes(server.url)
@@ -149,15 +115,12 @@ def specdec_rows(name: str, root: Path, flags: list[str], args, temperature: flo
 def llama_rows(name: str, args, draft: Path | None, temperature: float, logs: Path, target: Path) -> list[dict]:
     rows = []
     for clients in args.clients:
-        port = free_port()
-        command = [str(args.llama_server), "-m", str(target), "--host", "127.0.0.1", "--port", str(port), "-np", str(clients),
-                   "-c", str(args.ctx * clients), "-t", str(args.threads), "--no-webui"]  # fmt: skip
+        extra = ["-np", str(clients), "-c", str(args.ctx * clients), "-t", str(args.threads), "--no-webui"]
         if draft is not None:
-            command += ["-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-sampling", "probabilistic", "--spec-draft-n-max", str(args.n_max)]
-        with Process(command, logs / f"{name}-{temperature}-{clients}.log", url=f"http://127.0.0.1:{port}"):
-            url = f"http://127.0.0.1:{port}"
-            load(url, 1, 1, temperature, 8)
-            row = load(url, clients, args.requests, temperature, args.max_tokens)
+            extra += ["--spec-type", "draft-simple", "--spec-draft-sampling", "probabilistic", "--spec-draft-n-max", str(args.n_max)]
+        with LlamaServer(args.llama_server, draft, target, extra, logs / f"{name}-{temperature}-{clients}.log") as server:
+            load(server.url, 1, 1, temperature, 8)
+            row = load(server.url, clients, args.requests, temperature, args.max_tokens)
         rows.append({"server": name, "temperature": temperature, **row})
         log(f"{name} T={temperature} clients={clients}: {row['tokens_per_s']:.1f} tok/s p50 {row['p50_s']:.2f} s")
     return rows

@@ -50,7 +50,7 @@ from typing import Iterator, Mapping, NamedTuple, Protocol, Sequence
 import numpy as np
 
 from .. import clock
-from ..errors import ContextOverflow, SpecdecError
+from ..errors import ContextOverflow
 from ..events import DraftPolicy, Earned, Round
 from ..tuning.cost_curve import CostCurve
 

@@ -21,7 +21,7 @@ import urllib.request
 
 import pytest
 
-from toyserver import JSON, Served, chat, toy_pair
+from toyserver import JSON, Served, chat, toy_pair, wait_until
 
 
 # -- the wire format ----------------------------------------------------------------------------
@@ -216,14 +216,6 @@ def test_the_api_key_is_required_on_the_api_but_not_on_health_or_the_page():
 # -- one generation at a time: the queue and disconnects ---------------------------------------
 
 
-def _wait_until(condition, what: str, seconds: float = 10.0) -> None:
-    """Poll a state the test cannot be told about otherwise (the queue's length); never a sleep that orders."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.005)
-
-
 def test_a_full_queue_answers_503_with_retry_after_and_nothing_is_lost():
     gate = threading.Event()
     pair = toy_pair(gate=gate)
@@ -240,7 +232,7 @@ def test_a_full_queue_answers_503_with_retry_after_and_nothing_is_lost():
         assert pair.target.decoding.wait(10)  # the first is generating (held at its first decode)
         second = threading.Thread(target=ask, args=("second",))
         second.start()
-        _wait_until(lambda: s.worker.waiting == 1, "the second request waits in the queue")
+        wait_until(lambda: s.worker.waiting == 1, "the second request waits in the queue")
         status, headers, body = s.post("/v1/completions", {"prompt": "a", "max_tokens": 2})
         assert status == 503 and headers["Retry-After"] == "2" and "queue" in body["error"]["message"]
         gate.set()
@@ -303,7 +295,7 @@ def test_stop_cancels_the_generation_in_flight_and_the_queue():
         assert pair.target.decoding.wait(10)
         queued = threading.Thread(target=ask, args=("queued",))
         queued.start()
-        _wait_until(lambda: s.worker.waiting == 1, "the second request waits in the queue")
+        wait_until(lambda: s.worker.waiting == 1, "the second request waits in the queue")
         stopping = threading.Thread(target=s.worker.stop)
         stopping.start()
         queued.join(10)  # failed by stop() at once, while the first is still held in its decode

@@ -8,18 +8,10 @@ sleeping.
 from __future__ import annotations
 
 import threading
-import time
 
-from toyserver import Served, toy_pair
+from toyserver import Served, toy_pair, wait_until
 
 GREEDY_TEXT = "bcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz"
-
-
-def _wait_until(condition, what: str, seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.005)
 
 
 def test_two_requests_generate_at_once_and_share_the_target_passes():
@@ -35,7 +27,7 @@ def test_two_requests_generate_at_once_and_share_the_target_passes():
 
         threads = [threading.Thread(target=ask, args=("a", "a", 20)), threading.Thread(target=ask, args=("k", "k", 20))]
         [t.start() for t in threads]
-        _wait_until(lambda: s.worker.running == 2, "both requests have a slot (neither waits in the queue)")
+        wait_until(lambda: s.worker.running == 2, "both requests have a slot (neither waits in the queue)")
         assert s.worker.waiting == 0
         gate.set()
         [t.join(30) for t in threads]

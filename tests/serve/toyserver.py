@@ -101,5 +101,14 @@ class Served:
 
 
 
+def wait_until(condition, what: str, seconds: float = 10.0) -> None:
+    """Poll a state the test cannot be told about otherwise (the queue's length, the slots taken);
+    never a sleep that orders."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.005)
+
+
 def chat(content: str = "a", **fields) -> dict:
     return {"messages": [{"role": "user", "content": content}], **fields}
