@@ -33,9 +33,10 @@ def test_two_requests_generate_at_once_and_share_the_target_passes():
         [t.join(30) for t in threads]
         assert results["a"][2]["choices"][0]["text"] == GREEDY_TEXT[:20]
         assert results["k"][2]["choices"][0]["text"] == GREEDY_TEXT[10:30]
-        # counted by the fake target: passes that held rows of both sequences
+        # counted by the fake target: passes that held rows of both sequences (how many depends on how
+        # the two requests' rounds line up; one at a time there would be none)
         shared = [p for p in pair.target.passes if len({seq for seq, _, _ in p}) == 2]
-        assert len(shared) >= 5, pair.target.passes
+        assert len(shared) >= 2, pair.target.passes
     finally:
         gate.set()
         s.stop()
