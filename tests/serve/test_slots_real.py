@@ -86,10 +86,12 @@ def test_every_answer_of_a_batch_is_its_alone_target_only_answer(served):
     assert max(held) >= 2, held
 
 
-def test_first_token_law_at_t1_with_three_clients_of_different_settings(served):
+@pytest.mark.parametrize("sampling", [{"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0}, {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}], ids=["T1", "T0.8-filtered"])
+def test_first_token_law_with_three_clients_of_different_settings(served, sampling):
     """N = 300 first tokens per client, three clients at once with different drafting and verify
-    settings (seeds 0..299 each), each against the target's own softmax at the prompt's end
-    (ALPHA = 1e-4 each, so a false failure has probability at most 3e-4)."""
+    settings (seeds 0..299 each), each against the target's own law at the prompt's end, at T = 1
+    and at T = 0.8 with llama.cpp's default filters (ALPHA = 1e-4 each, so a false failure has
+    probability at most 3e-4 per setting)."""
     n = 300
     prompt = PROMPTS[1]
     pair = served.worker.pair
@@ -97,13 +99,13 @@ def test_first_token_law_at_t1_with_three_clients_of_different_settings(served):
     view.rewind(0)
     row = np.array(view.decode(pair.prompt_tokens(prompt, chat=False), 1)[0][: pair.vocab_limit], dtype=np.float64)
     view.rewind(0)
-    p = probabilities(row.astype(np.float32), SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0))
+    p = probabilities(row.astype(np.float32), SamplingParams(**sampling))
     settings = [{"draft_tokens": 3}, {"draft_tokens": 2, "verify": "block"}, {"drafter": "model+lookup", "draft_tokens": 4}]
     firsts: list[list[str]] = [[], [], []]
 
     def client(i):
         for seed in range(n):
-            body = complete(served, prompt, max_tokens=1, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=seed, **settings[i])
+            body = complete(served, prompt, max_tokens=1, seed=seed, **sampling, **settings[i])
             firsts[i].append(body["choices"][0]["text"])
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(3)]
