@@ -41,6 +41,13 @@ class ContextOverflow(BadInput):
     """The prompt (plus what must be generated) does not fit in the context window."""
 
 
+def check_context(n_ctx: int, needed: int) -> None:
+    """ContextOverflow when a model's cache would need more than its n_ctx tokens. Example:
+    (8, 9) -> "the context holds 8 tokens but 9 are needed; pass a larger --ctx"."""
+    if needed > n_ctx:
+        raise ContextOverflow(f"the context holds {n_ctx} tokens but {needed} are needed; pass a larger --ctx")
+
+
 class BadConfig(BadInput):
     """A models.toml (shipped or the user's) that does not follow the schema."""
 

@@ -40,7 +40,6 @@ class MarkovModel:
     def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray | None:
         assert len(tokens) > 0 and 0 <= n_logits <= len(tokens)
         assert len(self.tokens) + len(tokens) <= self.n_ctx
-        self.kv[0] = list(self.tokens)
         rows = self.decode_rows([(0, len(self.tokens), tokens, n_logits)])[0]
         self.tokens.extend(int(t) for t in tokens)
         return rows
@@ -63,6 +62,7 @@ class MarkovModel:
         del self.kv.setdefault(seq, [])[n_keep:]
 
     def rewind(self, n_keep: int) -> None:
+        self.seq_rm(0, n_keep)
         del self.tokens[n_keep:]
 
     def piece(self, token: int) -> bytes:

@@ -50,7 +50,7 @@ from typing import Iterator, Mapping, NamedTuple, Protocol, Sequence
 import numpy as np
 
 from .. import clock
-from ..errors import ContextOverflow
+from ..errors import check_context
 from ..events import DraftPolicy, Earned, Round
 from ..tuning.cost_curve import CostCurve
 
@@ -155,7 +155,6 @@ class PassLog:
 
     sequences: dict[str, collections.Counter] = field(default_factory=lambda: collections.defaultdict(collections.Counter))
     rows: collections.Counter = field(default_factory=collections.Counter)
-    passes: collections.Counter = field(default_factory=collections.Counter)
 
 
 class Batcher:
@@ -216,6 +215,7 @@ class Batcher:
         return CostCurve(draft_step=self._draft_step(n), target_batch=tuple(a / n + c + b * rows for rows in range(1, max_rows + 1)))
 
     def _draft_step(self, n: int) -> float:
+        """A draft step's cost to each of the sequences drafting together (at most n): a_d / S + c_d + b_d."""
         if len(self.models) < 2 or not self.costs[0].measured:
             return 0.0
         a, b, c = self.costs[0].line()
@@ -233,10 +233,8 @@ class Batcher:
         if len(self.models) < 2 or not (self.costs[0].measured and self.costs[-1].measured):
             return True
         n = max(self._active, 1)
-        together = min(self._drafting_together or n, n)
         a, _, c = self.costs[-1].line()
-        da, db, dc = self.costs[0].line()
-        return a / n + c > da / together + db + dc
+        return a / n + c > self._draft_step(n)
 
     def decode(self, view: "SharedSequence", tokens: Sequence[int], n_logits: int) -> np.ndarray | None:
         """`view`'s tokens through the next passes; its logits rows (a view, valid until this thread's next decode)."""
@@ -286,7 +284,6 @@ class Batcher:
         name = self.names[index]
         self.log.sequences[name][len(planned)] += 1
         self.log.rows[name] += sum(take for _, take in planned)
-        self.log.passes[name] += 1
         for (r, take), result in zip(planned, results):
             if isinstance(result, BaseException):
                 r.error, r.finished = result, True
@@ -402,10 +399,7 @@ class SharedSequence:
 
     def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray | None:
         assert len(tokens) > 0 and 0 <= n_logits <= len(tokens), f"n_logits={n_logits} for {len(tokens)} tokens"
-        if len(self.tokens) + len(tokens) > self.n_ctx:
-            raise ContextOverflow(
-                f"the context holds {self.n_ctx} tokens but {len(self.tokens) + len(tokens)} are needed; pass a larger --ctx"
-            )
+        check_context(self.n_ctx, len(self.tokens) + len(tokens))
         return self.batcher.decode(self, tokens, n_logits)
 
     def rewind(self, n_keep: int) -> None:

@@ -29,7 +29,7 @@ from typing import Sequence
 import llama_cpp as lc  # before numpy: see specdec_cli/__init__.py
 import numpy as np
 
-from ..errors import BadInput, ContextOverflow, ModelLoadError, SpecdecError
+from ..errors import BadInput, ModelLoadError, SpecdecError, check_context
 from . import crashguard, ggml, resources, rpc
 from .chat_template import render_jinja_template
 from .gguf import check_gguf_file, no_chat_template
@@ -359,10 +359,7 @@ class LlamaModel:
         assert n > 0, "decode needs at least one token"
         assert 0 <= n_logits <= min(n, self.n_batch), f"n_logits={n_logits} for {n} tokens, n_batch={self.n_batch}"
         start = len(self.tokens)
-        if start + n > self.n_ctx:
-            raise ContextOverflow(
-                f"the context holds {self.n_ctx} tokens but {start + n} are needed; pass a larger --ctx"
-            )
+        check_context(self.n_ctx, start + n)
         # Chunks of at most n_batch tokens; the last one holds every row that wants logits.
         last_start = max(0, n - self.n_batch)
         bounds = list(range(0, last_start, self.n_batch)) + [last_start, n]

@@ -18,6 +18,7 @@ from specdec_cli.decoding import engine as engine_module
 from specdec_cli.decoding.batch import BatchedPolicy, Batcher, PassCost, shares
 from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.drafting.lookup import LookupDrafter, LookupOptions
+from specdec_cli.errors import ContextOverflow
 from specdec_cli.drafting.model import ModelDrafter
 from specdec_cli.maths.sampling import GREEDY, SamplingParams, probabilities
 from specdec_cli.tuning.policy import draft_policy
@@ -379,3 +380,13 @@ def test_the_draft_model_is_left_out_where_it_cannot_pay_at_the_batch_size():
         [t.join(10) for t in threads]
     assert inner.offered == [["model", "lookup:2"], ["lookup:2"], []]
     assert not inner.probing  # no probes while others share the passes
+
+
+def test_a_sequence_beyond_its_context_is_refused_as_the_model_refuses():
+    t, _ = tables()
+    target = MarkovModel(t, n_ctx=8)
+    view = Batcher([target]).sequence(target, 1)
+    view.decode([1, 2, 3, 4, 5], 1)
+    with pytest.raises(ContextOverflow, match=r"^the context holds 8 tokens but 9 are needed; pass a larger --ctx$"):
+        view.decode([1, 2, 3, 4], 1)
+    assert view.tokens == [1, 2, 3, 4, 5] and target.kv[1] == view.tokens  # nothing was decoded
