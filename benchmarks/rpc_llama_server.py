@@ -5,7 +5,7 @@ template), tokens and temperature, and the same delays through delay_proxy.py, b
 b11434's llama-server (built with GGML_RPC) against b11434's own rpc-server. For each delay and
 each `--spec-draft-n-max` in --n-max (and without a draft), one llama-server is started
 (`--rpc PROXY -ngl 99`, the draft kept on the CPU with `-devd none`), the prompts are sent in
-turn, and decode tokens/s is read from its `timings` (predicted_n over predicted_ms: prefill
+turn (the first, as in rpc.py, is not counted: a fresh server's first request warms it up), and decode tokens/s is read from its `timings` (predicted_n over predicted_ms: prefill
 excluded, as rpc.py reports), with the bytes that crossed the proxy per token (prefill included).
 
     cmake -B build ... -DGGML_RPC=ON && cmake --build build --target llama-server ggml-rpc-server -j2
@@ -64,11 +64,13 @@ def run(args, bin_dir: Path, proxy: DelayProxy, n_max: int | None, prompts: list
             crossed = proxy.sent + proxy.received
             tokens = seconds = 0.0
             drafted = accepted = 0
-            for text in prompts:
+            for i, text in enumerate(prompts):
                 body = {"messages": [{"role": "user", "content": text}], "max_tokens": args.max_tokens, "temperature": args.temperature, "seed": 0}
                 req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
                 with urllib.request.urlopen(req, timeout=600) as r:
                     t = json.loads(r.read())["timings"]
+                if i == 0:
+                    continue  # the first call is not counted, as in rpc.py
                 tokens += t["predicted_n"]
                 seconds += t["predicted_ms"] / 1e3
                 drafted += t.get("draft_n", 0)
@@ -87,14 +89,14 @@ def main() -> int:
     parser.add_argument("--n-max", type=int, nargs="+", default=[2, 4, 8, 16])
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--prompts", type=int, default=3)
+    parser.add_argument("--prompts", type=int, default=3, help="how many of the built-in prompts are counted, after a first one")
     parser.add_argument("--out", type=Path, default=Path("rpc_llama_server.json"))
     args = parser.parse_args()
-    prompts = [p.text for p in builtin_prompts()][: args.prompts]
+    prompts = [p.text for p in builtin_prompts()][: args.prompts + 1]
     logs = args.out.with_suffix(".logs")
     logs.mkdir(exist_ok=True)
     server, port = start_rpc_server(args.bin / "ggml-rpc-server")
-    out = {"temperature": args.temperature, "max_tokens": args.max_tokens, "prompts": len(prompts), "delays": {}}
+    out = {"temperature": args.temperature, "max_tokens": args.max_tokens, "prompts": len(prompts) - 1, "delays": {}}
     try:
         for delay in args.delays:
             rows = {}

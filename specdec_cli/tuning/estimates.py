@@ -26,6 +26,7 @@ POSITION_PRIOR_FAILURES = 2.0  # pseudo-failures behind the pooled rate in each 
 PRIOR_BATCH_SLOPE = 0.05  # (T_batch(n + 1) - T_batch(n)) / T_batch(1) before measuring
 SLOPE_PRIOR_WEIGHT = 8.0  # the prior slope counts as much as two rounds two tokens either side of the mean
 DECAY = 0.9  # forgetting factor per observation: about the last 10 rounds count
+FIRST_PASS_WEIGHT = 0.25  # a batch size's first pass builds its graph: it counts a quarter of a sample (BatchCost.add)
 OUTLIER_FACTOR = 2.0  # a timing counts at most this factor away from its running estimate
 
 
@@ -116,6 +117,11 @@ class WeightedMean:
         self.weight = self.weight * self.decay + weight
         self.total = self.total * self.decay + weight * value
 
+    def fade(self) -> None:
+        """Age the evidence by one step without a new sample: the value stays, its weight shrinks."""
+        self.weight *= self.decay
+        self.total *= self.decay
+
     @property
     def value(self) -> float | None:
         return self.total / self.weight if self.weight else None
@@ -124,7 +130,8 @@ class WeightedMean:
 class BatchCost:
     """T_batch(n): the measured mean for n = 1 (before that, `estimate_step`), and a line for n >= 2.
 
-    The line is a weighted least-squares fit through the per-size means seen (n >= 2) whose
+    The line is a weighted least-squares fit through the per-size means seen (n >= 2), each
+    weighted by its evidence, which fades by `decay` per round whatever size that round was; its
     slope is pulled toward the prior PRIOR_BATCH_SLOPE * T(1) per token by a ridge term worth
     SLOPE_PRIOR_WEIGHT (in units of weight x tokens^2), so that two noisy rounds at adjacent
     sizes cannot tilt it far, while rounds spread over several sizes soon outweigh the prior.
@@ -140,10 +147,21 @@ class BatchCost:
         self._curve: list[float] = []  # cache of curve(), cleared by add()
 
     def add(self, n: int, seconds: float) -> None:
+        """One round whose target pass scored n tokens cost `seconds`. Every other size's evidence
+        fades by `decay` as its own does, so the line follows the last rounds whatever their sizes:
+        a size not seen for a while (the short drafts of a call's first rounds) stops steering it.
+        Without that, one slow pass at a size never visited again weighed on the line for good.
+        And a size's first pass counts FIRST_PASS_WEIGHT of a sample: llama.cpp builds the graph
+        of a batch shape it has not run yet, which over RPC took a pass of 13 tokens to 100-130 ms
+        where passes of that size took 50-65 ms after (a CUDA graph is captured likewise)."""
         curve = self.curve(n)
         # A first plain step is not held to an estimate of T_batch(1), which may be far off.
         expected = curve[n - 1] if curve and (n > 1 or self.measured) else None
-        self.means.setdefault(n, WeightedMean(self.decay)).add(clamp(seconds, expected))
+        for size, mean in self.means.items():
+            if size != n:
+                mean.fade()
+        first = n not in self.means
+        self.means.setdefault(n, WeightedMean(self.decay)).add(clamp(seconds, expected), FIRST_PASS_WEIGHT if first and n > 1 else 1.0)
         self._curve = []
 
     @property

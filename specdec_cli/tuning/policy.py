@@ -72,6 +72,20 @@ So a source that lost in earlier calls (the memory proposing the previous call's
 extraction) starts with its losing record, is not chosen, and is only probed as above; one
 that won starts trusted. The record is acceptance only: costs are this machine's, measured anew.
 
+Across calls on the same models. A fresh policy spends a short call's first rounds learning:
+k = 3 on the priors in round 1, a first batch size in round 2, a plain target step soon after
+to measure T_batch(1), and costs from few sizes, which one slow pass can tilt. Where the target
+pass is dear and drafts mostly hit (a target over RPC, docs/rpc.md: at a 10 ms round trip a
+128-token call lasts about a dozen rounds of k = 16), that warm-up is a good part of the call.
+A caller that runs calls on one loaded pair one after another (`bench`, a library loop) hands
+each the previous call's policy `continued()`: costs, acceptance and back-offs go on from where
+they were, as if the calls were one run, and only each call's first round (slow after the
+prefill) teaches nothing. Acceptance fades by DECAY per round, so a call whose text drafts
+worse than the last one's corrects it as a run does when its text changes (k from 16 to 4 in
+about ten rounds of drafts that fail at position 3). `TunedPolicies` keeps such chains,
+one per setting. (The server starts each request from the pass costs its batches measured
+instead: decoding/batch.py.)
+
 Why the output stays exact. Speculative sampling emits, at every position, a token whose
 law given everything before it is p, whatever k was, provided two things: whether position
 i is drafted is decided before the draft token x_i is drawn, and neither that decision nor
@@ -92,6 +106,7 @@ that consults the policy (decoding/engine.py).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, Sequence
 
@@ -158,6 +173,25 @@ class FixedPolicy:
 
     def earned(self) -> dict[str, Earned]:
         return {}
+
+
+class TunedPolicies:
+    """The policies of calls that run one after another on one loaded pair: each `auto` policy
+    continues the last one handed out for the same setting (see "Across calls" above), a fixed k
+    is as draft_policy makes it. `key` tells settings apart whose acceptance differs (the
+    temperature, the drafter). Not for calls that run at once: each would learn into the other's.
+    Example: tuned = TunedPolicies(); tuned.policy("auto", key=0.8) twice: the second goes on from
+    the first."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple, AdaptivePolicy] = {}
+
+    def policy(self, draft_tokens: DraftTokens, p_min: float | None = None, key: object = None) -> DraftPolicy:
+        last = self._last.get((draft_tokens, p_min, key))
+        policy = last.continued() if last is not None else draft_policy(draft_tokens, p_min)
+        if isinstance(policy, AdaptivePolicy):
+            self._last[draft_tokens, p_min, key] = policy
+        return policy
 
 
 # -- the maths ------------------------------------------------------------------------
@@ -230,7 +264,8 @@ class AdaptivePolicy:
         self.learn_costs = learn_costs
         self.batch = BatchCost(decay)
         self.drafters: dict[str, DrafterRecord] = {}
-        self.rounds = 0  # rounds observed
+        self.rounds = 0  # rounds observed (in the calls before too, for a policy `continued` from another)
+        self.call_rounds = 0  # of which in this call
         self.yardstick_round = 0  # the round in which T_batch(1) was last measured
         self.elapsed = 0.0  # seconds of all rounds observed
         self.backlog_seconds = 0.0  # of which draft-model catch-ups after rounds it sat out: what probes cost
@@ -244,6 +279,14 @@ class AdaptivePolicy:
             if not learn_costs:
                 assert len(costs.target_batch) > max_k, "a fixed cost curve must cover batches of 1..max_k + 1"
                 self._fixed_curve = list(costs.target_batch)
+
+    def continued(self) -> "AdaptivePolicy":
+        """A policy for the next call on the same models that goes on from everything this one
+        learnt (costs, each proposer's acceptance, back-offs): see "Across calls" in the module's
+        docstring. This one is left as it was."""
+        following = copy.deepcopy(self)
+        following.call_rounds, following.previous = 0, ""  # a new call: its first round runs slow; the draft model was prefilled
+        return following
 
     def record(self, name: str) -> DrafterRecord:
         if name not in self.drafters:
@@ -356,7 +399,8 @@ class AdaptivePolicy:
 
     def observe(self, event: Round) -> None:
         self.rounds += 1
-        learn = self.learn_costs and self.rounds > 1  # the first round after a prefill runs slow
+        self.call_rounds += 1
+        learn = self.learn_costs and self.call_rounds > 1  # the first round after a prefill runs slow
         if learn:
             self.batch.add(event.drafted + 1, event.seconds - event.draft_seconds)
             if event.drafted == 0:

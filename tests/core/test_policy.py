@@ -20,8 +20,8 @@ from specdec_cli.tuning.cost_curve import CostCurve
 from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.events import Round, Token
 from specdec_cli.errors import BadInput
-from specdec_cli.tuning.estimates import Acceptance, BatchCost, WeightedMean, clamp
-from specdec_cli.tuning.policy import AdaptivePolicy, DEFAULT_P_MIN, FIRST_BACKOFF, FixedPolicy, PRIOR_DRAFT_WEIGHT, PROBE_BUDGET, REFRESH_MARGIN, REFRESH_ROUNDS, STALE_ROUNDS, best_draft_length, draft_policy, draft_step_seconds
+from specdec_cli.tuning.estimates import FIRST_PASS_WEIGHT, Acceptance, BatchCost, WeightedMean, clamp
+from specdec_cli.tuning.policy import AdaptivePolicy, TunedPolicies, DEFAULT_P_MIN, FIRST_BACKOFF, FixedPolicy, PRIOR_DRAFT_WEIGHT, PROBE_BUDGET, REFRESH_MARGIN, REFRESH_ROUNDS, STALE_ROUNDS, best_draft_length, draft_policy, draft_step_seconds
 from specdec_cli.maths.sampling import GREEDY, SamplingParams, probabilities, sample
 
 from fakes import MarkovModel, random_markov
@@ -155,6 +155,22 @@ def test_batch_cost_measurements_outweigh_the_prior():
     assert 1.8 * MS < slope <= 2.0 * MS
     assert cost.curve(17)[4] == pytest.approx(18 * MS, rel=0.03)
 
+
+def test_a_size_not_seen_for_a_while_stops_steering_the_line():
+    """Over RPC a pass at a batch size the process had not run yet took about twice what that size
+    took afterwards. One such pass at 13 tokens, then k = 16 for good: the line near the sizes in
+    use comes back to the truth T(n) = 30 + 1.5 (n - 1) ms as that pass fades (before, it kept its
+    weight for good, and a size's first pass counted as much as any other)."""
+    truth = linear(30, 1.5, 17)
+    cost = BatchCost()
+    cost.add(1, truth[0])
+    cost.add(13, 2 * truth[12])
+    cost.add(17, truth[16])
+    assert cost.curve(17)[12] > 1.3 * truth[12]
+    for _ in range(30):
+        cost.add(17, truth[16])
+    assert cost.curve(17)[8:] == pytest.approx(truth[8:], rel=0.05)
+    assert cost.means[13].weight == pytest.approx(FIRST_PASS_WEIGHT * 0.9**31) and cost.means[13].value == pytest.approx(2 * truth[12])
 
 def test_estimates_docstring_example_weighted_mean():
     mean = WeightedMean()
@@ -353,6 +369,61 @@ def test_auto_lengthens_the_draft_while_everything_is_accepted():
     # At the prior a = 0.8 this is the docstring example: k = 2.
     assert ks[0] == 2 and ks == sorted(ks) and ks[-1] == 16
 
+
+
+def test_a_continued_policy_starts_where_the_last_call_ended():
+    """A target over a 10 ms round trip: T(n) = 30 + 1.5 (n - 1) ms, draft step 7 ms, every draft
+    accepted. A fresh policy ramps up (k = 3 on the priors in round 1); the next call's policy,
+    continued from it, drafts 16 from its first round, and its slow first round teaches no costs."""
+    first = AdaptivePolicy()
+    ks = run_rounds(first, 12, 30, 7, 1.5)
+    assert ks[0] == 3 and ks[-1] == 16
+    curve = first.curve()
+    following = first.continued()
+    assert following.choose(["model"], budget=1000) == ("model", 16)
+    following.observe(drafting_round(16, 300, 70, 15))  # ten times the cost: slow after the prefill
+    assert following.curve() == pytest.approx(curve)
+    following.choose(["model"], budget=1000)
+    following.observe(drafting_round(16, 300, 70, 15))  # the second round counts (clamped as any outlier)
+    assert following.curve()[16] > curve[16]
+    assert first.curve() == pytest.approx(curve) and first.call_rounds == 12  # the first call's policy is left as it was
+    assert AdaptivePolicy().choose(["model"], budget=1000) == ("model", 3)
+
+
+def test_a_continued_policy_shortens_k_when_the_new_text_drafts_worse():
+    first = AdaptivePolicy()
+    run_rounds(first, 12, 30, 7, 1.5)
+    following = first.continued()
+    ks = []
+    for _ in range(12):  # the new call's drafts all fail at position 3
+        name, k = following.choose(["model"], budget=1000)
+        ks.append(k)
+        following.observe(round_event(k, k, min(k, 2), seconds=(7 * k + 30 + 1.5 * k) * MS, draft_s=7 * k * MS, catch_up_s=7 * MS))
+    assert ks[0] == 16 and ks[-1] <= 4 and ks[1:6] == sorted(ks[1:6], reverse=True)  # the record fades by DECAY a round
+
+
+def test_tuned_policies_continue_per_setting():
+    tuned = TunedPolicies()
+    first = tuned.policy("auto", key=0.0)
+    run_rounds(first, 12, 30, 7, 1.5)
+    assert tuned.policy("auto", key=0.0).choose(["model"], budget=1000) == ("model", 16)  # goes on from `first`
+    assert tuned.policy("auto", key=0.8).choose(["model"], budget=1000) == ("model", 3)  # another setting: fresh
+    assert isinstance(tuned.policy(4), FixedPolicy) and tuned.policy(4).k == 4
+
+
+def test_continued_policies_keep_greedy_output_exact():
+    """Calls one after another on the same fake pair, each policy continued from the last: every
+    output is the target's greedy decoding of its prompt."""
+    target, draft = toy_pair(seed=3)
+    drafter = ModelDrafter(MarkovModel(draft, n_ctx=200))
+    engine, tuned = Engine(MarkovModel(target, n_ctx=200), drafter), TunedPolicies()
+    for prompt in ([0], [1, 2], [4, 3, 1], [2]):
+        tokens, want = list(prompt), []
+        for _ in range(40):
+            want.append(int(np.argmax(target[tokens[-1]])))
+            tokens.append(want[-1])
+        events = list(engine.generate(prompt, GenerationConfig(max_tokens=40, sampling=GREEDY, seed=1), tuned.policy("auto")))
+        assert list(events[-1].tokens) == want
 
 # The built-in pair's agreement on the "story" prompt (T = 0, chat template, first 128 tokens;
 # benchmarks/policy_replay.py record): "1" where the Q4_1 draft's greedy token is the F32 target's.
