@@ -18,7 +18,7 @@ from specdec_cli.maths.sampling import softmax_at
 from specdec_cli.maths.speculative import expected_tokens
 from specdec_cli.tuning.cost_curve import CostCurve
 from specdec_cli.decoding.engine import Engine, GenerationConfig
-from specdec_cli.events import Round, Token
+from specdec_cli.events import Earned, Round, Token
 from specdec_cli.errors import BadInput
 from specdec_cli.tuning.estimates import FIRST_PASS_WEIGHT, Acceptance, BatchCost, WeightedMean, clamp
 from specdec_cli.tuning.policy import AdaptivePolicy, TunedPolicies, DEFAULT_P_MIN, FIRST_BACKOFF, FixedPolicy, PRIOR_DRAFT_WEIGHT, PROBE_BUDGET, REFRESH_MARGIN, REFRESH_ROUNDS, STALE_ROUNDS, best_draft_length, draft_policy, draft_step_seconds
@@ -401,6 +401,18 @@ def test_a_continued_policy_shortens_k_when_the_new_text_drafts_worse():
         following.observe(round_event(k, k, min(k, 2), seconds=(7 * k + 30 + 1.5 * k) * MS, draft_s=7 * k * MS, catch_up_s=7 * MS))
     assert ks[0] == 16 and ks[-1] <= 4 and ks[1:6] == sorted(ks[1:6], reverse=True)  # the record fades by DECAY a round
 
+
+def test_k_grows_with_the_round_trip_without_being_told():
+    """A target over RPC pays the network once per pass: T(n) = 20 ms + rtt + 1.5 (n - 1) ms, the
+    draft 7 ms a step, every position accepted 80% of the time (a record resumed as from an
+    earlier call). Only the measured costs carry the delay, and the k chosen grows with it:
+    rtt 0: k = 2 (2.44 / 37 ms), 10 ms: k = 3 (2.952 / 55.5 ms), 30 ms: k = 4 (3.362 / 84 ms)."""
+    ks = []
+    for rtt in (0, 10, 30):
+        policy = frozen(draft_ms=7, t1_ms=20 + rtt, slope_ms=1.5)
+        policy.resume({"model": Earned(hits=(80.0,) * 16, trials=(100.0,) * 16)})
+        ks.append(policy.choose(["model"], budget=1000)[1])
+    assert ks == [2, 3, 4]
 
 def test_tuned_policies_continue_per_setting():
     tuned = TunedPolicies()
