@@ -6,7 +6,7 @@ b11434's llama-server (built with GGML_RPC) against b11434's own rpc-server. For
 each `--spec-draft-n-max` in --n-max (and without a draft), one llama-server is started
 (`--rpc PROXY -ngl 99`, the draft kept on the CPU with `-devd none`), the prompts are sent in
 turn (the first, as in rpc.py, is not counted: a fresh server's first request warms it up), and decode tokens/s is read from its `timings` (predicted_n over predicted_ms: prefill
-excluded, as rpc.py reports), with the bytes that crossed the proxy per token (prefill included).
+excluded, as rpc.py reports), with the bytes that crossed the proxy per token (of the counted calls, prefill included).
 
     cmake -B build ... -DGGML_RPC=ON && cmake --build build --target llama-server ggml-rpc-server -j2
     flock /tmp/llama.lock python3 benchmarks/rpc_llama_server.py --bin /tmp/b11434/.../build/bin --out /tmp/rpc_ls.json
@@ -61,7 +61,6 @@ def run(args, bin_dir: Path, proxy: DelayProxy, n_max: int | None, prompts: list
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         try:
             wait_healthy(url, proc)
-            crossed = proxy.sent + proxy.received
             tokens = seconds = 0.0
             drafted = accepted = 0
             for i, text in enumerate(prompts):
@@ -70,6 +69,7 @@ def run(args, bin_dir: Path, proxy: DelayProxy, n_max: int | None, prompts: list
                 with urllib.request.urlopen(req, timeout=600) as r:
                     t = json.loads(r.read())["timings"]
                 if i == 0:
+                    crossed = proxy.sent + proxy.received
                     continue  # the first call is not counted, as in rpc.py
                 tokens += t["predicted_n"]
                 seconds += t["predicted_ms"] / 1e3
