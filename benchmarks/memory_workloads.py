@@ -16,6 +16,8 @@ earlier calls; here it stays in the process between calls, each configuration wi
 starting empty), all `-k auto`. `--configs` picks some (target-only always runs); two more
 can be asked for: "model" (the draft model alone) and "lookup+memory latest" (each n-gram's
 latest occurrence wins, in the context and in the memory: places = 1).
+With --repeats, every workload runs again from empty memories, every other time with the
+configurations in reverse order, and each repeat's ratio is shown beside the pooled one.
 Greedy (T = 0) output must be identical across configurations; the script checks it.
 Reported per workload and configuration: tokens per target pass, decode tokens/s, and the
 speed-up over target-only (the ratio of tokens/s, decode only), and the drafting time per
@@ -146,6 +148,43 @@ def tally(event, drafting: dict) -> None:
         sec_n[1] += event.drafted
 
 
+def run_workload(pair, prompts: list[str], configs: list, max_tokens: int, args: argparse.Namespace, backwards: bool) -> tuple[dict, dict, dict]:
+    """Every call of one workload by every configuration in turn (in reverse order when
+    `backwards`, so that over two repeats drift hits every configuration alike), each memory
+    starting empty: (RunStats, drafting tally, texts) per configuration."""
+    memories = {name: DraftMemory(places=1 if name.endswith(LATEST) else PLACES) for name, _, with_memory in configs if with_memory}
+    totals = {name: RunStats() for name, _, _ in configs}
+    drafting = {name: {} for name, _, _ in configs}  # kind of round -> [draft seconds, drafted tokens]
+    texts: dict[str, list[str]] = {name: [] for name, _, _ in configs}
+    for i, text in enumerate(prompts):
+        ids = pair.prompt_tokens(text, chat=True)
+        config = GenerationConfig(max_tokens=max_tokens, sampling=SamplingParams(temperature=args.temperature), seed=i, verify=args.verify)
+        for name, drafter, _ in configs[::-1] if backwards else configs:
+            memory = memories.get(name)
+            lookup = LookupOptions(places=1 if name.endswith(LATEST) else PLACES)
+            engine = pair.engine(speculative=drafter is not None, drafter=drafter or "model", lookup=lookup, memory=memory)
+            outcome = consume(engine.generate(ids, config, draft_policy("auto") if drafter else None), lambda e, d=drafting[name]: tally(e, d))
+            totals[name] = totals[name].merge(outcome.stats)
+            texts[name].append(outcome.text)
+            if memory is not None:
+                memory.add(ids + outcome.tokens)
+    return totals, drafting, texts
+
+
+def rows_of(configs: list, totals: dict, drafting: dict, texts: dict, temperature: float) -> dict:
+    base = totals["target-only"]
+    rows = {}
+    for name, _, _ in configs:
+        t = totals[name]
+        rows[name] = {
+            "tokens": t.new_tokens, "target_passes": t.target_passes, "tokens_per_pass": t.tokens_per_pass,
+            "tokens_per_second": t.tokens_per_second, "speedup": t.tokens_per_second / base.tokens_per_second,
+            "acceptance": t.acceptance_rate, "identical_to_target_only": texts[name] == texts["target-only"] if temperature == 0 else None,
+            "draft_ms_per_token": {kind: 1e3 * sec / n for kind, (sec, n) in drafting[name].items() if n},
+        }  # fmt: skip
+    return rows
+
+
 def measure(args: argparse.Namespace) -> dict:
     draft, target = builtin_pair()
     if args.extra:
@@ -160,34 +199,31 @@ def measure(args: argparse.Namespace) -> dict:
             max_tokens = args.max_tokens or MAX_TOKENS[workload]
             wanted = args.configs or [name for name, _, _ in CONFIGS if name not in OPTIONAL]
             configs = [c for c in CONFIGS if c[0] in wanted or c[0] == "target-only"]
-            memories = {name: DraftMemory(places=1 if name.endswith(LATEST) else PLACES) for name, _, with_memory in configs if with_memory}
             totals = {name: RunStats() for name, _, _ in configs}
-            drafting = {name: {} for name, _, _ in configs}  # kind of round -> [draft seconds, drafted tokens]
+            drafting: dict[str, dict] = {name: {} for name, _, _ in configs}
             texts: dict[str, list[str]] = {name: [] for name, _, _ in configs}
-            for i, text in enumerate(prompts):
-                ids = pair.prompt_tokens(text, chat=True)
-                config = GenerationConfig(max_tokens=max_tokens, sampling=SamplingParams(temperature=args.temperature), seed=i, verify=args.verify)
-                for name, drafter, _ in configs:
-                    memory = memories.get(name)
-                    lookup = LookupOptions(places=1 if name.endswith(LATEST) else PLACES)
-                    engine = pair.engine(speculative=drafter is not None, drafter=drafter or "model", lookup=lookup, memory=memory)
-                    outcome = consume(engine.generate(ids, config, draft_policy("auto") if drafter else None), lambda e, d=drafting[name]: tally(e, d))
-                    totals[name] = totals[name].merge(outcome.stats)
-                    texts[name].append(outcome.text)
-                    if memory is not None:
-                        memory.add(ids + outcome.tokens)
-            base = totals["target-only"]
-            rows = {}
-            for name, _, _ in configs:
-                t = totals[name]
-                rows[name] = {
-                    "tokens": t.new_tokens, "target_passes": t.target_passes, "tokens_per_pass": t.tokens_per_pass,
-                    "tokens_per_second": t.tokens_per_second, "speedup": t.tokens_per_second / base.tokens_per_second,
-                    "acceptance": t.acceptance_rate, "identical_to_target_only": texts[name] == texts["target-only"] if args.temperature == 0 else None,
-                    "draft_ms_per_token": {kind: 1e3 * sec / n for kind, (sec, n) in drafting[name].items() if n},
-                }  # fmt: skip
-            results[workload] = {"calls": len(prompts), "max_tokens": max_tokens, "rows": rows, "memory_on_off": memory_ratios(rows)}
+            by_repeat = []
+            for repeat in range(args.repeats):
+                t, d, x = run_workload(pair, prompts, configs, max_tokens, args, backwards=repeat % 2 == 1)
+                by_repeat.append(memory_ratios(rows_of(configs, t, d, x, args.temperature)))
+                for name, _, _ in configs:
+                    totals[name] = totals[name].merge(t[name])
+                    texts[name] += x[name]
+                    for kind, (sec, n) in d[name].items():
+                        sec_n = drafting[name].setdefault(kind, [0.0, 0])
+                        sec_n[0] += sec
+                        sec_n[1] += n
+            rows = rows_of(configs, totals, drafting, texts, args.temperature)
+            results[workload] = {"calls": len(prompts), "max_tokens": max_tokens, "repeats": args.repeats, "rows": rows,
+                                 "memory_on_off": memory_ratios(rows), "memory_on_off_by_repeat": by_repeat}  # fmt: skip
     return results
+
+
+def spread(result: dict, name: str) -> str:
+    """Each repeat's memory on / off for one drafter, when there were several: ' (0.98, 1.04)'."""
+    if result["repeats"] < 2:
+        return ""
+    return " (" + ", ".join(f"{rep[name]:.2f}" for rep in result["memory_on_off_by_repeat"]) + ")"
 
 
 def main(argv=None) -> int:
@@ -198,6 +234,7 @@ def main(argv=None) -> int:
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--verify", type=parse_verify, default=DEFAULT_VERIFY, help="the rule that keeps the model's drafts: " + ", ".join(VERIFY_RULES))
     parser.add_argument("--extra", type=int, default=0, help="deepen the built-in target by N zero blocks (synthetic_pair.py)")
+    parser.add_argument("--repeats", type=int, default=1, help="run every workload this many times (every other one with the configurations in reverse order), memories afresh each time")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     start = time.perf_counter()
@@ -213,7 +250,7 @@ def main(argv=None) -> int:
             )
     print("memory on / off (tokens/s):")
     for workload, r in results.items():
-        print(f"  {workload:<8} " + "  ".join(f"{name} {ratio:.2f}x" for name, ratio in r["memory_on_off"].items()))
+        print(f"  {workload:<8} " + "  ".join(f"{name} {ratio:.2f}x{spread(r, name)}" for name, ratio in r["memory_on_off"].items()))
     ratios = [(ratio, workload, name) for workload, r in results.items() for name, ratio in r["memory_on_off"].items()]
     if ratios:
         print("worst: {:.2f}x ({}, {})".format(*min(ratios)))
