@@ -153,7 +153,7 @@ class BatchCost:
         Without that, one slow pass at a size never visited again weighed on the line for good.
         And a size's first pass counts FIRST_PASS_WEIGHT of a sample: llama.cpp builds the graph
         of a batch shape it has not run yet, which over RPC took a pass of 13 tokens to 100-130 ms
-        where passes of that size took 50-65 ms after (a CUDA graph is captured likewise)."""
+        where passes of that size took 50-65 ms after."""
         curve = self.curve(n)
         # A first plain step is not held to an estimate of T_batch(1), which may be far off.
         expected = curve[n - 1] if curve and (n > 1 or self.measured) else None
@@ -162,6 +162,14 @@ class BatchCost:
                 mean.fade()
         first = n not in self.means
         self.means.setdefault(n, WeightedMean(self.decay)).add(clamp(seconds, expected), FIRST_PASS_WEIGHT if first and n > 1 else 1.0)
+        self._curve = []
+
+    def seed(self, curve: Sequence[float]) -> None:
+        """Start from a measured curve, T_batch(n) = curve[n - 1] (n = 1..): one whole sample per
+        size, as if each had been seen once and not first (it was measured apart: a cost curve, the
+        server's batches)."""
+        for n, seconds in enumerate(curve, start=1):
+            self.means.setdefault(n, WeightedMean(self.decay)).add(seconds)
         self._curve = []
 
     @property

@@ -77,8 +77,8 @@ k = 3 on the priors in round 1, a first batch size in round 2, a plain target st
 to measure T_batch(1), and costs from few sizes, which one slow pass can tilt. Where the target
 pass is dear and drafts mostly hit (a target over RPC, docs/rpc.md: at a 10 ms round trip a
 128-token call lasts about a dozen rounds of k = 16), that warm-up is a good part of the call.
-A caller that runs calls on one loaded pair one after another (`bench`, a library loop) hands
-each the previous call's policy `continued()`: costs, acceptance and back-offs go on from where
+A caller that runs calls on one loaded pair one after another (a library loop,
+benchmarks/rpc.py) hands each the previous call's policy `continued()`: costs, acceptance and back-offs go on from where
 they were, as if the calls were one run, and only each call's first round (slow after the
 prefill) teaches nothing. Acceptance fades by DECAY per round, so a call whose text drafts
 worse than the last one's corrects it as a run does when its text changes (k from 16 to 4 in
@@ -273,8 +273,7 @@ class AdaptivePolicy:
         self._seed_draft_step: float | None = None
         self._fixed_curve: list[float] | None = None
         if costs is not None:
-            for n, seconds in enumerate(costs.target_batch, start=1):
-                self.batch.add(n, seconds)
+            self.batch.seed(costs.target_batch)
             self._seed_draft_step = costs.draft_step
             if not learn_costs:
                 assert len(costs.target_batch) > max_k, "a fixed cost curve must cover batches of 1..max_k + 1"

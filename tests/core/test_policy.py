@@ -172,6 +172,14 @@ def test_a_size_not_seen_for_a_while_stops_steering_the_line():
     assert cost.curve(17)[8:] == pytest.approx(truth[8:], rel=0.05)
     assert cost.means[13].weight == pytest.approx(FIRST_PASS_WEIGHT * 0.9**31) and cost.means[13].value == pytest.approx(2 * truth[12])
 
+def test_a_seeded_curve_counts_whole_samples_and_the_first_real_round_moves_it_partly():
+    seeded = linear(30, 1.5, 17)
+    policy = AdaptivePolicy(costs=CostCurve(draft_step=7 * MS, target_batch=tuple(seeded)))
+    assert policy.curve() == pytest.approx(seeded) and all(m.weight == 1.0 for m in policy.batch.means.values())
+    policy.observe(round_event(16, 16, 16, seconds=0.5))  # round 1 after a prefill: not counted
+    policy.observe(round_event(16, 16, 16, seconds=seeded[16] * 1.5))
+    assert seeded[16] < policy.curve()[16] < 1.5 * seeded[16]
+
 def test_estimates_docstring_example_weighted_mean():
     mean = WeightedMean()
     mean.add(10.0)
