@@ -266,7 +266,6 @@ class AdaptivePolicy:
         self.drafters: dict[str, DrafterRecord] = {}
         self.rounds = 0  # rounds observed (in the calls before too, for a policy `continued` from another)
         self.call_rounds = 0  # of which in this call
-        self.own_model = Acceptance(max_k, PRIOR_ACCEPTANCE["model"], decay=decay)  # the draft model's in this call only (first_choice)
         self.yardstick_round = 0  # the round in which T_batch(1) was last measured
         self.elapsed = 0.0  # seconds of all rounds observed
         self.backlog_seconds = 0.0  # of which draft-model catch-ups after rounds it sat out: what probes cost
@@ -286,7 +285,6 @@ class AdaptivePolicy:
         docstring. This one is left as it was."""
         following = copy.deepcopy(self)
         following.call_rounds, following.previous = 0, ""  # a new call: its first round runs slow; the draft model was prefilled
-        following.own_model = Acceptance(self.max_k, PRIOR_ACCEPTANCE["model"], decay=self.decay)
         return following
 
     def record(self, name: str) -> DrafterRecord:
@@ -359,17 +357,10 @@ class AdaptivePolicy:
         Round 1 runs slow and measures no cost, whatever it does, so it may as well draft; round
         2 drafts to measure a first batch size, from which T_batch(1) is estimated."""
         unit = [1.0 + PRIOR_BATCH_SLOPE * n for n in range(max_k + 1)]
-
-        def prior_plan(name: str) -> tuple[int, float]:
-            cost = PRIOR_DRAFT_COST.get(kind(name), 0.2)
-            # The draft model's k is held to what this call's own rounds say (as a fresh policy's
-            # would be): acceptance resumed from earlier calls says how far drafts go, not what a
-            # step costs here, and with the cost prior (a fifth of a target step) it made rounds of
-            # 8 to 16 on a CPU where a step costs half a target step (docs/benchmarks.md).
-            cap = best_draft_length(self.own_model.rates(), cost, unit, max_k)[0] if name == "model" else max_k
-            return best_draft_length(self.record(name).acceptance.rates(), cost, unit, cap)
-
-        plans = {name: prior_plan(name) for name in sources}
+        plans = {
+            name: best_draft_length(self.record(name).acceptance.rates(), PRIOR_DRAFT_COST.get(kind(name), 0.2), unit, max_k)
+            for name in sources
+        }
         best = max(sources, key=lambda name: plans[name][1])
         return (best, plans[best][0]) if plans[best][0] > 0 else (None, 0)
 
@@ -421,8 +412,6 @@ class AdaptivePolicy:
         rec = self.record(event.drafter)
         sat_out, rec.last_round = self.rounds - rec.last_round - 1, self.rounds
         rec.acceptance.add(event.k, event.accepted)
-        if event.drafter == "model":
-            self.own_model.add(event.k, event.accepted)
         if learn:
             step = draft_step_seconds(event)
             if step is not None:

@@ -422,18 +422,15 @@ def test_k_grows_with_the_round_trip_without_being_told():
         ks.append(policy.choose(["model"], budget=1000)[1])
     assert ks == [2, 3, 4]
 
-def test_a_resumed_record_does_not_lengthen_the_draft_models_first_rounds():
-    """Acceptance from earlier calls, costs not measured yet in this call: the draft model drafts
-    what a fresh policy would (k = 3 in round 1 on the cost prior, then this call's own record),
-    while a lookup source drafts on its resumed record (its copies cost next to nothing)."""
-    earned = {"model": Earned(hits=(9.5,) * 16, trials=(10.0,) * 16), "lookup:memory:16+": Earned(hits=(9.5,) * 16, trials=(10.0,) * 16)}
-    resumed, fresh = AdaptivePolicy(), AdaptivePolicy()
-    resumed.resume(earned)
-    assert resumed.choose(["model"], budget=1000) == fresh.choose(["model"], budget=1000) == ("model", 3)
-    for policy in (resumed, fresh):
-        policy.observe(round_event(3, 3, 3, draft_s=60 * MS, catch_up_s=20 * MS, seconds=200 * MS))
-    assert resumed.choose(["model"], budget=1000) == fresh.choose(["model"], budget=1000)
-    assert resumed.choose(["lookup:memory:16+"], budget=1000)[1] > 10
+def test_a_continued_policy_that_learnt_no_costs_drafts_on_the_priors_in_its_first_two_rounds():
+    first = AdaptivePolicy()
+    first.choose(["model"], budget=1000)
+    first.observe(round_event(3, 3, 3, draft_s=60 * MS, catch_up_s=20 * MS, seconds=200 * MS))  # a one-round call: no costs
+    following = first.continued()
+    for _ in range(2):  # rounds 1 and 2 of the new call: the priors, as a fresh policy's
+        name, k = following.choose(["model"], budget=1000)
+        assert name == "model" and k > 0 and following.curve() == []
+        following.observe(round_event(k, k, k, draft_s=60 * MS, catch_up_s=20 * MS, seconds=200 * MS))
 
 def test_tuned_policies_continue_per_setting():
     tuned = TunedPolicies()
