@@ -78,9 +78,9 @@ to measure T_batch(1), and costs from few sizes, which one slow pass can tilt. W
 pass is dear and drafts mostly hit (a target over RPC, docs/rpc.md: at a 10 ms round trip a
 128-token call lasts about a dozen rounds of k = 16), that warm-up is a good part of the call.
 A caller that runs calls on one loaded pair one after another (a library loop,
-benchmarks/rpc.py) hands each the previous call's policy `continued()`: costs, acceptance and back-offs go on from where
-they were, as if the calls were one run, and only each call's first round (slow after the
-prefill) teaches nothing. Acceptance fades by DECAY per round, so a call whose text drafts
+benchmarks/rpc.py) hands each the previous call's policy `continued()`: costs, acceptance and
+back-offs go on from where they were, as if the calls were one run, and only each call's
+first round (slow after the prefill) teaches nothing. Acceptance fades by DECAY per round, so a call whose text drafts
 worse than the last one's corrects it as a run does when its text changes (k from 16 to 4 in
 about ten rounds of drafts that fail at position 3). `TunedPolicies` keeps such chains,
 one per setting. (The server starts each request from the pass costs its batches measured
