@@ -128,14 +128,10 @@ def workloads() -> dict[str, list[str]]:
     }
 
 
-def memory_ratios(rows: dict) -> dict[str, float]:
+def memory_ratios(speeds: dict[str, float]) -> dict[str, float]:
     """Per drafter, the memory on against off: tokens/s of "X+memory" over "X", where both ran.
-    Example: {"lookup": 50 tok/s, "lookup+memory": 60 tok/s} -> {"lookup": 1.2}."""
-    return {
-        name: rows[name + MEMORY]["tokens_per_second"] / rows[name]["tokens_per_second"]
-        for name in rows
-        if name + MEMORY in rows and rows[name]["tokens_per_second"] > 0
-    }
+    Example: {"lookup": 50.0, "lookup+memory": 60.0} (tokens/s) -> {"lookup": 1.2}."""
+    return {name: speeds[name + MEMORY] / speeds[name] for name in speeds if name + MEMORY in speeds and speeds[name] > 0}
 
 
 def tally(event, drafting: dict) -> None:
@@ -148,14 +144,13 @@ def tally(event, drafting: dict) -> None:
         sec_n[1] += event.drafted
 
 
-def run_workload(pair, prompts: list[str], configs: list, max_tokens: int, args: argparse.Namespace, backwards: bool) -> tuple[dict, dict, dict]:
+def run_workload(pair, prompts: list[str], configs: list, max_tokens: int, args: argparse.Namespace, backwards: bool, drafting: dict, texts: dict) -> dict:
     """Every call of one workload by every configuration in turn (in reverse order when
     `backwards`, so that over two repeats drift hits every configuration alike), each memory
-    starting empty: (RunStats, drafting tally, texts) per configuration."""
+    starting empty: RunStats per configuration. Each configuration's drafting is tallied into
+    drafting[name] and its texts appended to texts[name]."""
     memories = {name: DraftMemory(places=1 if name.endswith(LATEST) else PLACES) for name, _, with_memory in configs if with_memory}
     totals = {name: RunStats() for name, _, _ in configs}
-    drafting = {name: {} for name, _, _ in configs}  # kind of round -> [draft seconds, drafted tokens]
-    texts: dict[str, list[str]] = {name: [] for name, _, _ in configs}
     for i, text in enumerate(prompts):
         ids = pair.prompt_tokens(text, chat=True)
         config = GenerationConfig(max_tokens=max_tokens, sampling=SamplingParams(temperature=args.temperature), seed=i, verify=args.verify)
@@ -168,7 +163,7 @@ def run_workload(pair, prompts: list[str], configs: list, max_tokens: int, args:
             texts[name].append(outcome.text)
             if memory is not None:
                 memory.add(ids + outcome.tokens)
-    return totals, drafting, texts
+    return totals
 
 
 def rows_of(configs: list, totals: dict, drafting: dict, texts: dict, temperature: float) -> dict:
@@ -200,22 +195,17 @@ def measure(args: argparse.Namespace) -> dict:
             wanted = args.configs or [name for name, _, _ in CONFIGS if name not in OPTIONAL]
             configs = [c for c in CONFIGS if c[0] in wanted or c[0] == "target-only"]
             totals = {name: RunStats() for name, _, _ in configs}
-            drafting: dict[str, dict] = {name: {} for name, _, _ in configs}
+            drafting: dict[str, dict] = {name: {} for name, _, _ in configs}  # kind of round -> [draft seconds, drafted tokens]
             texts: dict[str, list[str]] = {name: [] for name, _, _ in configs}
             by_repeat = []
             for repeat in range(args.repeats):
-                t, d, x = run_workload(pair, prompts, configs, max_tokens, args, backwards=repeat % 2 == 1)
-                by_repeat.append(memory_ratios(rows_of(configs, t, d, x, args.temperature)))
-                for name, _, _ in configs:
-                    totals[name] = totals[name].merge(t[name])
-                    texts[name] += x[name]
-                    for kind, (sec, n) in d[name].items():
-                        sec_n = drafting[name].setdefault(kind, [0.0, 0])
-                        sec_n[0] += sec
-                        sec_n[1] += n
+                once = run_workload(pair, prompts, configs, max_tokens, args, repeat % 2 == 1, drafting, texts)
+                by_repeat.append(memory_ratios({name: t.tokens_per_second for name, t in once.items()}))
+                totals = {name: totals[name].merge(t) for name, t in once.items()}
             rows = rows_of(configs, totals, drafting, texts, args.temperature)
             results[workload] = {"calls": len(prompts), "max_tokens": max_tokens, "repeats": args.repeats, "rows": rows,
-                                 "memory_on_off": memory_ratios(rows), "memory_on_off_by_repeat": by_repeat}  # fmt: skip
+                                 "memory_on_off": memory_ratios({name: row["tokens_per_second"] for name, row in rows.items()}),
+                                 "memory_on_off_by_repeat": by_repeat}  # fmt: skip
     return results
 
 
