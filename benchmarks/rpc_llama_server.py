@@ -5,8 +5,10 @@ template), tokens and temperature, and the same delays through delay_proxy.py, b
 b11434's llama-server (built with GGML_RPC) against b11434's own rpc-server. For each delay and
 each `--spec-draft-n-max` in --n-max (and without a draft), one llama-server is started
 (`--rpc PROXY -ngl 99`, the draft kept on the CPU with `-devd none`), the prompts are sent in
-turn (the first, as in rpc.py, is not counted: a fresh server's first request warms it up), and decode tokens/s is read from its `timings` (predicted_n over predicted_ms: prefill
-excluded, as rpc.py reports), with the bytes that crossed the proxy per token (of the counted calls, prefill included).
+turn (the first, as in rpc.py, is not counted: a fresh server's first request warms it up),
+and decode tokens/s is read from its `timings` (predicted_n over predicted_ms: prefill
+excluded, as rpc.py reports), with the bytes that crossed the proxy per token (of the counted
+calls, prefill included).
 
     cmake -B build ... -DGGML_RPC=ON && cmake --build build --target llama-server ggml-rpc-server -j2
     flock /tmp/llama.lock python3 benchmarks/rpc_llama_server.py --bin /tmp/b11434/.../build/bin --out /tmp/rpc_ls.json
