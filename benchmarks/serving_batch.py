@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import threading
 import time
@@ -126,10 +127,15 @@ def llama_rows(name: str, args, draft: Path | None, temperature: float, logs: Pa
     return rows
 
 
+SERVERS = ("before", "specdec", "specdec-off", "llama-server", "llama-server-nodraft")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--before", type=Path, required=True, help="a checkout of specdec before slots (git worktree add DIR COMMIT)")
-    parser.add_argument("--llama-server", type=Path, help="llama.cpp b11434's llama-server (skipped when not given)")
+    parser.add_argument("--before", type=Path, help="a checkout of specdec before slots (git worktree add DIR COMMIT); needed for 'before'")
+    parser.add_argument("--llama-server", type=Path, help="llama.cpp b11434's llama-server (its two servers are skipped when not given)")
+    parser.add_argument("--servers", nargs="+", choices=SERVERS, default=list(SERVERS), help="which servers (default: all)")
+    parser.add_argument("--repeats", type=int, default=1, help="run every server this many times, every other repeat in reverse order")
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--requests", type=int, default=3, help="requests per client")
     parser.add_argument("--max-tokens", type=int, default=64)
@@ -141,6 +147,8 @@ def main() -> int:
     parser.add_argument("--pair", nargs=2, type=Path, metavar=("DRAFT", "TARGET"), help="default: the built-in pair")
     parser.add_argument("--out", type=Path, default=Path("serving_batch.json"))
     args = parser.parse_args()
+    if "before" in args.servers and args.before is None:
+        parser.error("'before' needs --before DIR (or leave it out of --servers)")
     if args.pair:
         draft, target = args.pair
     else:
@@ -150,19 +158,36 @@ def main() -> int:
     pair_flags = ["--draft", str(draft), "--target", str(target)]
     logs = args.out.with_suffix(".logs")
     logs.mkdir(exist_ok=True)
+    ways = {
+        "before": lambda t: specdec_rows("before", args.before, pair_flags, args, t, logs),
+        "specdec": lambda t: specdec_rows("specdec", ROOT, pair_flags + ["--slots", str(args.slots)], args, t, logs),
+        "specdec-off": lambda t: specdec_rows("specdec-off", ROOT, pair_flags + ["--slots", str(args.slots), "--drafter", "none"], args, t, logs),
+        "llama-server": lambda t: llama_rows("llama-server", args, draft, t, logs, target),
+        "llama-server-nodraft": lambda t: llama_rows("llama-server-nodraft", args, None, t, logs, target),
+    }
+    servers = [name for name in args.servers if args.llama_server or not name.startswith("llama-server")]
     rows = []
     for t in args.temperatures:
-        rows += specdec_rows("before", args.before, pair_flags, args, t, logs)
-        rows += specdec_rows("specdec", ROOT, pair_flags + ["--slots", str(args.slots)], args, t, logs)
-        rows += specdec_rows("specdec-off", ROOT, pair_flags + ["--slots", str(args.slots), "--drafter", "none"], args, t, logs)
-        if args.llama_server:
-            rows += llama_rows("llama-server", args, draft, t, logs, target)
-            rows += llama_rows("llama-server-nodraft", args, None, t, logs, target)
-        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}, indent=1))
+        for repeat in range(args.repeats):
+            for name in servers if repeat % 2 == 0 else servers[::-1]:
+                rows += [{**row, "repeat": repeat} for row in ways[name](t)]
+            args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}, indent=1))
     for r in rows:
         extra = f"  seq/pass {r['sequences_per_pass']:.2f} rows/pass {r['rows_per_pass']:.1f}" if "sequences_per_pass" in r else ""
-        print(f"{r['server']:22} T={r['temperature']:.1f} c={r['clients']}: {r['tokens_per_s']:7.1f} tok/s  p50 {r['p50_s']:.2f}  p99 {r['p99_s']:.2f}  answered {r['answered']}{extra}")
+        print(f"{r['server']:22} T={r['temperature']:.1f} c={r['clients']} #{r['repeat']}: {r['tokens_per_s']:7.1f} tok/s  p50 {r['p50_s']:.2f}  p99 {r['p99_s']:.2f}  answered {r['answered']}{extra}")
+    if "specdec" in servers and "specdec-off" in servers:
+        print(against_off(rows))
     return 0
+
+
+def against_off(rows: list[dict]) -> str:
+    """specdec / specdec-off per temperature and client count: each repeat's ratio, and their median."""
+    rate = {(r["server"], r["temperature"], r["clients"], r["repeat"]): r["tokens_per_s"] for r in rows}
+    lines = ["specdec / speculation off (each repeat; median):"]
+    for t, clients in sorted({(r["temperature"], r["clients"]) for r in rows}, key=lambda k: (-k[0], k[1])):
+        ratios = [rate[("specdec", t, clients, i)] / rate[("specdec-off", t, clients, i)] for s, tt, c, i in rate if (s, tt, c) == ("specdec", t, clients)]
+        lines.append(f"  T={t} clients={clients}: {', '.join(f'{x:.2f}' for x in ratios)}; median {statistics.median(ratios):.2f}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

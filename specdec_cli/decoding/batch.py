@@ -28,7 +28,11 @@ N of the M joined sequences (a draft step, a catch-up) stalled the other M - N, 
 are multiplied by M / N. Alone that is T. So `-k auto` (tuning/policy.py), which learns from
 the Round figures, weighs the rows a sequence adds at the batch size it is in; it starts from those costs (`cost_curve`), and `BatchedPolicy`
 leaves the draft model out of any round where, at the current batch size, its drafts could
-not pay even if all were accepted. So speculation shrinks or stops where it does not pay.
+not pay even if all were accepted. That model of the costs misses what a CPU's passes do (a
+straight line through curved costs) and what the threads do between passes, so with several
+sequences joined the batch's tokens per second are also measured, with the draft model drafting
+and without it (tuning/switch.py, `DraftingSwitch`), and the faster way is taken. So speculation
+shrinks or stops where it does not pay.
 
     batcher = Batcher([draft, target])             # pass order: the draft's steps first
     seqs = [(batcher.sequence(draft, i), batcher.sequence(target, i)) for i in range(4)]
@@ -53,9 +57,11 @@ from .. import clock
 from ..errors import check_context
 from ..events import DraftPolicy, Earned, Round
 from ..tuning.cost_curve import CostCurve
+from ..tuning.switch import DraftingSwitch
 
 DRAFT_MODEL_SOURCES = ("model", "cascade")  # proposers (drafting/) whose drafts take draft-model passes
 PREFILL_CHUNK = 128  # prompt tokens per pass while other sequences are generating
+STEP_TOKENS = 2  # a draft step's tokens at most (a round's first takes the last draft and the bonus); more is a catch-up
 PRIOR_ROW_SHARE = 0.05  # before two batch sizes are seen: a row costs this share of a one-row pass
 
 
@@ -174,6 +180,7 @@ class Batcher:
         self._joined = threading.local()
         self._views: dict[tuple[int, int], SharedSequence] = {}
         self._drafting_together: float | None = None  # sequences per draft pass, a decaying mean
+        self.switch = DraftingSwitch()  # with several joined: whether drafting pays, measured (tuning/switch.py)
 
     def sequence(self, model: SharedModel, seq: int) -> "SharedSequence":
         """The view of sequence `seq` of `model` (one of this batcher's models): the same one each time."""
@@ -236,6 +243,19 @@ class Batcher:
         a, _, c = self.costs[-1].line()
         return a / n + c > self._draft_step(n)
 
+    def draft_model_drafts(self) -> tuple[bool, int | None]:
+        """(whether a round chosen now may draft with the draft model, the switch's epoch to credit
+        its tokens to): where it can pay at all (draft_model_can_pay) and, with several sequences
+        joined, where the switch's measurements say that drafting is the faster mode."""
+        with self._cond:
+            mode, epoch = self.switch.drafting(self._active)
+        return mode and self.draft_model_can_pay(), epoch
+
+    def credit(self, epoch: int | None, tokens: int, sequence: object) -> None:
+        """A round of `sequence` chosen in the switch's `epoch` gave `tokens` (BatchedPolicy.observe)."""
+        with self._cond:
+            self.switch.credit(epoch, tokens, sequence)
+
     def decode(self, view: "SharedSequence", tokens: Sequence[int], n_logits: int) -> np.ndarray | None:
         """`view`'s tokens through the next passes; its logits rows (a view, valid until this thread's next decode)."""
         if not getattr(self._joined, "yes", False):  # a thread outside generation (a reset, a test) joins for this call
@@ -278,6 +298,10 @@ class Batcher:
             stalled = max(self._active, len(served)) / len(served)
             for (r, take), share in zip(served, shares(seconds, [take for _, take in served], line)):
                 r.charged += share * stalled
+                if index == 0 and index < len(self.models) - 1 and take > STEP_TOKENS:
+                    self.switch.exclude(share)  # a catch-up: the cost of a switch, not of drafting (tuning/switch.py)
+        if index == len(self.models) - 1 and index > 0:
+            self.switch.after_pass(self._active, len(planned) == self._active, time.perf_counter())
         if index == 0 and len(self.models) > 1:
             seen = self._drafting_together
             self._drafting_together = len(planned) if seen is None else 0.9 * seen + 0.1 * len(planned)
@@ -347,13 +371,16 @@ class Batcher:
 
 class BatchedPolicy:
     """A sequence's `-k auto` policy in a batch (an AdaptivePolicy): `inner`'s choice, with the draft
-    model's proposals left out of every round where Batcher.draft_model_can_pay says they cannot
-    pay, and no probes while other sequences share the passes. What it reads
-    (passes already timed, the batch size) is fixed before the round's draws, so the law is kept
-    (tuning/policy.py, "Why the output stays exact"). Lookup, which costs only its rows, stays."""
+    model's proposals left out of every round where Batcher.draft_model_drafts says no (they cannot
+    pay at the batch size, or the switch measured the batch faster without them), and no probes
+    while other sequences share the passes. Each round's tokens go to the switch's epoch it was
+    chosen in. What it reads (passes and epochs already timed, the batch size) is fixed before the
+    round's draws, so the law is kept (tuning/policy.py, "Why the output stays exact"). Lookup,
+    which costs only its rows, stays."""
 
     def __init__(self, inner: DraftPolicy, batcher: Batcher) -> None:
         self.inner, self.batcher = inner, batcher
+        self._epoch: int | None = None  # the switch's epoch this round was chosen in
 
     @property
     def p_min(self) -> float:
@@ -361,8 +388,8 @@ class BatchedPolicy:
 
     @property
     def prefill_draft(self) -> bool:
-        """A prompt goes into the draft model up front only where it may pay (else it catches up if it drafts later)."""
-        return self.batcher.draft_model_can_pay()
+        """A prompt goes into the draft model up front only where it may draft (else it catches up if it drafts later)."""
+        return self.batcher.draft_model_drafts()[0]
 
     def resume(self, earned: Mapping[str, Earned]) -> None:
         self.inner.resume(earned)
@@ -371,10 +398,12 @@ class BatchedPolicy:
         return self.inner.earned()
 
     def observe(self, event: Round) -> None:
+        self.batcher.credit(self._epoch, event.accepted + 1, self)
         self.inner.observe(event)
 
     def choose(self, sources: Sequence[str], budget: int) -> tuple[str | None, int]:
-        if not self.batcher.draft_model_can_pay():
+        drafts, self._epoch = self.batcher.draft_model_drafts()
+        if not drafts:
             sources = [name for name in sources if name.split(":")[0] not in DRAFT_MODEL_SOURCES]
         # A probe (a drafter passed over, tried again in case the text changed) stalls every other
         # sequence through its catch-up; while others share the passes their record (the drafting

@@ -8,6 +8,7 @@ trust the batcher. Each sequence runs the one engine in a thread of its own.
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -19,9 +20,11 @@ from specdec_cli.decoding.batch import BatchedPolicy, Batcher, PassCost, shares
 from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.drafting.lookup import LookupDrafter, LookupOptions
 from specdec_cli.errors import ContextOverflow
+from specdec_cli.events import Finished, Round
 from specdec_cli.drafting.model import ModelDrafter
 from specdec_cli.maths.sampling import GREEDY, SamplingParams, probabilities
 from specdec_cli.tuning.policy import draft_policy
+from specdec_cli.tuning.switch import DraftingSwitch
 
 V = 12
 HOT = SamplingParams(temperature=0.8, top_k=6, top_p=0.95, min_p=0.02)
@@ -54,9 +57,11 @@ def engine_for(batcher, target, draft, seq: int, drafter: str) -> Engine:
 SETTINGS = [("model", 3, "token"), ("model", 1, "block"), ("none", 0, "token"), ("lookup", 4, "token"), ("model", 6, "auto")]
 
 
-def together(batcher, target, draft, runs) -> tuple[list, list]:
+def together(batcher, target, draft, runs, rounds: list[list[Round]] | None = None, batched: bool = False) -> tuple[list, list]:
     """Run each sequence's list of (prompt, config, drafter, k) in its own thread, all joined
-    before any starts; returns each sequence's token tuples and the exception it met (or None)."""
+    before any starts; returns each sequence's token tuples and the exception it met (or None).
+    `rounds`, if given, gets each sequence's Round events; `batched`: each policy goes through
+    BatchedPolicy (the server's way: the drafting switch decides too)."""
     outputs: list[list] = [[] for _ in runs]
     errors: list = [None] * len(runs)
     start = threading.Barrier(len(runs))
@@ -68,7 +73,12 @@ def together(batcher, target, draft, runs) -> tuple[list, list]:
                 for prompt, config, drafter, k in runs[i]:
                     engine = engine_for(batcher, target, draft, i, drafter)
                     policy = draft_policy(k) if drafter != "none" else None
-                    outputs[i].append(tuple(e.tokens for e in engine.generate(prompt, config, policy) if type(e).__name__ == "Finished")[0])
+                    if batched and policy is not None:
+                        policy = BatchedPolicy(policy, batcher)
+                    events = list(engine.generate(prompt, config, policy))
+                    outputs[i].append([e.tokens for e in events if isinstance(e, Finished)][0])
+                    if rounds is not None:
+                        rounds[i] += [e for e in events if isinstance(e, Round)]
         except Exception as exc:  # noqa: BLE001 (the test looks at it)
             errors[i] = exc
 
@@ -150,6 +160,80 @@ def test_first_two_law_of_each_sequence_with_different_settings_in_one_batch(tem
     for i in range(3):
         law = first_two_law(lambda prefix: probabilities(t[(ps[i] + list(prefix))[-1]], params[i]), n)
         assert first_two_pvalue(outputs[i], law) > ALPHA
+
+
+class CoinSwitch(DraftingSwitch):
+    """A switch that starts an epoch at every pass holding every sequence, its mode a coin's (own generator)."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(epoch_seconds=0.0)
+        self.coin = np.random.default_rng(seed)
+
+    def _next_mode(self, n: int, peek: bool) -> bool:
+        return bool(self.coin.integers(2))
+
+
+def test_first_two_law_holds_while_the_switch_turns_drafting_on_and_off():
+    """N = 1,500 generations of two tokens per sequence at T = 0.8, two sequences with different
+    filters and verify rules, their policies through BatchedPolicy, and a switch that turns the
+    draft model on or off by a coin at every pass that holds both (the costs' line is told that
+    drafting can pay). Which rounds draft then depends on anything but the round's own draws.
+    Each sequence's first two tokens against the exact law at ALPHA = 1e-4 (fixed seeds): a false
+    failure has probability at most 2e-4."""
+    n = 1500
+    batcher, target, draft = shared_pair()
+    batcher.switch = CoinSwitch(seed=5)
+    batcher.draft_model_can_pay = lambda: True
+    t, _ = tables()
+    params = [HOT, SamplingParams(temperature=0.8, top_k=4)]
+    verify = ["token", "block"]
+    ps = prompts(2)
+    runs = [[(ps[i], GenerationConfig(max_tokens=2, sampling=params[i], seed=500 * i + j, verify=verify[i]), "model", 3) for j in range(n)] for i in range(2)]
+    rounds: list[list[Round]] = [[], []]
+    outputs, errors = together(batcher, target, draft, runs, rounds, batched=True)
+    assert errors == [None, None]
+    for i in range(2):
+        drafted = sum(r.drafter == "model" for r in rounds[i])
+        plain = sum(r.drafter == "" for r in rounds[i])
+        assert drafted > n / 4 and plain > n / 4, (drafted, plain)  # counted: both modes ran often
+        law = first_two_law(lambda prefix: probabilities(t[(ps[i] + list(prefix))[-1]], params[i]), n)
+        assert first_two_pvalue(outputs[i], law) > ALPHA
+
+
+class SlowModel(MarkovModel):
+    """A model whose every pass takes `seconds`."""
+
+    def __init__(self, table, seconds: float, **kw):
+        super().__init__(table, **kw)
+        self.seconds = seconds
+
+    def decode_rows(self, parts):
+        time.sleep(self.seconds)
+        return super().decode_rows(parts)
+
+
+def test_where_drafting_makes_the_batch_slower_the_switch_turns_it_off_and_outputs_stay_exact():
+    """Two greedy sequences whose draft steps take 15 ms each while a target pass takes 1 ms, the
+    costs' line told that drafting can pay: after the switch explored both ways (epochs of 20 ms),
+    only its probes draft (every 8th epoch). Counted: rounds the draft model drafted, in the first and in the
+    second half of each sequence's rounds. Each output is still the target's greedy decoding."""
+    t, d = tables()
+    target, draft = SlowModel(t, seconds=0.001), SlowModel(d, seconds=0.015)
+    batcher = Batcher([draft, target], names=["draft", "target"], prefill_chunk=8)
+    batcher.switch = DraftingSwitch(epoch_seconds=0.02)
+    batcher.draft_model_can_pay = lambda: True
+    config = GenerationConfig(max_tokens=400, sampling=GREEDY)
+    ps = prompts(2)
+    rounds: list[list[Round]] = [[], []]
+    outputs, errors = together(batcher, target, draft, [[(p, config, "model", 4)] for p in ps], rounds, batched=True)
+    assert errors == [None, None]
+    for i in range(2):
+        assert outputs[i][0] == alone(ps[i], config)
+        half = len(rounds[i]) // 2
+        early = sum(r.drafter == "model" for r in rounds[i][:half])
+        late = sum(r.drafter == "model" for r in rounds[i][half:])
+        assert early >= 1 and late <= 0.2 * (len(rounds[i]) - half), (early, late, len(rounds[i]))
+    assert batcher.switch.rates[2, False].value > batcher.switch.rates[2, True].value
 
 
 def test_each_sequence_draws_from_its_own_rng():

@@ -1,0 +1,106 @@
+"""The drafting switch (tuning/switch.py): per batch size, drafting or not, by measured tokens per second."""
+
+from __future__ import annotations
+
+from specdec_cli.tuning.switch import DraftingSwitch
+
+PASS = 0.05  # seconds per target pass in these scripted batches
+
+
+def run(switch: DraftingSwitch, n: int, passes: int, rate: dict[bool, float], start: float = 0.0) -> tuple[list[bool], float]:
+    """n sequences, each choosing a round before every target pass and crediting what it gave
+    afterwards (rate[mode] tokens per second of the batch, split evenly); returns the mode each
+    epoch ran in, as the sequences saw it, and the time at the end."""
+    now, modes, seen = start, [], None
+    for _ in range(passes):
+        chosen = [switch.drafting(n) for _ in range(n)]
+        if chosen[0][1] is not None and chosen[0][1] != seen:
+            seen = chosen[0][1]
+            modes.append(chosen[0][0])
+        now += PASS
+        switch.after_pass(n, True, now)
+        for seq, (mode, epoch) in enumerate(chosen):
+            switch.credit(epoch, round(rate[mode] * PASS / n), seq)
+    return modes, now
+
+
+def test_the_switch_explores_then_keeps_the_faster_mode_and_probes_the_other():
+    """Drafting gives 100 tokens/s, not drafting 120: epochs of 0.3 s (6 passes) alternate four
+    times, then stay off, and every 8th epoch after exploring drafts again."""
+    switch = DraftingSwitch(epoch_seconds=0.3, explore=2, probe_every=8)
+    modes, _ = run(switch, 2, 6 * 30, {True: 100.0, False: 120.0})
+    assert modes[:4] == [True, False, True, False]
+    assert modes[4:11] == [False] * 7 and modes[11] is True  # the 8th epoch after exploring
+    assert modes[12:19] == [False] * 7 and modes[19] is True
+    assert 2 <= sum(modes[4:]) <= 4  # only the probes drafted
+
+
+def test_where_drafting_is_faster_it_stays_on():
+    switch = DraftingSwitch(epoch_seconds=0.3, explore=2, probe_every=8)
+    modes, _ = run(switch, 3, 6 * 30, {True: 180.0, False: 120.0})
+    assert modes[:4] == [True, False, True, False]
+    assert modes[4:11] == [True] * 7 and modes[11] is False
+
+
+def test_each_batch_size_learns_apart_and_alone_always_drafts():
+    switch = DraftingSwitch(epoch_seconds=0.3, explore=2)
+    _, now = run(switch, 2, 6 * 12, {True: 100.0, False: 120.0})
+    modes, _ = run(switch, 4, 6 * 12, {True: 240.0, False: 160.0}, start=now)
+    assert modes[:4] == [True, False, True, False] and all(modes[4:10])
+    assert switch.drafting(2) == (False, None)  # what an epoch at N = 2 would do: its own record
+    assert switch.drafting(1) == (True, None)
+    switch.after_pass(1, True, now + 10.0)
+    assert switch.epoch is None  # alone: no epochs
+
+
+def test_tokens_count_for_the_epoch_their_round_was_chosen_in():
+    """A round chosen in epoch 1 and counted after epoch 1 ended still counts for epoch 1."""
+    switch = DraftingSwitch(epoch_seconds=0.1)
+    switch.after_pass(2, True, 0.0)  # epoch 1 starts
+    mode, first = switch.drafting(2)
+    assert mode is True and first == 1
+    switch.after_pass(2, True, 0.2)  # epoch 1 ends, epoch 2 starts
+    switch.credit(first, 30, "a")
+    switch.credit(first, 10, "b")
+    assert switch.drafting(2)[1] == 2
+    switch.after_pass(2, True, 0.25)  # epoch 1 is recorded
+    rate = switch.rates[2, True]
+    assert (rate.tokens, rate.epochs) == (40, 1) and rate.seconds == 0.2
+
+
+def test_an_epoch_in_which_a_sequence_joined_or_left_is_dropped():
+    switch = DraftingSwitch(epoch_seconds=0.1)
+    switch.after_pass(2, True, 0.0)
+    _, epoch = switch.drafting(2)
+    switch.credit(epoch, 20, "a")
+    switch.credit(epoch, 20, "b")
+    switch.after_pass(3, False, 0.05)  # a third joined (its prompt in this pass)
+    assert switch.epoch is None and switch.drafting(3) == (True, None)
+    switch.after_pass(3, True, 0.2)  # a new epoch at N = 3 starts; nothing was recorded
+    switch.after_pass(3, True, 0.21)
+    assert switch.rates.get((2, True)) is None or switch.rates[2, True].epochs == 0
+
+
+def test_an_epoch_counts_only_when_every_sequence_counted_its_rounds():
+    """A sequence with a fixed k (no BatchedPolicy) credits nothing: its epochs measure no mode."""
+    switch = DraftingSwitch(epoch_seconds=0.1)
+    switch.after_pass(2, True, 0.0)
+    _, epoch = switch.drafting(2)
+    switch.credit(epoch, 20, "a")  # "b" never credits
+    switch.after_pass(2, True, 0.2)
+    switch.after_pass(2, True, 0.25)
+    assert switch.rates.get((2, True)) is None or switch.rates[2, True].epochs == 0
+    assert switch.tried[2, True] == 1  # tried all the same: exploring goes on to the other mode
+    assert switch.drafting(2) == (False, 2)
+
+
+def test_catch_ups_are_left_out_of_an_epochs_seconds():
+    switch = DraftingSwitch(epoch_seconds=0.1)
+    switch.after_pass(2, True, 0.0)
+    _, epoch = switch.drafting(2)
+    switch.exclude(0.05)  # the draft model took text it had not seen
+    switch.credit(epoch, 10, "a")
+    switch.credit(epoch, 10, "b")
+    switch.after_pass(2, True, 0.25)
+    switch.after_pass(2, True, 0.3)
+    assert switch.rates[2, True].seconds == 0.2 and switch.rates[2, True].value == 100.0
