@@ -2,8 +2,12 @@
 
 For each temperature and each client count (--clients, default 1 2 4 8), every client sends
 --requests chat requests in turn (its own prompts, --max-tokens tokens, llama.cpp's default
-filters top_k 40, top_p 0.95, min_p 0.05, seed 1 + request), and the servers are, one after the
-other, never two at once:
+filters top_k 40, top_p 0.95, min_p 0.05, seed 1 + request). The servers (--servers, default all)
+never serve two at once: the specdec ones are started together and take turns, idle while
+another serves, for each client count and each of --repeats repeats (every other repeat in
+reverse order), so that the machine's drift, which moves a row by 20 % within minutes, falls on
+them alike; each llama-server is started per client count and repeat (its slots are fixed at
+start):
 
   - before:        `specdec serve` of --before (a git worktree of the commit before slots):
                    one generation at a time;
@@ -15,8 +19,8 @@ other, never two at once:
 
 Reported per row: aggregate tokens/s (completion tokens over the wall time of the load),
 latency p50 and p99 (nearest rank), and for specdec the mean sequences and rows per target
-pass (from GET /slots, counted by the batcher). Each specdec server serves every client count;
-each llama-server is started per count (its slots are fixed at start).
+pass (from GET /slots, counted by the batcher), and at the end specdec / specdec-off per repeat
+and their median.
 
     flock /tmp/llama.lock python3 benchmarks/serving_batch.py --before /tmp/before \\
         --llama-server /tmp/b11434/llama.cpp/build/bin/llama-server --out serving_batch.json
@@ -27,6 +31,7 @@ Produces docs/serving.md's table "Many clients at once".
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -86,30 +91,40 @@ def load(url: str, clients: int, requests: int, temperature: float, max_tokens: 
             "p99_s": percentile(latencies, 99), "answered": len(latencies), "errors": errors}  # fmt: skip
 
 
-def passes(url: str) -> tuple[int, int, int] | None:
-    """(target passes, sequences summed over them, rows) from /slots; None for a server without it."""
+def passes(url: str) -> tuple[int, int, int, dict] | None:
+    """(target passes, sequences summed over them, rows, the drafting switch's figures by batch
+    size) from /slots; None for a server without it."""
     try:
         report = get(url + "/slots")
     except Exception:
         return None
     held = report["target_passes"]
-    return sum(held.values()), sum(int(n) * c for n, c in held.items()), report.get("target_rows", 0)
+    return sum(held.values()), sum(int(n) * c for n, c in held.items()), report.get("target_rows", 0), report.get("drafting", {})
 
 
-def specdec_rows(name: str, root: Path, flags: list[str], args, temperature: float, logs: Path) -> list[dict]:
-    flags = ["--ctx", str(args.ctx), "--threads", str(args.threads), "--queue", "64", *flags]
+def specdec_rows(servers: dict[str, tuple[Path, list[str]]], args, temperature: float, logs: Path) -> list[dict]:
+    """The specdec servers (name: (checkout, flags)) side by side, each idle while another serves:
+    for each client count and each repeat, every server in turn (every other repeat in reverse
+    order), so that the machine's drift falls on all of them alike."""
     rows = []
-    with SpecdecServer(flags, logs / f"{name}-{temperature}.log", root=root) as server:
-        load(server.url, 1, 1, temperature, 8)  # warm
+    with contextlib.ExitStack() as stack:
+        urls = {}
+        for name, (root, flags) in servers.items():
+            flags = ["--ctx", str(args.ctx), "--threads", str(args.threads), "--queue", "64", *flags]
+            urls[name] = stack.enter_context(SpecdecServer(flags, logs / f"{name}-{temperature}.log", root=root)).url
+            load(urls[name], 1, 1, temperature, 8)  # warm
         for clients in args.clients:
-            before = passes(server.url)
-            row = load(server.url, clients, args.requests, temperature, args.max_tokens)
-            after = passes(server.url)
-            if before is not None and after is not None and after[0] > before[0]:
-                row["sequences_per_pass"] = (after[1] - before[1]) / (after[0] - before[0])
-                row["rows_per_pass"] = (after[2] - before[2]) / (after[0] - before[0])
-            rows.append({"server": name, "temperature": temperature, **row})
-            log(f"{name} T={temperature} clients={clients}: {row['tokens_per_s']:.1f} tok/s p50 {row['p50_s']:.2f} s")
+            for repeat in range(args.repeats):
+                for name in list(urls) if repeat % 2 == 0 else list(urls)[::-1]:
+                    before = passes(urls[name])
+                    row = load(urls[name], clients, args.requests, temperature, args.max_tokens)
+                    after = passes(urls[name])
+                    if before is not None and after is not None and after[0] > before[0]:
+                        row["sequences_per_pass"] = (after[1] - before[1]) / (after[0] - before[0])
+                        row["rows_per_pass"] = (after[2] - before[2]) / (after[0] - before[0])
+                        row["drafting"] = after[3]
+                    rows.append({"server": name, "temperature": temperature, "repeat": repeat, **row})
+                    log(f"{name} T={temperature} clients={clients} #{repeat}: {row['tokens_per_s']:.1f} tok/s p50 {row['p50_s']:.2f} s")
     return rows
 
 
@@ -119,11 +134,12 @@ def llama_rows(name: str, args, draft: Path | None, temperature: float, logs: Pa
         extra = ["-np", str(clients), "-c", str(args.ctx * clients), "-t", str(args.threads), "--no-webui"]
         if draft is not None:
             extra += ["--spec-type", "draft-simple", "--spec-draft-sampling", "probabilistic", "--spec-draft-n-max", str(args.n_max)]
-        with LlamaServer(args.llama_server, draft, target, extra, logs / f"{name}-{temperature}-{clients}.log") as server:
-            load(server.url, 1, 1, temperature, 8)
-            row = load(server.url, clients, args.requests, temperature, args.max_tokens)
-        rows.append({"server": name, "temperature": temperature, **row})
-        log(f"{name} T={temperature} clients={clients}: {row['tokens_per_s']:.1f} tok/s p50 {row['p50_s']:.2f} s")
+        for repeat in range(args.repeats):
+            with LlamaServer(args.llama_server, draft, target, extra, logs / f"{name}-{temperature}-{clients}.log") as server:
+                load(server.url, 1, 1, temperature, 8)
+                row = load(server.url, clients, args.requests, temperature, args.max_tokens)
+            rows.append({"server": name, "temperature": temperature, "repeat": repeat, **row})
+            log(f"{name} T={temperature} clients={clients} #{repeat}: {row['tokens_per_s']:.1f} tok/s p50 {row['p50_s']:.2f} s")
     return rows
 
 
@@ -135,7 +151,7 @@ def main() -> int:
     parser.add_argument("--before", type=Path, help="a checkout of specdec before slots (git worktree add DIR COMMIT); needed for 'before'")
     parser.add_argument("--llama-server", type=Path, help="llama.cpp b11434's llama-server (its two servers are skipped when not given)")
     parser.add_argument("--servers", nargs="+", choices=SERVERS, default=list(SERVERS), help="which servers (default: all)")
-    parser.add_argument("--repeats", type=int, default=1, help="run every server this many times, every other repeat in reverse order")
+    parser.add_argument("--repeats", type=int, default=1, help="measure every server this many times per client count (the specdec ones in turns)")
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--requests", type=int, default=3, help="requests per client")
     parser.add_argument("--max-tokens", type=int, default=64)
@@ -158,24 +174,26 @@ def main() -> int:
     pair_flags = ["--draft", str(draft), "--target", str(target)]
     logs = args.out.with_suffix(".logs")
     logs.mkdir(exist_ok=True)
-    ways = {
-        "before": lambda t: specdec_rows("before", args.before, pair_flags, args, t, logs),
-        "specdec": lambda t: specdec_rows("specdec", ROOT, pair_flags + ["--slots", str(args.slots)], args, t, logs),
-        "specdec-off": lambda t: specdec_rows("specdec-off", ROOT, pair_flags + ["--slots", str(args.slots), "--drafter", "none"], args, t, logs),
-        "llama-server": lambda t: llama_rows("llama-server", args, draft, t, logs, target),
-        "llama-server-nodraft": lambda t: llama_rows("llama-server-nodraft", args, None, t, logs, target),
+    slots = ["--slots", str(args.slots)]
+    specdec_servers = {
+        "before": (args.before, pair_flags),
+        "specdec": (ROOT, pair_flags + slots),
+        "specdec-off": (ROOT, pair_flags + slots + ["--drafter", "none"]),
     }
-    servers = [name for name in args.servers if args.llama_server or not name.startswith("llama-server")]
+    chosen = {name: specdec_servers[name] for name in args.servers if name in specdec_servers}
     rows = []
     for t in args.temperatures:
-        for repeat in range(args.repeats):
-            for name in servers if repeat % 2 == 0 else servers[::-1]:
-                rows += [{**row, "repeat": repeat} for row in ways[name](t)]
-            args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}, indent=1))
+        rows += specdec_rows(chosen, args, t, logs)
+        if args.llama_server:
+            if "llama-server" in args.servers:
+                rows += llama_rows("llama-server", args, draft, t, logs, target)
+            if "llama-server-nodraft" in args.servers:
+                rows += llama_rows("llama-server-nodraft", args, None, t, logs, target)
+        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}, indent=1))
     for r in rows:
         extra = f"  seq/pass {r['sequences_per_pass']:.2f} rows/pass {r['rows_per_pass']:.1f}" if "sequences_per_pass" in r else ""
         print(f"{r['server']:22} T={r['temperature']:.1f} c={r['clients']} #{r['repeat']}: {r['tokens_per_s']:7.1f} tok/s  p50 {r['p50_s']:.2f}  p99 {r['p99_s']:.2f}  answered {r['answered']}{extra}")
-    if "specdec" in servers and "specdec-off" in servers:
+    if "specdec" in chosen and "specdec-off" in chosen:
         print(against_off(rows))
     return 0
 

@@ -251,6 +251,11 @@ class Batcher:
             mode, epoch = self.switch.drafting(self._active)
         return mode and self.draft_model_can_pay(), epoch
 
+    def drafting_report(self) -> dict[int, dict]:
+        """The switch's measurements per batch size (DraftingSwitch.report)."""
+        with self._cond:
+            return self.switch.report()
+
     def credit(self, epoch: int | None, tokens: int, sequence: object) -> None:
         """A round of `sequence` chosen in the switch's `epoch` gave `tokens` (BatchedPolicy.observe)."""
         with self._cond:

@@ -5,26 +5,32 @@ drafting where they do not pay. In a batch they do not: a sequence that drafts m
 one wait through its draft steps, each thread's sampling runs while no model computes, and the
 lines decoding/batch.py fits to the passes are straight where a CPU's costs are not. So, with
 N >= 2 sequences joined, the whole batch is timed instead. Time is cut into epochs of at least
-EPOCH_SECONDS at one N, each run in one mode: the draft model drafts (where auto wants it), or
-it does not (the server with speculation off, `--drafter none`, but for lookup, which costs only
-target rows). An epoch's rate is the tokens its rounds gave over its seconds; each (N, mode) keeps
-a decaying mean of them. At each N, both modes run EXPLORE epochs, in turns, then the faster
-mode runs, and the other is tried again every PROBE_EVERY-th epoch in case the text or the
-machine changed. So at no batch size does speculation stay slower than speculation off.
+EPOCH_SECONDS at one N, each run in one way: the draft model drafts (where auto wants it), or it
+does not (as the server with speculation off, `--drafter none`, but for lookup, which costs only
+target rows). An epoch's rate is the tokens its rounds gave over its seconds.
+
+The machine's own speed drifts by tens of percent within seconds (a shared host's other
+tenants), more than the two ways may differ. So the ways are compared in pairs of adjacent
+epochs at the same N, one of each way: each pair gives log(drafting rate / plain rate), and
+`gain` is a decaying mean of those logs. At each N the ways take turns for EXPLORE epochs each;
+then the draft model drafts while gain > 0, and the other way runs every PROBE_EVERY-th epoch
+(two more pairs: the probe and each of its neighbours), in case the text or the load changed.
+So at no batch size does speculation stay slower than speculation off.
 
 An epoch starts and ends after a target pass that held every joined sequence: every round chosen
 in an epoch ends in that epoch's passes, so each round's tokens are credited to the epoch its
-mode was read in (`credit`, with the epoch's id), also when they are counted a moment after the
-epoch ended. An epoch in which a sequence joined or left is dropped. What decides (epochs already
-timed) is fixed before a round's draws, so the output stays exact (policy.py, "Why the output
-stays exact").
+way was read in (`credit`, with the epoch's id), also when they are counted a moment after the
+epoch ended. An epoch's rate is recorded at the first pass after it, once those last rounds
+are counted, so the choice of the next epoch reads the epochs before the last one. An epoch is
+dropped when a sequence joined or left during it, or when some sequence in it credited nothing
+(a request with a fixed k or no drafter). The time the draft model spends catching up with text
+it did not see while it was not drafting is left out of an epoch (`exclude`): that is the cost
+of a switch, not of drafting. What decides (epochs already timed) is fixed before a round's
+draws, so the output stays exact (policy.py, "Why the output stays exact").
 
-An epoch's rate is recorded at the first pass after it, once its last rounds are counted, so
-the choice for the next epoch reads the epochs before the last one (the exploring turns count
-the last one too: EXPLORE >= 2). An epoch is recorded only when every sequence in it counted
-its rounds (a request with a fixed k or no drafter does not). Example: at N = 2, epochs 1 to 4 draft, do not, draft, do not; the drafting
-ones gave 100 tokens/s, the others 110. Epochs 5 to 11 do not draft; epoch 12, the 8th after
-exploring, drafts again.
+Example, at N = 2: epochs 1 to 4 draft, do not, draft, do not, at 100, 110, 100 and 110 tokens/s:
+three pairs, each log(100 / 110) = -0.095, so gain < 0. Epochs 5 to 11 do not draft; epoch 12, the
+8th after exploring, does.
 
 Left out: the passes and the joins (decoding/batch.py, which calls `after_pass`), which sources
 take the draft model (batch.DRAFT_MODEL_SOURCES).
@@ -33,30 +39,31 @@ take the draft model (batch.DRAFT_MODEL_SOURCES).
 from __future__ import annotations
 
 import collections
+import math
 from dataclasses import dataclass, field
 
 EPOCH_SECONDS = 0.3  # an epoch lasts at least this long (at least a few rounds of every sequence)
-EXPLORE = 2  # epochs of each mode at a batch size before the faster one is chosen (at least 2: see the module's text)
-PROBE_EVERY = 8  # after exploring, every 8th epoch at a batch size runs the slower mode
-RATE_DECAY = 0.7  # per epoch of a mode: about its last three epochs count
+EXPLORE = 2  # epochs of each way at a batch size before gain chooses
+PROBE_EVERY = 8  # after exploring, every 8th epoch at a batch size runs the other way
+DECAY = 0.7  # per pair (and per epoch of a way, for the rates shown): about the last three count
 
 
 @dataclass
-class Rate:
-    """Tokens over seconds, each decaying by RATE_DECAY per epoch added."""
+class Mean:
+    """A mean whose samples each fade by DECAY per sample added."""
 
-    tokens: float = 0.0
-    seconds: float = 0.0
-    epochs: int = 0
+    total: float = 0.0
+    weight: float = 0.0
+    count: int = 0
 
-    def add(self, tokens: float, seconds: float) -> None:
-        self.tokens = self.tokens * RATE_DECAY + tokens
-        self.seconds = self.seconds * RATE_DECAY + seconds
-        self.epochs += 1
+    def add(self, value: float, weight: float = 1.0) -> None:
+        self.total = self.total * DECAY + value * weight
+        self.weight = self.weight * DECAY + weight
+        self.count += 1
 
     @property
-    def value(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+    def value(self) -> float | None:
+        return self.total / self.weight if self.weight > 0 else None
 
 
 @dataclass
@@ -65,14 +72,14 @@ class Epoch:
     n: int  # sequences joined throughout
     drafting: bool
     start: float
-    end: float | None = None
+    end: float = 0.0
     tokens: int = 0
     excluded: float = 0.0  # seconds of catch-ups within it
     credited_by: set = field(default_factory=set)  # the sequences whose rounds gave its tokens
 
     @property
-    def seconds(self) -> float:
-        return self.end - self.start - self.excluded
+    def rate(self) -> float:
+        return self.tokens / max(self.end - self.start - self.excluded, 1e-9)
 
 
 @dataclass
@@ -82,12 +89,14 @@ class DraftingSwitch:
     epoch_seconds: float = EPOCH_SECONDS
     explore: int = EXPLORE
     probe_every: int = PROBE_EVERY
-    rates: dict[tuple[int, bool], Rate] = field(default_factory=dict)
+    gain: dict[int, Mean] = field(default_factory=lambda: collections.defaultdict(Mean))  # log(drafting / plain), in pairs
+    rates: dict[tuple[int, bool], Mean] = field(default_factory=lambda: collections.defaultdict(Mean))  # tokens/s by (N, way): shown
+    tried: collections.Counter = field(default_factory=collections.Counter)  # epochs ended, by (N, way), recorded or not
     epoch: Epoch | None = None
     closed: list[Epoch] = field(default_factory=list)  # ended, waiting for their last rounds' tokens
-    tried: collections.Counter = field(default_factory=collections.Counter)  # epochs ended, by (N, mode), recorded or not
+    _last: dict[int, Epoch] = field(default_factory=dict)  # the last epoch recorded at each N
     _ids: int = 0
-    _chosen: dict[int, int] = field(default_factory=dict)  # epochs run at each N after exploring
+    _chosen: collections.Counter = field(default_factory=collections.Counter)  # epochs begun at each N after exploring
 
     def drafting(self, n: int) -> tuple[bool, int | None]:
         """(whether the draft model drafts, the epoch to credit the round's tokens to) for a round
@@ -97,7 +106,7 @@ class DraftingSwitch:
             return True, None
         if self.epoch is not None and self.epoch.n == n:
             return self.epoch.drafting, self.epoch.id
-        return self._next_mode(n, peek=True), None
+        return self._next_way(n, begin=False), None
 
     def credit(self, epoch_id: int | None, tokens: int, sequence: object) -> None:
         """A round of `sequence` (any key: the policy of one generation) chosen in epoch `epoch_id` gave `tokens`."""
@@ -119,12 +128,11 @@ class DraftingSwitch:
         Every round of a closed epoch ended by now, and the sequences that made them have since
         chosen again (which waits for their tokens to be counted): their rates are recorded."""
         for epoch in self.closed:
-            if len(epoch.credited_by) >= epoch.n:  # else some sequence's rounds are not counted (a fixed k, no drafter)
-                self._rate(epoch.n, epoch.drafting).add(epoch.tokens, epoch.seconds)
+            self._record(epoch)
         self.closed = []
         epoch = self.epoch
         if epoch is not None and epoch.n != n:
-            self.epoch = epoch = None  # a sequence joined or left: the epoch measured neither mode
+            self.epoch = epoch = None  # a sequence joined or left: the epoch measured neither way
         if not held_all or n < 2:
             return
         if epoch is not None and now - epoch.start < self.epoch_seconds:
@@ -134,17 +142,45 @@ class DraftingSwitch:
             self.closed.append(epoch)
             self.tried[epoch.n, epoch.drafting] += 1
         self._ids += 1
-        self.epoch = Epoch(self._ids, n, self._next_mode(n, peek=False), start=now)
+        self.epoch = Epoch(self._ids, n, self._next_way(n, begin=True), start=now)
 
-    def _rate(self, n: int, drafting: bool) -> Rate:
-        return self.rates.setdefault((n, drafting), Rate())
+    def report(self) -> dict[int, dict]:
+        """Per batch size seen: the measured tokens per second drafting and not (None before an
+        epoch was recorded), the epochs tried each way, the paired gain of drafting (a ratio), and
+        whether the next epoch would draft."""
+        out = {}
+        for n in sorted({n for n, _ in self.tried}):
+            on, off, gain = self.rates[n, True].value, self.rates[n, False].value, self.gain[n].value
+            out[n] = {
+                "drafting_tokens_per_s": None if on is None else round(on, 1),
+                "plain_tokens_per_s": None if off is None else round(off, 1),
+                "drafting_over_plain": None if gain is None else round(math.exp(gain), 3),
+                "epochs": {"drafting": self.tried[n, True], "plain": self.tried[n, False]},
+                "drafts_now": self.drafting(n)[0],
+            }
+        return out
 
-    def _next_mode(self, n: int, peek: bool) -> bool:
+    def _record(self, epoch: Epoch) -> None:
+        if len(epoch.credited_by) < epoch.n or epoch.tokens == 0:
+            return  # some sequence's rounds are not counted (a fixed k, no drafter)
+        self.rates[epoch.n, epoch.drafting].add(epoch.rate)
+        last = self._last.get(epoch.n)
+        if last is not None and last.id == epoch.id - 1 and last.drafting != epoch.drafting:
+            on, off = (epoch, last) if epoch.drafting else (last, epoch)
+            self.gain[epoch.n].add(math.log(on.rate / off.rate))
+        self._last[epoch.n] = epoch
+
+    def _next_way(self, n: int, begin: bool) -> bool:
+        """The way of an epoch that begins now at n (begin: it does; else only asked)."""
         on, off = self.tried[n, True], self.tried[n, False]
         if on < self.explore or off < self.explore:
             return on <= off  # in turns, drafting first
-        best = self._rate(n, True).value >= self._rate(n, False).value  # the epochs recorded so far (all but the last)
-        chosen = self._chosen.get(n, 0) + 1
-        if not peek:
+        gain = self.gain[n].value
+        if gain is None:  # no two adjacent epochs recorded yet (joins between them): the ways' own rates
+            best = (self.rates[n, True].value or 0.0) >= (self.rates[n, False].value or 0.0)
+        else:
+            best = gain > 0
+        chosen = self._chosen[n] + 1
+        if begin:
             self._chosen[n] = chosen
         return (not best) if chosen % self.probe_every == 0 else best

@@ -412,6 +412,12 @@
     $("slots").querySelector("tbody").replaceChildren(...rows);
     const passes = Object.entries(report.target_passes).map(([n, count]) => `${count} with ${n}`);
     $("passes").textContent = passes.length ? `big-model steps by sequences they held: ${passes.join(", ")}` : "";
+    // Per batch size: the server's tokens/s with the draft model drafting and without, and which way it runs now.
+    const rate = (x) => (x === null ? "–" : `${x}`);
+    const ways = Object.entries(report.drafting || {}).map(
+      ([n, d]) => `${n} sequences: ${rate(d.drafting_tokens_per_s)} drafting, ${rate(d.plain_tokens_per_s)} without (${d.drafts_now ? "drafting" : "not drafting"})`
+    );
+    $("drafting").textContent = ways.length ? `tokens/s by batch size: ${ways.join("; ")}` : "";
   }
 
   init();
