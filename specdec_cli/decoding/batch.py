@@ -61,7 +61,6 @@ from ..tuning.switch import DraftingSwitch
 
 DRAFT_MODEL_SOURCES = ("model", "cascade")  # proposers (drafting/) whose drafts take draft-model passes
 PREFILL_CHUNK = 128  # prompt tokens per pass while other sequences are generating
-STEP_TOKENS = 2  # a draft step's tokens at most (a round's first takes the last draft and the bonus); more is a catch-up
 PRIOR_ROW_SHARE = 0.05  # before two batch sizes are seen: a row costs this share of a one-row pass
 
 
@@ -303,8 +302,6 @@ class Batcher:
             stalled = max(self._active, len(served)) / len(served)
             for (r, take), share in zip(served, shares(seconds, [take for _, take in served], line)):
                 r.charged += share * stalled
-                if index == 0 and index < len(self.models) - 1 and take > STEP_TOKENS:
-                    self.switch.exclude(share)  # a catch-up: the cost of a switch, not of drafting (tuning/switch.py)
         if index == len(self.models) - 1 and index > 0:
             self.switch.after_pass(self._active, len(planned) == self._active, time.perf_counter())
         if index == 0 and len(self.models) > 1:
@@ -393,8 +390,10 @@ class BatchedPolicy:
 
     @property
     def prefill_draft(self) -> bool:
-        """A prompt goes into the draft model up front only where it may draft (else it catches up if it drafts later)."""
-        return self.batcher.draft_model_drafts()[0]
+        """A prompt goes into the draft model up front only alone, where it may draft. Beside others
+        it catches up when it first drafts, inside an epoch, so that the drafting switch counts
+        that cost (outside any epoch, as a join is, it would count for neither way)."""
+        return self.batcher.active <= 1 and self.batcher.draft_model_drafts()[0]
 
     def resume(self, earned: Mapping[str, Earned]) -> None:
         self.inner.resume(earned)

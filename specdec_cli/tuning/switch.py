@@ -24,9 +24,11 @@ epoch ended. An epoch's rate is recorded at the first pass after it, once those 
 are counted, so the choice of the next epoch reads the epochs before the last one. An epoch is
 dropped when a sequence joined or left during it, or when some sequence in it credited nothing
 (a request with a fixed k or no drafter). The time the draft model spends catching up with text
-it did not see while it was not drafting is left out of an epoch (`exclude`): that is the cost
-of a switch, not of drafting. What decides (epochs already timed) is fixed before a round's
-draws, so the output stays exact (policy.py, "Why the output stays exact").
+it did not see while it was not drafting (an epoch without drafting, a prompt that joined the
+batch: batch.BatchedPolicy.prefill_draft) stays in the epoch's time: what drafting costs after a
+switch is part of what it costs, so where the two ways are close the switch leans to not
+drafting. What decides (epochs already timed) is fixed before a round's draws, so the output
+stays exact (policy.py, "Why the output stays exact").
 
 Example, at N = 2: epochs 1 to 4 draft, do not, draft, do not, at 100, 110, 100 and 110 tokens/s:
 three pairs, each log(100 / 110) = -0.095, so gain < 0. Epochs 5 to 11 do not draft; epoch 12, the
@@ -45,7 +47,7 @@ from dataclasses import dataclass, field
 EPOCH_SECONDS = 0.3  # an epoch lasts at least this long (at least a few rounds of every sequence)
 EXPLORE = 2  # epochs of each way at a batch size before gain chooses
 PROBE_EVERY = 8  # after exploring, every 8th epoch at a batch size runs the other way
-DECAY = 0.7  # per pair (and per epoch of a way, for the rates shown): about the last three count
+DECAY = 0.8  # per pair (and per epoch of a way, for the rates shown): about the last five count
 
 
 @dataclass
@@ -74,12 +76,11 @@ class Epoch:
     start: float
     end: float = 0.0
     tokens: int = 0
-    excluded: float = 0.0  # seconds of catch-ups within it
     credited_by: set = field(default_factory=set)  # the sequences whose rounds gave its tokens
 
     @property
     def rate(self) -> float:
-        return self.tokens / max(self.end - self.start - self.excluded, 1e-9)
+        return self.tokens / max(self.end - self.start, 1e-9)
 
 
 @dataclass
@@ -115,13 +116,6 @@ class DraftingSwitch:
                 epoch.tokens += tokens
                 epoch.credited_by.add(sequence)
                 return
-
-    def exclude(self, seconds: float) -> None:
-        """`seconds` of the current epoch went to the draft model catching up with text it did not
-        see while it was not drafting (a prompt, an epoch without drafting): a cost of switching,
-        paid once per switch, which the epoch's rate leaves out."""
-        if self.epoch is not None:
-            self.epoch.excluded += seconds
 
     def after_pass(self, n: int, held_all: bool, now: float) -> None:
         """A target pass ended at `now` with n sequences joined; held_all: it held all of them.

@@ -107,18 +107,6 @@ def test_an_epoch_counts_only_when_every_sequence_counted_its_rounds():
     assert switch.drafting(2) == (False, 2)
 
 
-def test_catch_ups_are_left_out_of_an_epochs_seconds():
-    switch = DraftingSwitch(epoch_seconds=0.1)
-    switch.after_pass(2, True, 0.0)
-    _, epoch = switch.drafting(2)
-    switch.exclude(0.05)  # the draft model took text it had not seen
-    switch.credit(epoch, 10, "a")
-    switch.credit(epoch, 10, "b")
-    switch.after_pass(2, True, 0.25)
-    switch.after_pass(2, True, 0.3)
-    assert switch.rates[2, True].value == 20 / 0.2
-
-
 def test_the_report_gives_each_batch_sizes_rates_and_way():
     switch = DraftingSwitch(epoch_seconds=0.3, explore=2)
     run(switch, 2, 6 * 6, {True: 80.0, False: 120.0})
