@@ -15,6 +15,10 @@ epochs at the same N, one of each way: each pair gives log(drafting rate / plain
 `gain` is a decaying mean of those logs. At each N the ways take turns for EXPLORE epochs each;
 then the draft model drafts while gain > 0, and the other way runs every PROBE_EVERY-th epoch
 (two more pairs: the probe and each of its neighbours), in case the text or the load changed.
+Where drafting lost at a smaller batch, a larger one starts without it and learns only from
+the probes: another sequence in the batch makes a draft step dearer against the pass it saves
+(vLLM's speculation by batch size rests on the same rule), and every turn spent exploring a way
+that loses costs throughput.
 So at no batch size does speculation stay slower than speculation off.
 
 An epoch starts and ends after a target pass that held every joined sequence: every round chosen
@@ -167,13 +171,16 @@ class DraftingSwitch:
     def _next_way(self, n: int, begin: bool) -> bool:
         """The way of an epoch that begins now at n (begin: it does; else only asked)."""
         on, off = self.tried[n, True], self.tried[n, False]
-        if on < self.explore or off < self.explore:
-            return on <= off  # in turns, drafting first
         gain = self.gain[n].value
-        if gain is None:  # no two adjacent epochs recorded yet (joins between them): the ways' own rates
-            best = (self.rates[n, True].value or 0.0) >= (self.rates[n, False].value or 0.0)
-        else:
+        loses_below = any(m < n and (g.value or 0.0) < 0 for m, g in self.gain.items())
+        if (on < self.explore or off < self.explore) and not (loses_below and gain is None):
+            return on <= off  # in turns, drafting first
+        if gain is not None:
             best = gain > 0
+        elif loses_below:  # more sequences only make a draft dearer against a pass: start where a smaller batch ended
+            best = False
+        else:  # no two adjacent epochs recorded yet (joins between them): the ways' own rates
+            best = (self.rates[n, True].value or 0.0) >= (self.rates[n, False].value or 0.0)
         chosen = self._chosen[n] + 1
         if begin:
             self._chosen[n] = chosen

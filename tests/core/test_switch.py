@@ -58,10 +58,10 @@ def test_where_drafting_is_faster_it_stays_on():
 
 def test_each_batch_size_learns_apart_and_alone_always_drafts():
     switch = DraftingSwitch(epoch_seconds=0.3, explore=2)
-    _, now = run(switch, 2, 6 * 12, {True: 100.0, False: 120.0})
-    modes, _ = run(switch, 4, 6 * 12, {True: 240.0, False: 160.0}, start=now)
-    assert modes[:4] == [True, False, True, False] and all(modes[4:10])
-    assert switch.drafting(2) == (False, None)  # what an epoch at N = 2 would do: its own record
+    _, now = run(switch, 2, 6 * 12, {True: 120.0, False: 80.0})
+    modes, _ = run(switch, 4, 6 * 12, {True: 160.0, False: 240.0}, start=now)
+    assert modes[:4] == [True, False, True, False] and not any(modes[4:10])
+    assert switch.drafting(2) == (True, None)  # what an epoch at N = 2 would do: its own record
     assert switch.drafting(1) == (True, None)
     switch.after_pass(1, True, now + 10.0)
     assert switch.epoch is None  # alone: no epochs
@@ -114,3 +114,15 @@ def test_the_report_gives_each_batch_sizes_rates_and_way():
         2: {"drafting_tokens_per_s": 80.0, "plain_tokens_per_s": 120.0, "drafting_over_plain": 0.667, "epochs": {"drafting": 2, "plain": 3},
             "drafts_now": False}  # fmt: skip
     }
+
+
+def test_a_larger_batch_starts_without_drafting_where_a_smaller_one_lost():
+    """Drafting lost at N = 2: N = 3 runs plain from its first epoch, drafting only in its probes,
+    and learns from those that drafting pays there after all (an unlikely machine, but the
+    probes must be able to tell)."""
+    switch = DraftingSwitch(epoch_seconds=0.3, explore=2, probe_every=4)
+    _, now = run(switch, 2, 6 * 12, {True: 100.0, False: 120.0})
+    assert switch.report()[2]["drafting_over_plain"] < 1
+    modes, _ = run(switch, 3, 6 * 30, {True: 240.0, False: 120.0}, start=now)
+    assert modes[:3] == [False, False, False] and modes[3] is True  # the 4th epoch probes
+    assert sum(modes[-8:]) >= 6  # the probes' pairs turned it on (every 4th epoch now probes not drafting)
