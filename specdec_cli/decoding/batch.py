@@ -247,7 +247,7 @@ class Batcher:
         its tokens to): where it can pay at all (draft_model_can_pay) and, with several sequences
         joined, where the switch's measurements say that drafting is the faster mode."""
         with self._cond:
-            mode, epoch = self.switch.drafting(self._active)
+            mode, epoch = self.switch.drafting(self._active, time.perf_counter())
         return mode and self.draft_model_can_pay(), epoch
 
     def drafting_report(self) -> dict[int, dict]:

@@ -101,14 +101,18 @@ class DraftingSwitch:
     closed: list[Epoch] = field(default_factory=list)  # ended, waiting for their last rounds' tokens
     _last: dict[int, Epoch] = field(default_factory=dict)  # the last epoch recorded at each N
     _ids: int = 0
+    _shared_until: float = -math.inf  # when the last pass with several sequences joined ended
     _chosen: collections.Counter = field(default_factory=collections.Counter)  # epochs begun at each N after exploring
 
-    def drafting(self, n: int) -> tuple[bool, int | None]:
+    def drafting(self, n: int, now: float = math.inf) -> tuple[bool, int | None]:
         """(whether the draft model drafts, the epoch to credit the round's tokens to) for a round
-        chosen now with n sequences joined. A round chosen while the joined sequences differ from
-        the epoch's is credited to none."""
+        chosen at `now` with n sequences joined. A round chosen while the joined sequences differ
+        from the epoch's is credited to none. Alone, a sequence drafts as its own policy says, once
+        it has been alone for an epoch's length: between one request and the next the others are
+        alone for a moment, and a draft model that did not draft beside them would first have to
+        catch up with their whole text, stalling the next request's first pass."""
         if n < 2:
-            return True, None
+            return now - self._shared_until >= self.epoch_seconds, None
         if self.epoch is not None and self.epoch.n == n:
             return self.epoch.drafting, self.epoch.id
         return self._next_way(n, begin=False), None
@@ -128,6 +132,8 @@ class DraftingSwitch:
         for epoch in self.closed:
             self._record(epoch)
         self.closed = []
+        if n >= 2:
+            self._shared_until = now
         epoch = self.epoch
         if epoch is not None and epoch.n != n:
             self.epoch = epoch = None  # a sequence joined or left: the epoch measured neither way

@@ -126,3 +126,11 @@ def test_a_larger_batch_starts_without_drafting_where_a_smaller_one_lost():
     modes, _ = run(switch, 3, 6 * 30, {True: 240.0, False: 120.0}, start=now)
     assert modes[:3] == [False, False, False] and modes[3] is True  # the 4th epoch probes
     assert sum(modes[-8:]) >= 6  # the probes' pairs turned it on (every 4th epoch now probes not drafting)
+
+
+def test_alone_for_a_moment_between_requests_it_does_not_draft_yet():
+    switch = DraftingSwitch(epoch_seconds=0.3)
+    assert switch.drafting(1, now=0.0) == (True, None)  # alone from the start
+    switch.after_pass(2, True, 5.0)
+    assert switch.drafting(1, now=5.1) == (False, None)  # the other request just ended
+    assert switch.drafting(1, now=5.31) == (True, None)  # alone for an epoch's length
