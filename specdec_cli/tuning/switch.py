@@ -34,9 +34,9 @@ switch is part of what it costs, so where the two ways are close the switch lean
 drafting. What decides (epochs already timed) is fixed before a round's draws, so the output
 stays exact (policy.py, "Why the output stays exact").
 
-Example, at N = 2: epochs 1 to 4 draft, do not, draft, do not, at 100, 110, 100 and 110 tokens/s:
-three pairs, each log(100 / 110) = -0.095, so gain < 0. Epochs 5 to 11 do not draft; epoch 12, the
-8th after exploring, does.
+Example, at N = 2 (tests/core/test_switch.py): epochs 1 to 4 draft, do not, draft, do not, at
+100, 120, 100 and 120 tokens/s: three pairs, each log(100 / 120) = -0.18, so gain < 0. Epochs 5
+to 11 do not draft; epoch 12, the 8th after exploring, does.
 
 Left out: the passes and the joins (decoding/batch.py, which calls `after_pass`), which sources
 take the draft model (batch.DRAFT_MODEL_SOURCES).
