@@ -48,28 +48,16 @@ import collections
 import math
 from dataclasses import dataclass, field
 
+from .estimates import WeightedMean
+
 EPOCH_SECONDS = 0.3  # an epoch lasts at least this long (at least a few rounds of every sequence)
 EXPLORE = 2  # epochs of each way at a batch size before gain chooses
 PROBE_EVERY = 8  # after exploring, every 8th epoch at a batch size runs the other way
 DECAY = 0.8  # per pair (and per epoch of a way, for the rates shown): about the last five count
 
 
-@dataclass
-class Mean:
-    """A mean whose samples each fade by DECAY per sample added."""
-
-    total: float = 0.0
-    weight: float = 0.0
-    count: int = 0
-
-    def add(self, value: float, weight: float = 1.0) -> None:
-        self.total = self.total * DECAY + value * weight
-        self.weight = self.weight * DECAY + weight
-        self.count += 1
-
-    @property
-    def value(self) -> float | None:
-        return self.total / self.weight if self.weight > 0 else None
+def _mean() -> WeightedMean:
+    return WeightedMean(DECAY)
 
 
 @dataclass
@@ -94,8 +82,8 @@ class DraftingSwitch:
     epoch_seconds: float = EPOCH_SECONDS
     explore: int = EXPLORE
     probe_every: int = PROBE_EVERY
-    gain: dict[int, Mean] = field(default_factory=lambda: collections.defaultdict(Mean))  # log(drafting / plain), in pairs
-    rates: dict[tuple[int, bool], Mean] = field(default_factory=lambda: collections.defaultdict(Mean))  # tokens/s by (N, way): shown
+    gain: dict[int, WeightedMean] = field(default_factory=lambda: collections.defaultdict(_mean))  # log(drafting / plain), in pairs
+    rates: dict[tuple[int, bool], WeightedMean] = field(default_factory=lambda: collections.defaultdict(_mean))  # tokens/s by (N, way): shown
     tried: collections.Counter = field(default_factory=collections.Counter)  # epochs ended, by (N, way), recorded or not
     epoch: Epoch | None = None
     closed: list[Epoch] = field(default_factory=list)  # ended, waiting for their last rounds' tokens

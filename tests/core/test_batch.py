@@ -8,12 +8,11 @@ trust the batcher. Each sequence runs the one engine in a thread of its own.
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import pytest
 
-from fakes import MarkovModel, random_markov
+from fakes import MarkovModel, ToyModel, random_markov
 from stat_checks import ALPHA, PLAIN, first_two_law, first_two_pvalue
 from specdec_cli.decoding import engine as engine_module
 from specdec_cli.decoding.batch import BatchedPolicy, Batcher, PassCost, shares
@@ -200,25 +199,13 @@ def test_first_two_law_holds_while_the_switch_turns_drafting_on_and_off():
         assert first_two_pvalue(outputs[i], law) > ALPHA
 
 
-class SlowModel(MarkovModel):
-    """A model whose every pass takes `seconds`."""
-
-    def __init__(self, table, seconds: float, **kw):
-        super().__init__(table, **kw)
-        self.seconds = seconds
-
-    def decode_rows(self, parts):
-        time.sleep(self.seconds)
-        return super().decode_rows(parts)
-
-
 def test_where_drafting_makes_the_batch_slower_the_switch_turns_it_off_and_outputs_stay_exact():
     """Two greedy sequences whose draft steps take 15 ms each while a target pass takes 1 ms, the
     costs' line told that drafting can pay: after the switch explored both ways (epochs of 20 ms),
     only its probes draft (every 8th epoch). Counted: rounds the draft model drafted, in the first and in the
     second half of each sequence's rounds. Each output is still the target's greedy decoding."""
     t, d = tables()
-    target, draft = SlowModel(t, seconds=0.001), SlowModel(d, seconds=0.015)
+    target, draft = ToyModel(t, seconds_per_decode=0.001), ToyModel(d, seconds_per_decode=0.015)
     batcher = Batcher([draft, target], names=["draft", "target"], prefill_chunk=8)
     batcher.switch = DraftingSwitch(epoch_seconds=0.02)
     batcher.draft_model_can_pay = lambda: True

@@ -78,7 +78,7 @@ def test_tokens_count_for_the_epoch_their_round_was_chosen_in():
     switch.credit(first, 10, "b")
     assert switch.drafting(2)[1] == 2
     switch.after_pass(2, True, 0.25)  # epoch 1 is recorded
-    assert switch.rates[2, True].count == 1 and switch.rates[2, True].value == 40 / 0.2
+    assert switch.rates[2, True].weight == 1.0 and switch.rates[2, True].value == 40 / 0.2  # one epoch, whole
 
 
 def test_an_epoch_in_which_a_sequence_joined_or_left_is_dropped():
@@ -91,7 +91,7 @@ def test_an_epoch_in_which_a_sequence_joined_or_left_is_dropped():
     assert switch.epoch is None and switch.drafting(3) == (True, None)
     switch.after_pass(3, True, 0.2)  # a new epoch at N = 3 starts; nothing was recorded
     switch.after_pass(3, True, 0.21)
-    assert switch.rates[2, True].count == 0
+    assert switch.rates[2, True].value is None  # nothing recorded
 
 
 def test_an_epoch_counts_only_when_every_sequence_counted_its_rounds():
@@ -102,7 +102,7 @@ def test_an_epoch_counts_only_when_every_sequence_counted_its_rounds():
     switch.credit(epoch, 20, "a")  # "b" never credits
     switch.after_pass(2, True, 0.2)
     switch.after_pass(2, True, 0.25)
-    assert switch.rates[2, True].count == 0
+    assert switch.rates[2, True].value is None  # nothing recorded
     assert switch.tried[2, True] == 1  # tried all the same: exploring goes on to the other mode
     assert switch.drafting(2) == (False, 2)
 
