@@ -11,7 +11,7 @@ Four workloads of sequential calls, as an agent or an editor plugin makes them:
 Each call is decoded by every configuration in turn, on the same loaded pair (interleaved,
 so all see the same machine state): target-only, lookup, model+lookup and cascade without the
 memory and the same three with it (drafting/memory.py, the same `DraftMemory` that
-`--draft-cache` loads and saves and `specdec serve` keeps, with what each drafter earned in
+`--draft-cache` loads and saves and `specdec serve` keeps, with what its proposals earned in
 earlier calls; here it stays in the process between calls, each configuration with its own,
 starting empty), all `-k auto`. `--configs` picks some (target-only always runs); two more
 can be asked for: "model" (the draft model alone) and "lookup+memory latest" (each n-gram's

@@ -24,8 +24,8 @@ loop with no drafter, so both use the same backend, sampling and stopping code.
 
 The caller hands `generate` its policy (tuning/policy.py: a fixed k, or `auto`), so this module
 never imports tuning/policy.py. An engine given `earned` (the drafting memory's record of what
-each proposer earned in earlier calls, drafting/memory.py) starts the policy from it and writes
-back what the policy learnt, when the generation ends however it ends. Stages pass named values: `speculative_round` returns a `Scored`,
+its proposals earned in earlier calls, drafting/memory.py) starts the policy from it and writes
+back what the policy learnt of them, when the generation ends however it ends. Stages pass named values: `speculative_round` returns a `Scored`,
 `decode_round` a `Decoded` (its `Emission`s, the rejected draft, the `Round`).
 
 Left out: printing (cli/render.py), statistics (stats.py), how k is chosen (tuning/policy.py), which
@@ -44,6 +44,7 @@ import numpy as np
 from .. import clock
 from ..drafting.interface import Drafter, Proposal, Proposer
 from ..drafting.kv_sync import CausalModel, catch_up, common_prefix
+from ..drafting.memory import recalled
 from ..errors import ContextOverflow
 from ..events import DraftPolicy, Earned, Event, Finished, Logprobs, Prefill, Rejected, Round, Source, Token
 from ..maths.sampling import SamplingParams, log_probabilities
@@ -112,7 +113,7 @@ class Engine:
     ) -> None:
         self.target = target
         self.drafter = drafter
-        self.earned = earned  # by proposer name, across calls (DraftMemory.earned); None: each call starts afresh
+        self.earned = earned  # the memory's proposals' record, across calls (DraftMemory.earned); None: each call starts afresh
         self.piece = piece or target.piece
         self.is_end = is_end or target.is_end_of_generation
         self.vocab_limit = vocab_limit or target.n_vocab
@@ -261,7 +262,7 @@ class Engine:
         rng = np.random.default_rng(config.seed)
         rules = rule_chooser(config.verify)
         if policy is not None and self.earned is not None:
-            policy.resume(self.earned)
+            policy.resume(recalled(self.earned))
         context = list(prompt)
         stream = TextStream(config.stop)
         reason = None
@@ -292,7 +293,7 @@ class Engine:
             if self.drafter is not None:
                 self.drafter.sync(context)
             if policy is not None and self.earned is not None:
-                self.earned.update(policy.earned())
+                self.earned.update(recalled(policy.earned()))
         yield Finished(reason=reason, tokens=tuple(stream.tokens), text=stream.text[: stream.released])
 
 

@@ -16,14 +16,19 @@ Three levels: within a call (the context itself, in lookup.py), across calls of 
 memory kept in the worker). The memory holds at most `max_tokens` tokens; the oldest
 sequences go first.
 
-The memory also keeps what each proposer earned (`earned`: hits and trials per draft
-position, by the policy's names, "model", "lookup:3-5", "lookup:memory:6+", ..; events.Earned).
+The memory also keeps what its own proposals earned (`earned`: hits and trials per draft
+position, by the policy's names "lookup:memory:6+", "cascade:memory:3-5", ..; events.Earned).
 The engine starts each call's policy from it and writes back what the call learnt, so the
 memory's proposals compete with lookup in the context and the draft model on what they were
 worth in earlier calls (an extraction's memory proposes the previous call's values: it loses,
-and is then only probed; tuning/policy.py).
+and is then only probed; tuning/policy.py). The record is the memory's alone (`recalled`): the
+draft model and lookup in the call's own context start each call from their priors, as they do
+without the memory, so turning the memory on adds proposals that must win their rounds and
+changes nothing else. (Carrying the draft model's acceptance from call to call made it draft
+longer on texts unlike the last one: the suite's prompts, 0.95x at T = 0; docs/benchmarks.md.)
 
     memory.earned["lookup:memory:6+"] = Earned(hits=(1.2,), trials=(9.5,))   # a losing source
+    recalled({"model": Earned((0.9,), (1.0,)), "lookup:memory:6+": Earned((1.2,), (9.5,))})  # -> the second only
 
 The cache file is untrusted input. It is JSON with a format name, a version, a fingerprint
 of the tokenizer that wrote it, the sequences and the earned record; `load` refuses a file
@@ -148,8 +153,14 @@ class DraftMemory:
         memory = cls(max_tokens)
         for seq in sequences:
             memory.add(seq)
-        memory.earned = read_earned(data.get("earned"), name)
+        memory.earned = recalled(read_earned(data.get("earned"), name))  # a file of an earlier release may hold others
         return memory
+
+
+def recalled(earned: Mapping[str, Earned]) -> dict[str, Earned]:
+    """The records of the memory's own proposals ("lookup:memory:6+", "cascade:memory:1"; lookup.py
+    and cascade.py name them): what the memory keeps from call to call."""
+    return {name: record for name, record in earned.items() if name.split(":")[1:2] == ["memory"]}
 
 
 def read_earned(data, name: str) -> dict[str, Earned]:
@@ -218,7 +229,7 @@ def save_cache(
             memory, note = DraftMemory(max_tokens), f"{exc}; rebuilding it"
         for seq in new:
             memory.add(seq)
-        memory.earned.update(earned)
+        memory.earned.update(recalled(earned))
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as out:

@@ -66,11 +66,13 @@ off, while lookup, which has no catch-up, keeps being probed.
 
 What earlier calls earned. A policy is fresh for each generation, and a short call ends before
 it has learnt much; with the drafting memory on (`--draft-cache`, the server's memory) the
-engine hands it, at the start, each proposer's hits and trials per position as the previous
-call ended them (events.Earned, kept by drafting/memory.py), and takes them back at the end.
-So a source that lost in earlier calls (the memory proposing the previous call's values in an
-extraction) starts with its losing record, is not chosen, and is only probed as above; one
-that won starts trusted. The record is acceptance only: costs are this machine's, measured anew.
+engine hands it, at the start, the hits and trials per position of the memory's proposals
+as the previous call ended them (events.Earned, kept by drafting/memory.py), and takes them
+back at the end. So memory matches that lost in earlier calls (the memory proposing the
+previous call's values in an extraction) start with their losing record, are not chosen, and
+are only probed as above; those that won start trusted. The other proposers start from their
+priors, as without the memory. The record is acceptance only: costs are this machine's,
+measured anew.
 
 Across calls on the same models. A fresh policy spends a short call's first rounds learning:
 k = 3 on the priors in round 1, a first batch size in round 2, a plain target step soon after
