@@ -15,6 +15,9 @@ epochs at the same N, one of each way: each pair gives log(drafting rate / plain
 `gain` is a decaying mean of those logs. At each N the ways take turns for EXPLORE epochs each;
 then the draft model drafts while gain > 0, and the other way runs every PROBE_EVERY-th epoch
 (two more pairs: the probe and each of its neighbours), in case the text or the load changed.
+Each probe costs what the losing way loses for an epoch (and, into drafting, the draft model's
+catch-up), so where a probe left the choice as it was the next one waits twice as long, up to
+MAX_PROBE_EVERY epochs (19 s of epochs of 0.3 s); one that turned it starts the count afresh.
 Where drafting lost at a smaller batch, a larger one starts without it and learns only from
 the probes: another sequence in the batch makes a draft step dearer against the pass it saves
 (vLLM's speculation by batch size rests on the same rule), and every turn spent exploring a way
@@ -52,7 +55,8 @@ from .estimates import WeightedMean
 
 EPOCH_SECONDS = 0.3  # an epoch lasts at least this long (at least a few rounds of every sequence)
 EXPLORE = 2  # epochs of each way at a batch size before gain chooses
-PROBE_EVERY = 8  # after exploring, every 8th epoch at a batch size runs the other way
+PROBE_EVERY = 8  # after exploring, every 8th epoch at a batch size runs the other way,
+MAX_PROBE_EVERY = 64  # then every 16th, 32nd, .. while the probes leave the choice as it was
 DECAY = 0.8  # per pair (and per epoch of a way, for the rates shown): about the last five count
 
 
@@ -90,7 +94,9 @@ class DraftingSwitch:
     _last: dict[int, Epoch] = field(default_factory=dict)  # the last epoch recorded at each N
     _ids: int = 0
     _shared_until: float = -math.inf  # when the last pass with several sequences joined ended
-    _chosen: collections.Counter = field(default_factory=collections.Counter)  # epochs begun at each N after exploring
+    _chosen: collections.Counter = field(default_factory=collections.Counter)  # epochs begun at each N since its last probe
+    _probe_every: dict[int, int] = field(default_factory=dict)  # at each N: epochs from one probe to the next
+    _probed_for: dict[int, bool] = field(default_factory=dict)  # at each N: the better way when it was last probed
 
     def drafting(self, n: int, now: float = math.inf) -> tuple[bool, int | None]:
         """(whether the draft model drafts, the epoch to credit the round's tokens to) for a round
@@ -175,7 +181,13 @@ class DraftingSwitch:
             best = False
         else:  # no two adjacent epochs recorded yet (joins between them): the ways' own rates
             best = (self.rates[n, True].value or 0.0) >= (self.rates[n, False].value or 0.0)
-        chosen = self._chosen[n] + 1
+        if begin and self._probed_for.get(n, best) != best:  # the last probe turned the choice: probe often again
+            self._probe_every[n], self._probed_for[n] = self.probe_every, best
+        every = self._probe_every.get(n, self.probe_every)
+        probe = self._chosen[n] + 1 >= every
         if begin:
-            self._chosen[n] = chosen
-        return (not best) if chosen % self.probe_every == 0 else best
+            self._chosen[n] = 0 if probe else self._chosen[n] + 1
+            if probe:  # from the second probe on, each one that finds the choice as it was doubles the wait
+                self._probe_every[n] = min(2 * every, MAX_PROBE_EVERY) if n in self._probed_for else every
+                self._probed_for[n] = best
+        return (not best) if probe else best

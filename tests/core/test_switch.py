@@ -28,13 +28,31 @@ def run(
 
 def test_the_switch_explores_then_keeps_the_faster_mode_and_probes_the_other():
     """Drafting gives 100 tokens/s, not drafting 120: epochs of 0.3 s (6 passes) alternate four
-    times, then stay off, and every 8th epoch after exploring drafts again."""
+    times, then stay off; the 8th epoch after exploring drafts again, and the 8th after that; each
+    probe since has left the choice as it was, so the next ones wait 16, then 32 epochs."""
     switch = DraftingSwitch(epoch_seconds=0.3, explore=2, probe_every=8)
-    modes, _ = run(switch, 2, 6 * 30, {True: 100.0, False: 120.0})
+    modes, _ = run(switch, 2, 6 * 80, {True: 100.0, False: 120.0})
     assert modes[:4] == [True, False, True, False]
     assert modes[4:11] == [False] * 7 and modes[11] is True  # the 8th epoch after exploring
     assert modes[12:19] == [False] * 7 and modes[19] is True
-    assert 2 <= sum(modes[4:]) <= 4  # only the probes drafted
+    assert modes[20:35] == [False] * 15 and modes[35] is True  # the 16th after
+    assert modes[36:67] == [False] * 31 and modes[67] is True  # the 32nd after
+    assert sum(modes[4:]) == 4  # only the probes drafted (the next one waits 64 epochs)
+
+
+def test_a_probe_that_turns_the_choice_brings_the_probes_back_to_every_8th_epoch():
+    """Not drafting wins for 60 epochs (probes every 8, 8, 16, 32 epochs), then the text changes
+    and drafting gives twice as much: a probe finds it, and from then on drafting runs with a
+    probe of not drafting 8 epochs after the one that turned it."""
+    switch = DraftingSwitch(epoch_seconds=0.3, explore=2, probe_every=8)
+    before, now = run(switch, 2, 6 * 60, {True: 100.0, False: 120.0})
+    assert [i for i, mode in enumerate(before) if mode][2:] == [11, 19, 35]
+    after, _ = run(switch, 2, 6 * 60, {True: 240.0, False: 120.0}, start=now)
+    turned = len(before) + after.index(True)  # the probe (32 epochs after the last) that found drafting ahead
+    modes = before + after
+    plain = [i for i in range(turned + 4, len(modes)) if not modes[i]]  # once its pairs are recorded
+    assert len(plain) <= 4, modes[turned:]  # drafting runs, but for the probes
+    assert plain[0] - turned <= 10, modes[turned:]  # probed again soon, not 64 epochs later
 
 
 def test_a_machine_that_slows_down_does_not_fool_it():
