@@ -9,15 +9,16 @@ Four workloads of sequential calls, as an agent or an editor plugin makes them:
 - `suite`: the 7 prompts of the bench's built-in suite (prompts.py), which repeat nothing.
 
 Each call is decoded by every configuration in turn, on the same loaded pair (interleaved,
-so all see the same machine state): target-only, lookup, model+lookup and cascade without the
+so all see the same machine state; each drafter with the memory right after itself without,
+every other call in reverse order): target-only, lookup, model+lookup and cascade without the
 memory and the same three with it (drafting/memory.py, the same `DraftMemory` that
 `--draft-cache` loads and saves and `specdec serve` keeps, with what its proposals earned in
 earlier calls; here it stays in the process between calls, each configuration with its own,
 starting empty), all `-k auto`. `--configs` picks some (target-only always runs); two more
 can be asked for: "model" (the draft model alone) and "lookup+memory latest" (each n-gram's
 latest occurrence wins, in the context and in the memory: places = 1).
-With --repeats, every workload runs again from empty memories, every other time with the
-configurations in reverse order, and each repeat's ratio is shown beside the pooled one.
+With --repeats, every workload runs again from empty memories (at temperature > 0 with other
+seeds), and each repeat's ratio is shown beside the pooled one.
 Greedy (T = 0) output must be identical across configurations; the script checks it.
 Reported per workload and configuration: tokens per target pass, decode tokens/s, and the
 speed-up over target-only (the ratio of tokens/s, decode only), and the drafting time per
@@ -32,8 +33,10 @@ the memory off (the ratio of their tokens/s), and the worst of those ratios.
 `--extra N` uses synthetic_pair.py's deepened target (the built-in F32 target with N
 zero-output blocks: the same text at a realistic cost). `--verify` is the rule that keeps the
 model's drafts (lookup's are deterministic: every rule is the token rule there). At
-`--temperature` above 0 each call is seeded by its number, the same for every configuration,
-but texts differ between configurations and only rates compare ("same text" is not checked).
+`--temperature` above 0 each call is seeded by its number (and the repeat's), the same for every
+configuration, but texts differ between configurations and only rates compare ("same text" is
+not checked): a text's own acceptance moves its rate by more than the memory does, so compare
+over several repeats.
 
 Left out: llama.cpp's ngram-cache (native_workloads.py runs it beside these).
 
@@ -144,17 +147,34 @@ def tally(event, drafting: dict) -> None:
         sec_n[1] += event.drafted
 
 
-def run_workload(pair, prompts: list[str], configs: list, max_tokens: int, args: argparse.Namespace, backwards: bool, drafting: dict, texts: dict) -> dict:
-    """Every call of one workload by every configuration in turn (in reverse order when
-    `backwards`, so that over two repeats drift hits every configuration alike), each memory
-    starting empty: RunStats per configuration. Each configuration's drafting is tallied into
-    drafting[name] and its texts appended to texts[name]."""
+def side_by_side(configs: list) -> list:
+    """The configurations in the order a call runs them: each drafter's with the memory right after
+    its own without, so that the two a ratio compares run back to back.
+    Example: target-only, lookup, model+lookup, lookup+memory -> target-only, lookup, lookup+memory, model+lookup."""
+    names = [name for name, _, _ in configs]
+
+    def place(config):
+        name = config[0]
+        own = name.split(MEMORY)[0] if MEMORY in name else name
+        return (names.index(own) if own in names else names.index(name), MEMORY in name, names.index(name))
+
+    return sorted(configs, key=place)
+
+
+def run_workload(pair, prompts: list[str], configs: list, max_tokens: int, args: argparse.Namespace, repeat: int, drafting: dict, texts: dict) -> dict:
+    """Every call of one workload by every configuration in turn (side_by_side, every other call
+    in reverse order, so that drift hits the memory on and off alike), each memory starting
+    empty: RunStats per configuration. At temperature > 0 call i is seeded i + 1000 x repeat (each
+    repeat samples other texts, so text luck averages out over repeats). Each configuration's
+    drafting is tallied into drafting[name] and its texts appended to texts[name]."""
     memories = {name: DraftMemory(places=1 if name.endswith(LATEST) else PLACES) for name, _, with_memory in configs if with_memory}
     totals = {name: RunStats() for name, _, _ in configs}
+    order = side_by_side(configs)
     for i, text in enumerate(prompts):
         ids = pair.prompt_tokens(text, chat=True)
-        config = GenerationConfig(max_tokens=max_tokens, sampling=SamplingParams(temperature=args.temperature), seed=i, verify=args.verify)
-        for name, drafter, _ in configs[::-1] if backwards else configs:
+        seed = i + 1000 * repeat if args.temperature > 0 else i
+        config = GenerationConfig(max_tokens=max_tokens, sampling=SamplingParams(temperature=args.temperature), seed=seed, verify=args.verify)
+        for name, drafter, _ in order[::-1] if (i + repeat) % 2 else order:
             memory = memories.get(name)
             lookup = LookupOptions(places=1 if name.endswith(LATEST) else PLACES)
             engine = pair.engine(speculative=drafter is not None, drafter=drafter or "model", lookup=lookup, memory=memory)
@@ -199,7 +219,7 @@ def measure(args: argparse.Namespace) -> dict:
             texts: dict[str, list[str]] = {name: [] for name, _, _ in configs}
             by_repeat = []
             for repeat in range(args.repeats):
-                once = run_workload(pair, prompts, configs, max_tokens, args, repeat % 2 == 1, drafting, texts)
+                once = run_workload(pair, prompts, configs, max_tokens, args, repeat, drafting, texts)
                 by_repeat.append(memory_ratios({name: t.tokens_per_second for name, t in once.items()}))
                 totals = {name: totals[name].merge(t) for name, t in once.items()}
             rows = rows_of(configs, totals, drafting, texts, args.temperature)
@@ -224,7 +244,7 @@ def main(argv=None) -> int:
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--verify", type=parse_verify, default=DEFAULT_VERIFY, help="the rule that keeps the model's drafts: " + ", ".join(VERIFY_RULES))
     parser.add_argument("--extra", type=int, default=0, help="deepen the built-in target by N zero blocks (synthetic_pair.py)")
-    parser.add_argument("--repeats", type=int, default=1, help="run every workload this many times (every other one with the configurations in reverse order), memories afresh each time")
+    parser.add_argument("--repeats", type=int, default=1, help="run every workload this many times, memories afresh each time (at temperature > 0 with other seeds)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     start = time.perf_counter()

@@ -70,7 +70,9 @@ engine hands it, at the start, the hits and trials per position of the memory's 
 as the previous call ended them (events.Earned, kept by drafting/memory.py), and takes them
 back at the end. So memory matches that lost in earlier calls (the memory proposing the
 previous call's values in an extraction) start with their losing record, are not chosen, and
-are only probed as above; those that won start trusted. The other proposers start from their
+are only probed as above, the first time after RESUMED_BACKOFF rounds, not FIRST_BACKOFF (each
+memory class that lost, probed every 8 rounds in every short call, cost the suite's calls
+about one round in six); those that won start trusted. The other proposers start from their
 priors, as without the memory. The record is acceptance only: costs are this machine's,
 measured anew.
 
@@ -144,6 +146,7 @@ REFRESH_ROUNDS = 16  # a plain step re-measures T_batch(1) when it is older than
 REFRESH_MARGIN = 2.0  # unless drafting promises at least this factor over target-only:
 STALE_ROUNDS = 64  # then when it is older than this many
 MAX_BACKOFF = 64
+RESUMED_BACKOFF = 32  # a proposer whose record from earlier calls holds MIN_TRIALS: its first probe, while it loses
 
 
 def draft_policy(draft_tokens: DraftTokens, p_min: float | None = None, costs: "CostCurve | None" = None) -> DraftPolicy:
@@ -302,7 +305,10 @@ class AdaptivePolicy:
         """Start each named proposer's acceptance from what earlier calls earned (see the module's
         docstring); a proposer this call also drafts with then learns on from there."""
         for name, record in earned.items():
-            self.record(name).acceptance.resume(record.hits, record.trials)
+            rec = self.record(name)
+            rec.acceptance.resume(record.hits, record.trials)
+            if sum(record.trials) >= MIN_TRIALS:  # tried enough already: while it loses, a probe per call or so
+                rec.backoff = RESUMED_BACKOFF
 
     def earned(self) -> dict[str, Earned]:
         """Each proposer's acceptance counts now, for the next call (those never tried left out)."""

@@ -245,22 +245,23 @@ def test_this_calls_own_match_outranks_the_memorys():
 
 def test_a_source_that_lost_in_earlier_calls_is_only_probed():
     """Resumed with a losing record, the memory's class is passed over for the draft model and
-    tried now and then (after 8, then 16 rounds: policy.FIRST_BACKOFF); without the record its
-    prior (0.9 for a match of 6 or more) makes it the first choice."""
+    tried now and then (after 32, then 64 rounds: policy.RESUMED_BACKOFF, as its record holds more
+    than MIN_TRIALS); without the record its prior (0.9 for a match of 6 or more) makes it the
+    first choice."""
     sources = ["lookup:memory:6+", "model"]
     fresh = frozen_auto()
     assert fresh.choose(sources, 16)[0] == "lookup:memory:6+"
     policy = frozen_auto()
     policy.resume({"lookup:memory:6+": Earned(hits=(0.5,) + (0.0,) * 15, trials=(9.0,) + (0.5,) * 15)})
     chosen = []
-    for _ in range(40):
+    for _ in range(120):
         name, k = policy.choose(sources, 16)
         chosen.append(name)
         accepted = k if name == "model" else 0
         policy.observe(Round(drafted=k, accepted=accepted, draft_seconds=2e-3 * k, draft_decode_seconds=0.0, target_seconds=0.01,
                              seconds=0.01 + 2e-3 * k, drafter=name, k=k))  # fmt: skip
     probes = [i for i, name in enumerate(chosen) if name != "model"]
-    assert chosen[0] == "model" and len(probes) == 2, chosen  # rounds 9 and 26 (back-off 8, then 16)
+    assert chosen[0] == "model" and probes == [32, 97], probes  # rounds 33 and 98 (back-off 32, then 64)
     assert policy.earned()["lookup:memory:6+"].trials[0] > 9.0  # the probes were counted on top of the record
 
 
