@@ -24,6 +24,12 @@ from .interface import Proposal, Proposer
 from .memory import DraftMemory, Recall
 from .ngram import MATCH_CAP, PLACES, RECALL_TOKENS, NgramIndex, agreement
 
+# An earlier call's text is proposed only where it agrees with this context's end for at least
+# this many tokens: a match of one or two tokens in another text mostly fails (the bench's
+# suite, built-in pair, T = 0: 17 such rounds gave 19 tokens, against 1.3 a round for a plain
+# step's time), and where the memory pays (repeated frames, an edited function) matches are long.
+MEMORY_MIN_MATCH = 3
+
 
 @dataclass(frozen=True)
 class LookupOptions:
@@ -91,8 +97,8 @@ class LookupDrafter:
         self.index.update(context)
 
     def candidates(self, context: Sequence[int]) -> list[Proposer]:
-        """The match in this context, then the one in the memory if it is the longer, each named
-        by its length class (see match_class). This call's own match outranks an earlier call's:
+        """The match in this context, then the one in the memory if it is the longer and at least
+        MEMORY_MIN_MATCH long, each named by its length class (see match_class). This call's own match outranks an earlier call's:
         a fixed k takes it, and `auto` (which weighs both on what they earned) on a tie.
         Example: context [5, 6, 7, 9, 5, 6], a memory holding [1, 7, 9, 5, 6, 8]
         -> [LookupMatch('lookup:2', start 2), MemoryMatch('lookup:memory:3-5', [8])]."""
@@ -102,7 +108,7 @@ class LookupDrafter:
         if start is not None:
             out.append(LookupMatch(match_class(min(here, 8)), self, start))
         recall = self.memory.match(context) if self.memory is not None else None
-        if recall is not None and recall.tokens and recall.length > here:
+        if recall is not None and recall.tokens and recall.length > max(here, MEMORY_MIN_MATCH - 1):
             out.append(MemoryMatch(match_class(recall.length, "lookup:memory"), self, recall))
         return out
 

@@ -97,8 +97,9 @@ def test_lookup_drafts_from_memory_with_longer_proposals_for_longer_matches():
     assert first.name == "lookup:memory:16+"
     proposal = first.propose(context, 64, GREEDY, np.random.default_rng(0))
     assert proposal.tokens == earlier[20:37] and proposal.q_rows is None  # 2 x a 20-token match, capped by what is left (17)
-    short = lookup.candidates([0, 9, 3, 4])[0]  # a match of 2: the lookup's own cap
-    assert short.name == "lookup:memory:2" and len(short.propose([0, 9, 3, 4], 64, GREEDY, np.random.default_rng(0)).tokens) == 4
+    short = lookup.candidates([0, 9, 3, 4, 5])[0]  # a match of 3: twice as many tokens, above the lookup's own cap of 4
+    assert short.name == "lookup:memory:3-5" and len(short.propose([0, 9, 3, 4, 5], 64, GREEDY, np.random.default_rng(0)).tokens) == 6
+    assert lookup.candidates([0, 9, 3, 4]) == []  # a match of 2 in another text: below MEMORY_MIN_MATCH, not proposed
 
 
 def test_a_repeated_workload_drafts_from_the_earlier_call_and_stays_exact():
