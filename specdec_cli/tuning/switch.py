@@ -16,8 +16,11 @@ epochs at the same N, one of each way: each pair gives log(drafting rate / plain
 then the draft model drafts while gain > 0, and the other way runs every PROBE_EVERY-th epoch
 (two more pairs: the probe and each of its neighbours), in case the text or the load changed.
 Each probe costs what the losing way loses for an epoch (and, into drafting, the draft model's
-catch-up), so where a probe left the choice as it was the next one waits twice as long, up to
-MAX_PROBE_EVERY epochs (19 s of epochs of 0.3 s); one that turned it starts the count afresh.
+catch-up), so where a probe left the choice as it was and the ways differ clearly (by
+CLEAR_GAIN, 10 %, or more), the next one waits twice as long, up to MAX_PROBE_EVERY epochs (19 s
+of epochs of 0.3 s); one that turned it starts the count afresh. Where the ways are close the
+probes stay every PROBE_EVERY-th epoch: a choice made on a pair or two (drafting ahead by 4 % at
+four sequences, in one served run) must not hold for long (it then lost by half).
 Where drafting lost at a smaller batch, a larger one starts without it and learns only from
 the probes: another sequence in the batch makes a draft step dearer against the pass it saves
 (vLLM's speculation by batch size rests on the same rule), and every turn spent exploring a way
@@ -56,7 +59,8 @@ from .estimates import WeightedMean
 EPOCH_SECONDS = 0.3  # an epoch lasts at least this long (at least a few rounds of every sequence)
 EXPLORE = 2  # epochs of each way at a batch size before gain chooses
 PROBE_EVERY = 8  # after exploring, every 8th epoch at a batch size runs the other way,
-MAX_PROBE_EVERY = 64  # then every 16th, 32nd, .. while the probes leave the choice as it was
+MAX_PROBE_EVERY = 64  # then every 16th, 32nd, .. while the probes leave a clear choice as it was
+CLEAR_GAIN = math.log(1.1)  # a clear choice: one way 10 % ahead of the other, paired
 DECAY = 0.8  # per pair (and per epoch of a way, for the rates shown): about the last five count
 
 
@@ -187,7 +191,8 @@ class DraftingSwitch:
         probe = self._chosen[n] + 1 >= every
         if begin:
             self._chosen[n] = 0 if probe else self._chosen[n] + 1
-            if probe:  # from the second probe on, each one that finds the choice as it was doubles the wait
-                self._probe_every[n] = min(2 * every, MAX_PROBE_EVERY) if n in self._probed_for else every
+            if probe:  # from the second probe on, each one that finds a clear choice as it was doubles the wait
+                clear = n in self._probed_for and gain is not None and abs(gain) >= CLEAR_GAIN
+                self._probe_every[n] = min(2 * every, MAX_PROBE_EVERY) if clear else self.probe_every
                 self._probed_for[n] = best
         return (not best) if probe else best

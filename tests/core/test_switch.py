@@ -29,7 +29,8 @@ def run(
 def test_the_switch_explores_then_keeps_the_faster_mode_and_probes_the_other():
     """Drafting gives 100 tokens/s, not drafting 120: epochs of 0.3 s (6 passes) alternate four
     times, then stay off; the 8th epoch after exploring drafts again, and the 8th after that; each
-    probe since has left the choice as it was, so the next ones wait 16, then 32 epochs."""
+    probe since has left the choice as it was (plain ahead by 20 %, clearly), so the next ones wait
+    16, then 32 epochs."""
     switch = DraftingSwitch(epoch_seconds=0.3, explore=2, probe_every=8)
     modes, _ = run(switch, 2, 6 * 80, {True: 100.0, False: 120.0})
     assert modes[:4] == [True, False, True, False]
@@ -38,6 +39,15 @@ def test_the_switch_explores_then_keeps_the_faster_mode_and_probes_the_other():
     assert modes[20:35] == [False] * 15 and modes[35] is True  # the 16th after
     assert modes[36:67] == [False] * 31 and modes[67] is True  # the 32nd after
     assert sum(modes[4:]) == 4  # only the probes drafted (the next one waits 64 epochs)
+
+
+def test_where_the_ways_are_close_the_probes_stay_every_8th_epoch():
+    """Not drafting ahead by 5 % (less than CLEAR_GAIN): each probe leaves the choice as it was,
+    but the evidence is thin, so the next one still comes 8 epochs later."""
+    switch = DraftingSwitch(epoch_seconds=0.3, explore=2, probe_every=8)
+    modes, _ = run(switch, 2, 6 * 60, {True: 100.0, False: 105.0})
+    probes = [i for i, mode in enumerate(modes) if mode][2:]
+    assert len(probes) >= 5 and all(b - a == 8 for a, b in zip(probes, probes[1:])), probes
 
 
 def test_a_probe_that_turns_the_choice_brings_the_probes_back_to_every_8th_epoch():
