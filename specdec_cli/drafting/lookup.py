@@ -26,8 +26,9 @@ from .ngram import MATCH_CAP, PLACES, RECALL_TOKENS, NgramIndex, agreement
 
 # An earlier call's text is proposed only where it agrees with this context's end for at least
 # this many tokens: a match of one or two tokens in another text mostly fails (the bench's
-# suite, built-in pair, T = 0: 17 such rounds gave 19 tokens, against 1.3 a round for a plain
-# step's time), and where the memory pays (repeated frames, an edited function) matches are long.
+# suite, built-in pair, T = 0: 17 such rounds gave 19 tokens, each round dearer than a plain
+# step, which gives one), and where the memory pays (repeated frames, an edited function)
+# matches are long.
 MEMORY_MIN_MATCH = 3
 
 
@@ -98,8 +99,9 @@ class LookupDrafter:
 
     def candidates(self, context: Sequence[int]) -> list[Proposer]:
         """The match in this context, then the one in the memory if it is the longer and at least
-        MEMORY_MIN_MATCH long, each named by its length class (see match_class). This call's own match outranks an earlier call's:
-        a fixed k takes it, and `auto` (which weighs both on what they earned) on a tie.
+        MEMORY_MIN_MATCH long, each named by its length class (see match_class). This call's own
+        match outranks an earlier call's: a fixed k takes it, and `auto` (which weighs both on
+        what they earned) on a tie.
         Example: context [5, 6, 7, 9, 5, 6], a memory holding [1, 7, 9, 5, 6, 8]
         -> [LookupMatch('lookup:2', start 2), MemoryMatch('lookup:memory:3-5', [8])]."""
         out: list[Proposer] = []

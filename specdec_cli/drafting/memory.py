@@ -158,7 +158,7 @@ class DraftMemory:
 
 
 def recalled(earned: Mapping[str, Earned]) -> dict[str, Earned]:
-    """The records of the memory's own proposals ("lookup:memory:6+", "cascade:memory:1"; lookup.py
+    """The records of the memory's own proposals ("lookup:memory:6+", "cascade:memory:3-5"; lookup.py
     and cascade.py name them): what the memory keeps from call to call."""
     return {name: record for name, record in earned.items() if name.split(":")[1:2] == ["memory"]}
 

@@ -290,8 +290,8 @@ def test_the_engine_starts_each_call_from_the_record_and_writes_it_back(tmp_path
     assert set(again) == set(memory.earned)
     for name, e in memory.earned.items():
         assert np.allclose(again[name].trials, e.trials, atol=1e-4) and np.allclose(again[name].hits, e.hits, atol=1e-4)
-    save_cache(path, [], FP, 12, 10_000, {"cascade:memory:1": Earned((1.0,), (2.0,))})  # another process: its proposer joins
-    assert read_cache(path, FP, 12, 10_000).earned["cascade:memory:1"] == Earned((1.0,), (2.0,))
+    save_cache(path, [], FP, 12, 10_000, {"cascade:memory:3-5": Earned((1.0,), (2.0,))})  # another process: its proposer joins
+    assert read_cache(path, FP, 12, 10_000).earned["cascade:memory:3-5"] == Earned((1.0,), (2.0,))
     assert set(memory.earned) < set(read_cache(path, FP, 12, 10_000).earned)
     save_cache(path, [], FP, 12, 10_000, {"model": Earned((1.0,), (2.0,))})  # not the memory's: not kept
     assert "model" not in read_cache(path, FP, 12, 10_000).earned
