@@ -155,7 +155,7 @@ def side_by_side(configs: list) -> list:
 
     def place(config):
         name = config[0]
-        own = name.split(MEMORY)[0] if MEMORY in name else name
+        own = name.split(MEMORY)[0]  # the drafter without the memory: 'lookup+memory latest' -> 'lookup'
         return (names.index(own) if own in names else names.index(name), MEMORY in name, names.index(name))
 
     return sorted(configs, key=place)

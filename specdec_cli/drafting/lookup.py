@@ -110,7 +110,7 @@ class LookupDrafter:
         if start is not None:
             out.append(LookupMatch(match_class(min(here, 8)), self, start))
         recall = self.memory.match(context) if self.memory is not None else None
-        if recall is not None and recall.tokens and recall.length > max(here, MEMORY_MIN_MATCH - 1):
+        if recall is not None and recall.tokens and recall.length > here and recall.length >= MEMORY_MIN_MATCH:
             out.append(MemoryMatch(match_class(recall.length, "lookup:memory"), self, recall))
         return out
 

@@ -307,7 +307,7 @@ class AdaptivePolicy:
         for name, record in earned.items():
             rec = self.record(name)
             rec.acceptance.resume(record.hits, record.trials)
-            if sum(record.trials) >= MIN_TRIALS:  # tried enough already: while it loses, a probe per call or so
+            if rec.acceptance.trials.sum() >= MIN_TRIALS:  # a fair trial, as `choose` counts it: while it loses, a probe per call or so
                 rec.backoff = RESUMED_BACKOFF
 
     def earned(self) -> dict[str, Earned]:
