@@ -4,9 +4,11 @@ Each sequence runs the one engine there is (engine.py's `Engine.generate`, the b
 in a thread of its own, over `SharedSequence`s: views of a model whose context holds several
 sequences (llama/model.LlamaModel with n_seq > 1, or a fake). A view is a CausalModel like any
 other, except that its `decode` hands the rows to the `Batcher` and waits. When every sequence
-that has joined is waiting, the last one to arrive runs a pass: ONE `decode_rows` call of one
+that has joined is waiting, the last one to arrive has a pass run: ONE `decode_rows` call of one
 model that holds the waiting rows of every sequence for that model, each under its own sequence
-id, and hands each its own logits. So
+id, and hands each its own logits. Every pass runs on the process's one compute thread
+(compute_thread.py: llama.cpp's OpenMP made passes from threads taking turns 25 % slower, and
+at times several times slower). So
 
   - draft steps: all sequences that draft with the draft model at this moment take one step
     together (the draft model goes first: a target pass waits while anyone is still drafting,
@@ -58,6 +60,7 @@ from ..errors import check_context
 from ..events import DraftPolicy, Earned, Round
 from ..tuning.cost_curve import CostCurve
 from ..tuning.switch import DraftingSwitch
+from .compute_thread import run_on_compute_thread
 
 DRAFT_MODEL_SOURCES = ("model", "cascade")  # proposers (drafting/) whose drafts take draft-model passes
 PREFILL_CHUNK = 128  # prompt tokens per pass while other sequences are generating
@@ -345,8 +348,12 @@ class Batcher:
         return planned
 
     def _decode(self, model: SharedModel, planned: list[tuple[_Request, int]]) -> tuple[list, float | None]:
-        """Each part's logits (or the exception its rows raised) and the pass's seconds (None when it failed)."""
+        """Each part's logits (or the exception its rows raised) and the pass's seconds (None when it
+        failed), computed on the process's one compute thread (compute_thread.py: why)."""
         parts = [self._part(r, take) for r, take in planned]
+        return run_on_compute_thread(lambda: self._decode_parts(model, parts))
+
+    def _decode_parts(self, model: SharedModel, parts: list[Part]) -> tuple[list, float | None]:
         with self.lock:
             start = time.perf_counter()
             try:

@@ -117,6 +117,26 @@ def test_every_sequence_is_its_greedy_self_and_the_target_passes_hold_several():
         assert target.kv[seq] == batcher.sequence(target, seq).tokens
 
 
+def test_every_pass_of_both_models_runs_on_one_thread_none_of_the_sequences():
+    """llama.cpp's OpenMP gives each thread that starts a pass a pool of its own; more pools than
+    cores make every pass slow (decoding/compute_thread.py). Counted: the thread of each pass."""
+    batcher, target, draft = shared_pair()
+    seen: list[tuple[str, int]] = []
+    for name, model in (("target", target), ("draft", draft)):
+        own = model.decode_rows
+        model.decode_rows = lambda parts, own=own, name=name: seen.append((name, threading.get_ident())) or own(parts)
+    callers: set[int] = set()
+    runs = [[(p, GenerationConfig(max_tokens=20, sampling=GREEDY), "model", 3)] for p in prompts(4)]
+    original = batcher._run_pass
+    batcher._run_pass = lambda: callers.add(threading.get_ident()) or original()
+    outputs, errors = together(batcher, target, draft, runs)
+    assert errors == [None] * 4 and all(outputs)
+    assert {name for name, _ in seen} == {"target", "draft"} and len(seen) >= 20
+    threads = {ident for _, ident in seen}
+    assert len(threads) == 1, f"passes ran on {len(threads)} threads"
+    assert len(callers) > 1 and not threads & callers  # the sequences took turns arriving last; none computed
+
+
 def test_caches_end_exact_per_sequence():
     batcher, target, draft = shared_pair()
     views = [(batcher.sequence(target, i), batcher.sequence(draft, i)) for i in range(3)]
