@@ -7,8 +7,8 @@ other, except that its `decode` hands the rows to the `Batcher` and waits. When 
 that has joined is waiting, the last one to arrive has a pass run: ONE `decode_rows` call of one
 model that holds the waiting rows of every sequence for that model, each under its own sequence
 id, and hands each its own logits. Every pass runs on the process's one compute thread
-(compute_thread.py: llama.cpp's OpenMP made passes from threads taking turns 25 % slower, and
-at times several times slower). So
+(compute_thread.py: with llama.cpp's OpenMP, passes from threads taking turns ran 1.25 to 2.9
+times as long). So
 
   - draft steps: all sequences that draft with the draft model at this moment take one step
     together (the draft model goes first: a target pass waits while anyone is still drafting,

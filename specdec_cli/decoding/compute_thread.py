@@ -7,12 +7,14 @@ and ggml meets a barrier at every operation of a pass. In a batch the sequences'
 turns running the passes (whoever arrived last), so after the first few every pass ran slowly,
 for as long as the process lived. Measured on 2 cores, 2 llama.cpp threads, the built-in pair's
 target, passes of 4 sequences' rows (`benchmarks/pass_threads.py`, medians of 2 processes
-each): 23.7 ms from one thread, 29.6 ms from 4 threads taking turns, 25.7 ms handed from those
-4 threads to this one; in one process, one row a pass took 14-19 ms from the thread that had
-run every pass and 27-66 ms from a second thread once the first had run some. So every pass
-goes through this one thread, and the others hand it over and wait.
+each): 29.1 ms from one thread, 83.5 ms from 4 threads taking turns, 29.2 ms handed from those
+4 threads to this one (in an earlier run 23.7, 29.6 and 25.7 ms). So every pass goes through
+this one thread, and the others hand it over and wait.
 
     run_on_compute_thread(lambda: model.decode_rows(parts))   # from any thread; returns or raises as the call does
+
+The thread is a daemon, as the server's slot threads are: a pass that never returns (a remote
+target that stopped answering) does not keep the process from ending.
 
 Left out: the single-sequence engine (`specdec run`, bench), which decodes on the thread that
 calls it, one thread in all.
@@ -21,28 +23,56 @@ calls it, one thread in all.
 from __future__ import annotations
 
 import os
+import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
 
-_executor: ThreadPoolExecutor | None = None
+
+class _Call:
+    def __init__(self, call: Callable[[], Any]) -> None:
+        self.call = call
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+_calls: "queue.SimpleQueue[_Call]" = queue.SimpleQueue()
+_thread: threading.Thread | None = None
 _lock = threading.Lock()
+
+
+def _serve() -> None:
+    while True:
+        item = _calls.get()
+        try:
+            item.result = item.call()
+        except BaseException as exc:  # noqa: BLE001  raised again in the caller's thread
+            item.error = exc
+        item.done.set()
 
 
 def run_on_compute_thread(call: Callable[[], T]) -> T:
     """call() on the process's compute thread (started at the first call), its result or its exception."""
-    global _executor
+    global _thread
+    if threading.current_thread() is _thread:
+        return call()
     with _lock:
-        if _executor is None:
-            _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specdec-compute")
-    return _executor.submit(call).result()
+        if _thread is None:
+            _thread = threading.Thread(target=_serve, name="specdec-compute", daemon=True)
+            _thread.start()
+    item = _Call(call)
+    _calls.put(item)
+    item.done.wait()
+    if item.error is not None:
+        raise item.error
+    return item.result
 
 
 def _forget_in_child() -> None:
-    global _executor
-    _executor = None  # a forked child has no compute thread: its first pass starts its own
+    global _calls, _thread, _lock
+    _calls, _thread, _lock = queue.SimpleQueue(), None, threading.Lock()  # a forked child starts its own
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
