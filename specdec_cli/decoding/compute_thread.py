@@ -25,32 +25,23 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from typing import Any, Callable, TypeVar
+from concurrent.futures import Future
+from typing import Callable, TypeVar
 
 T = TypeVar("T")
 
-
-class _Call:
-    def __init__(self, call: Callable[[], Any]) -> None:
-        self.call = call
-        self.done = threading.Event()
-        self.result: Any = None
-        self.error: BaseException | None = None
-
-
-_calls: "queue.SimpleQueue[_Call]" = queue.SimpleQueue()
+_calls: "queue.SimpleQueue[tuple[Callable[[], object], Future]]" = queue.SimpleQueue()
 _thread: threading.Thread | None = None
 _lock = threading.Lock()
 
 
 def _serve() -> None:
     while True:
-        item = _calls.get()
+        call, future = _calls.get()
         try:
-            item.result = item.call()
+            future.set_result(call())
         except BaseException as exc:  # noqa: BLE001  raised again in the caller's thread
-            item.error = exc
-        item.done.set()
+            future.set_exception(exc)
 
 
 def run_on_compute_thread(call: Callable[[], T]) -> T:
@@ -62,12 +53,9 @@ def run_on_compute_thread(call: Callable[[], T]) -> T:
         if _thread is None:
             _thread = threading.Thread(target=_serve, name="specdec-compute", daemon=True)
             _thread.start()
-    item = _Call(call)
-    _calls.put(item)
-    item.done.wait()
-    if item.error is not None:
-        raise item.error
-    return item.result
+    future: Future = Future()
+    _calls.put((call, future))
+    return future.result()
 
 
 def _forget_in_child() -> None:
