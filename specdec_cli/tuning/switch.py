@@ -21,6 +21,12 @@ CLEAR_GAIN, 10 %, or more), the next one waits twice as long, up to MAX_PROBE_EV
 of epochs of 0.3 s); one that turned it starts the count afresh. Where the ways are close the
 probes stay every PROBE_EVERY-th epoch: a choice made on a pair or two (drafting ahead by 4 % at
 four sequences, in one served run) must not hold for long (it then lost by half).
+What the trying costs is also measured and capped: an epoch that ran a way to try it (exploring,
+a probe) and was the slower of a pair lost its seconds times (1 - its rate / the other's), and a
+probe begins only while those losses, at every N together, are at most PROBE_SHARE (5 %) of the
+seconds of epochs so far. On a CPU a probe into drafting at four sequences first catches the
+draft model up with some hundred tokens (0.5 s, and its epoch gave a third of a plain one's
+tokens, in one served run): the next probe then waits some 20 s of batched time, not 8 epochs.
 Where drafting lost at a smaller batch, a larger one starts without it and learns only from
 the probes: another sequence in the batch makes a draft step dearer against the pass it saves
 (vLLM's speculation by batch size rests on the same rule), and every turn spent exploring a way
@@ -57,10 +63,11 @@ from dataclasses import dataclass, field
 from .estimates import WeightedMean
 
 EPOCH_SECONDS = 0.3  # an epoch lasts at least this long (at least a few rounds of every sequence)
-EXPLORE = 2  # epochs of each way at a batch size before gain chooses
+EXPLORE = 1  # epochs of each way at a batch size before gain chooses (a pair; the probes go on measuring)
 PROBE_EVERY = 8  # after exploring, every 8th epoch at a batch size runs the other way,
 MAX_PROBE_EVERY = 64  # then every 16th, 32nd, .. while the probes leave a clear choice as it was
 CLEAR_GAIN = math.log(1.1)  # a clear choice: one way 10 % ahead of the other, paired
+PROBE_SHARE = 0.03  # trying the other way (exploring, probes) may lose at most this share of the batched time
 DECAY = 0.8  # per pair (and per epoch of a way, for the rates shown): about the last five count
 
 
@@ -77,6 +84,7 @@ class Epoch:
     end: float = 0.0
     tokens: int = 0
     credited_by: set = field(default_factory=set)  # the sequences whose rounds gave its tokens
+    trying: bool = False  # it ran its way to try it (exploring, a probe), not as the choice
 
     @property
     def rate(self) -> float:
@@ -101,6 +109,8 @@ class DraftingSwitch:
     _chosen: collections.Counter = field(default_factory=collections.Counter)  # epochs begun at each N since its last probe
     _probe_every: dict[int, int] = field(default_factory=dict)  # at each N: epochs from one probe to the next
     _probed_for: dict[int, bool] = field(default_factory=dict)  # at each N: the better way when it was last probed
+    _seconds: float = 0.0  # of the epochs ended so far, at every N
+    _tried_cost: float = 0.0  # seconds lost by the epochs that tried a way, against their pairs' other epoch
 
     def drafting(self, n: int, now: float = math.inf) -> tuple[bool, int | None]:
         """(whether the draft model drafts, the epoch to credit the round's tokens to) for a round
@@ -113,7 +123,7 @@ class DraftingSwitch:
             return now - self._shared_until >= self.epoch_seconds, None
         if self.epoch is not None and self.epoch.n == n:
             return self.epoch.drafting, self.epoch.id
-        return self._next_way(n, begin=False), None
+        return self._next_way(n, begin=False)[0], None
 
     def credit(self, epoch_id: int | None, tokens: int, sequence: object) -> None:
         """A round of `sequence` (any key: the policy of one generation) chosen in epoch `epoch_id` gave `tokens`."""
@@ -143,8 +153,10 @@ class DraftingSwitch:
             epoch.end = now
             self.closed.append(epoch)
             self.tried[epoch.n, epoch.drafting] += 1
+            self._seconds += now - epoch.start
         self._ids += 1
-        self.epoch = Epoch(self._ids, n, self._next_way(n, begin=True), start=now)
+        way, trying = self._next_way(n, begin=True)
+        self.epoch = Epoch(self._ids, n, way, start=now, trying=trying)
 
     def report(self) -> dict[int, dict]:
         """Per batch size seen: the measured tokens per second drafting and not (None before an
@@ -170,15 +182,20 @@ class DraftingSwitch:
         if last is not None and last.id == epoch.id - 1 and last.drafting != epoch.drafting:
             on, off = (epoch, last) if epoch.drafting else (last, epoch)
             self.gain[epoch.n].add(math.log(on.rate / off.rate))
+            slower, faster = (on, off) if on.rate < off.rate else (off, on)
+            if slower.trying:
+                self._tried_cost += (slower.end - slower.start) * (1.0 - slower.rate / faster.rate)
+                slower.trying = False  # counted once, also where it pairs with both neighbours
         self._last[epoch.n] = epoch
 
-    def _next_way(self, n: int, begin: bool) -> bool:
-        """The way of an epoch that begins now at n (begin: it does; else only asked)."""
+    def _next_way(self, n: int, begin: bool) -> tuple[bool, bool]:
+        """The way of an epoch that begins now at n (begin: it does; else only asked), and whether
+        it tries that way (exploring, a probe) rather than runs it as the choice."""
         on, off = self.tried[n, True], self.tried[n, False]
         gain = self.gain[n].value
         loses_below = any(m < n and (g.value or 0.0) < 0 for m, g in self.gain.items())
         if (on < self.explore or off < self.explore) and not (loses_below and gain is None):
-            return on <= off  # in turns, drafting first
+            return on <= off, True  # in turns, drafting first
         if gain is not None:
             best = gain > 0
         elif loses_below:  # more sequences only make a draft dearer against a pass: start where a smaller batch ended
@@ -188,11 +205,11 @@ class DraftingSwitch:
         if begin and self._probed_for.get(n, best) != best:  # the last probe turned the choice: probe often again
             self._probe_every[n], self._probed_for[n] = self.probe_every, best
         every = self._probe_every.get(n, self.probe_every)
-        probe = self._chosen[n] + 1 >= every
+        probe = self._chosen[n] + 1 >= every and self._tried_cost <= PROBE_SHARE * self._seconds
         if begin:
             self._chosen[n] = 0 if probe else self._chosen[n] + 1
             if probe:  # from the second probe on, each one that finds a clear choice as it was doubles the wait
                 clear = n in self._probed_for and gain is not None and abs(gain) >= CLEAR_GAIN
                 self._probe_every[n] = min(2 * every, MAX_PROBE_EVERY) if clear else self.probe_every
                 self._probed_for[n] = best
-        return (not best) if probe else best
+        return ((not best), True) if probe else (best, False)

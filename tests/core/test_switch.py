@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
-from specdec_cli.tuning.switch import DraftingSwitch
+from specdec_cli.tuning.switch import PROBE_SHARE, DraftingSwitch
 
 PASS = 0.05  # seconds per target pass in these scripted batches
 
 
 def run(
-    switch: DraftingSwitch, n: int, passes: int, rate: dict[bool, float], start: float = 0.0, speed=lambda i: 1.0
+    switch: DraftingSwitch, n: int, passes: int, rate: dict[bool, float], start: float = 0.0, speed=lambda i: 1.0, begun=None
 ) -> tuple[list[bool], float]:
     """n sequences, each choosing a round before every target pass and crediting what it gave
     afterwards (rate[mode] tokens per second of the batch times the machine's speed(pass index),
-    split evenly); returns the mode each epoch ran in, as the sequences saw it, and the time at the end."""
+    split evenly); returns the mode each epoch ran in, as the sequences saw it, and the time at the
+    end. `begun`, a list, gets the time each epoch began."""
     now, modes, seen = start, [], None
     for i in range(passes):
         chosen = [switch.drafting(n) for _ in range(n)]
         if chosen[0][1] is not None and chosen[0][1] != seen:
             seen = chosen[0][1]
             modes.append(chosen[0][0])
+            if begun is not None:
+                begun.append(now)
         now += PASS
         switch.after_pass(n, True, now)
         for seq, (mode, epoch) in enumerate(chosen):
@@ -78,10 +81,13 @@ def test_a_machine_that_slows_down_does_not_fool_it():
 
 
 def test_where_drafting_is_faster_it_stays_on():
+    """Drafting gives 180 tokens/s, not drafting 120: after exploring it drafts, and the plain
+    epochs after exploring are probes only, fewer than one in 8 (the two plain exploring epochs lost
+    a third of their 0.3 s each, 0.2 s, so the first probe waits for 4 s of epochs)."""
     switch = DraftingSwitch(epoch_seconds=0.3, explore=2, probe_every=8)
-    modes, _ = run(switch, 3, 6 * 30, {True: 180.0, False: 120.0})
+    modes, _ = run(switch, 3, 6 * 60, {True: 180.0, False: 120.0})
     assert modes[:4] == [True, False, True, False]
-    assert modes[4:11] == [True] * 7 and modes[11] is False
+    assert all(modes[4:12]) and 0 < modes[4:].count(False) <= len(modes[4:]) // 8
 
 
 def test_each_batch_size_learns_apart_and_alone_always_drafts():
@@ -162,3 +168,21 @@ def test_alone_for_a_moment_between_requests_it_does_not_draft_yet():
     switch.after_pass(2, True, 5.0)
     assert switch.drafting(1, now=5.1) == (False, None)  # the other request just ended
     assert switch.drafting(1, now=5.31) == (True, None)  # alone for an epoch's length
+
+
+def test_probes_wait_while_trying_has_cost_more_than_its_share_of_the_time():
+    """Drafting gives 20 tokens/s, not drafting 120 (a probe that first catches the draft model up
+    with all it missed): the two exploring epochs that drafted lost 0.3 s * (1 - 20/120) each,
+    0.5 s, so no probe begins before the epochs so far last 0.5 / PROBE_SHARE (17 s), where 8
+    epochs after exploring (the 12th, at 3.3 s) would have been the first."""
+    switch = DraftingSwitch(epoch_seconds=0.3, explore=2, probe_every=8)
+    begun: list[float] = []
+    modes, _ = run(switch, 2, 6 * 120, {True: 20.0, False: 120.0}, begun=begun)
+    assert modes[:4] == [True, False, True, False]
+    probes = [i for i, mode in enumerate(modes) if mode][2:]
+    assert probes, modes
+    first = probes[0]
+    assert begun[first] - begun[0] >= 0.5 / PROBE_SHARE - 1e-9  # the epochs before it lasted that long
+    assert begun[first - 1] - begun[0] < 0.5 / PROBE_SHARE + 0.3  # it was not held back longer than an epoch
+    # each probe adds its own 0.25 s: the next waits until 0.75 s is within the share
+    assert len(probes) >= 2 and begun[probes[1]] - begun[0] >= 0.75 / PROBE_SHARE - 1e-9
