@@ -5,9 +5,9 @@ For each temperature and each client count (--clients, default 1 2 4 8), every c
 filters top_k 40, top_p 0.95, min_p 0.05, seed 1 + request). The servers (--servers, default all)
 never serve two at once: the specdec ones are started together and take turns, idle while
 another serves, for each client count and each of --repeats repeats (every other repeat in
-reverse order), so that the machine's drift, which moves a row by 20 % within minutes, falls on
-them alike; each llama-server is started per client count and repeat (its slots are fixed at
-start):
+reverse order), and right after them each llama-server, started for that client count and
+repeat (its slots are fixed at start), so that the machine's drift, which moves a row by 20 %
+within minutes, falls on all of them alike:
 
   - before:        `specdec serve` of --before (a git worktree of the commit before slots):
                    one generation at a time;
@@ -19,8 +19,8 @@ start):
 
 Reported per row: aggregate tokens/s (completion tokens over the wall time of the load),
 latency p50 and p99 (nearest rank), and for specdec the mean sequences and rows per target
-pass (from GET /slots, counted by the batcher), and at the end specdec / specdec-off per repeat
-and their median.
+pass (from GET /slots, counted by the batcher), and at the end specdec / specdec-off and
+specdec / llama-server without a draft per repeat, and their medians.
 
     flock /tmp/llama.lock python3 benchmarks/serving_batch.py --before /tmp/before \\
         --llama-server /tmp/b11434/llama.cpp/build/bin/llama-server --out serving_batch.json
@@ -102,44 +102,49 @@ def passes(url: str) -> tuple[int, int, int, dict] | None:
     return sum(held.values()), sum(int(n) * c for n, c in held.items()), report.get("target_rows", 0), report.get("drafting", {})
 
 
-def specdec_rows(servers: dict[str, tuple[Path, list[str]]], args, temperature: float, logs: Path) -> list[dict]:
-    """The specdec servers (name: (checkout, flags)) side by side, each idle while another serves:
-    for each client count and each repeat, every server in turn (every other repeat in reverse
-    order), so that the machine's drift falls on all of them alike."""
+def specdec_row(name: str, url: str, args, temperature: float, clients: int, repeat: int) -> dict:
+    """One load on a running specdec server, with what its batcher counted during the load."""
+    before = passes(url)
+    row = load(url, clients, args.requests, temperature, args.max_tokens)
+    after = passes(url)
+    if before is not None and after is not None and after[0] > before[0]:
+        row["sequences_per_pass"] = (after[1] - before[1]) / (after[0] - before[0])
+        row["rows_per_pass"] = (after[2] - before[2]) / (after[0] - before[0])
+        row["drafting"] = after[3]
+    log(f"{name} T={temperature} clients={clients} #{repeat}: {row['tokens_per_s']:.1f} tok/s p50 {row['p50_s']:.2f} s")
+    return {"server": name, "temperature": temperature, "repeat": repeat, **row}
+
+
+def llama_row(name: str, args, draft: Path | None, target: Path, temperature: float, clients: int, repeat: int, logs: Path) -> dict:
+    """One load on a llama-server started for it (its slots, -np, are fixed at start)."""
+    extra = ["-np", str(clients), "-c", str(args.ctx * clients), "-t", str(args.threads), "--no-webui"]
+    if draft is not None:
+        extra += ["--spec-type", "draft-simple", "--spec-draft-sampling", "probabilistic", "--spec-draft-n-max", str(args.n_max)]
+    with LlamaServer(args.llama_server, draft, target, extra, logs / f"{name}-{temperature}-{clients}.log") as server:
+        load(server.url, 1, 1, temperature, 8)
+        row = load(server.url, clients, args.requests, temperature, args.max_tokens)
+    log(f"{name} T={temperature} clients={clients} #{repeat}: {row['tokens_per_s']:.1f} tok/s p50 {row['p50_s']:.2f} s")
+    return {"server": name, "temperature": temperature, "repeat": repeat, **row}
+
+
+def rows_at(temperature: float, specdec: dict[str, tuple[Path, list[str]]], llama: dict[str, Path | None], args, logs: Path, target: Path) -> list[dict]:
+    """Every server at one temperature: the specdec ones (name: (checkout, flags)) started
+    together, each idle while another serves; for each client count and each repeat, each of them
+    in turn (every other repeat in reverse order), then each llama-server (name: its draft or
+    None), so that the machine's drift falls on all of them alike."""
     rows = []
     with contextlib.ExitStack() as stack:
         urls = {}
-        for name, (root, flags) in servers.items():
+        for name, (root, flags) in specdec.items():
             flags = ["--ctx", str(args.ctx), "--threads", str(args.threads), "--queue", "64", *flags]
             urls[name] = stack.enter_context(SpecdecServer(flags, logs / f"{name}-{temperature}.log", root=root)).url
             load(urls[name], 1, 1, temperature, 8)  # warm
         for clients in args.clients:
             for repeat in range(args.repeats):
                 for name in list(urls) if repeat % 2 == 0 else list(urls)[::-1]:
-                    before = passes(urls[name])
-                    row = load(urls[name], clients, args.requests, temperature, args.max_tokens)
-                    after = passes(urls[name])
-                    if before is not None and after is not None and after[0] > before[0]:
-                        row["sequences_per_pass"] = (after[1] - before[1]) / (after[0] - before[0])
-                        row["rows_per_pass"] = (after[2] - before[2]) / (after[0] - before[0])
-                        row["drafting"] = after[3]
-                    rows.append({"server": name, "temperature": temperature, "repeat": repeat, **row})
-                    log(f"{name} T={temperature} clients={clients} #{repeat}: {row['tokens_per_s']:.1f} tok/s p50 {row['p50_s']:.2f} s")
-    return rows
-
-
-def llama_rows(name: str, args, draft: Path | None, temperature: float, logs: Path, target: Path) -> list[dict]:
-    rows = []
-    for clients in args.clients:
-        extra = ["-np", str(clients), "-c", str(args.ctx * clients), "-t", str(args.threads), "--no-webui"]
-        if draft is not None:
-            extra += ["--spec-type", "draft-simple", "--spec-draft-sampling", "probabilistic", "--spec-draft-n-max", str(args.n_max)]
-        for repeat in range(args.repeats):
-            with LlamaServer(args.llama_server, draft, target, extra, logs / f"{name}-{temperature}-{clients}.log") as server:
-                load(server.url, 1, 1, temperature, 8)
-                row = load(server.url, clients, args.requests, temperature, args.max_tokens)
-            rows.append({"server": name, "temperature": temperature, "repeat": repeat, **row})
-            log(f"{name} T={temperature} clients={clients} #{repeat}: {row['tokens_per_s']:.1f} tok/s p50 {row['p50_s']:.2f} s")
+                    rows.append(specdec_row(name, urls[name], args, temperature, clients, repeat))
+                for name, draft in llama.items():
+                    rows.append(llama_row(name, args, draft, target, temperature, clients, repeat, logs))
     return rows
 
 
@@ -181,29 +186,27 @@ def main() -> int:
         "specdec-off": (ROOT, pair_flags + slots + ["--drafter", "none"]),
     }
     chosen = {name: specdec_servers[name] for name in args.servers if name in specdec_servers}
+    llama = {name: d for name, d in (("llama-server", draft), ("llama-server-nodraft", None)) if args.llama_server and name in args.servers}
     rows = []
     for t in args.temperatures:
-        rows += specdec_rows(chosen, args, t, logs)
-        if args.llama_server:
-            if "llama-server" in args.servers:
-                rows += llama_rows("llama-server", args, draft, t, logs, target)
-            if "llama-server-nodraft" in args.servers:
-                rows += llama_rows("llama-server-nodraft", args, None, t, logs, target)
+        rows += rows_at(t, chosen, llama, args, logs, target)
         args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}, indent=1))
     for r in rows:
         extra = f"  seq/pass {r['sequences_per_pass']:.2f} rows/pass {r['rows_per_pass']:.1f}" if "sequences_per_pass" in r else ""
         print(f"{r['server']:22} T={r['temperature']:.1f} c={r['clients']} #{r['repeat']}: {r['tokens_per_s']:7.1f} tok/s  p50 {r['p50_s']:.2f}  p99 {r['p99_s']:.2f}  answered {r['answered']}{extra}")
-    if "specdec" in chosen and "specdec-off" in chosen:
-        print(against_off(rows))
+    for other in ("specdec-off", "llama-server-nodraft"):
+        if "specdec" in chosen and (other in chosen or other in llama):
+            print(against(rows, other))
     return 0
 
 
-def against_off(rows: list[dict]) -> str:
-    """specdec / specdec-off per temperature and client count: each repeat's ratio, and their median."""
+def against(rows: list[dict], other: str) -> str:
+    """specdec / another server per temperature and client count: each repeat's ratio (the two
+    measured minutes apart at most), and their median."""
     rate = {(r["server"], r["temperature"], r["clients"], r["repeat"]): r["tokens_per_s"] for r in rows}
-    lines = ["specdec / speculation off (each repeat; median):"]
+    lines = [f"specdec / {other} (each repeat; median):"]
     for t, clients in sorted({(r["temperature"], r["clients"]) for r in rows}, key=lambda k: (-k[0], k[1])):
-        ratios = [rate[("specdec", t, clients, i)] / rate[("specdec-off", t, clients, i)] for s, tt, c, i in rate if (s, tt, c) == ("specdec", t, clients)]
+        ratios = [rate[("specdec", t, clients, i)] / rate[(other, t, clients, i)] for s, tt, c, i in rate if (s, tt, c) == ("specdec", t, clients)]
         lines.append(f"  T={t} clients={clients}: {', '.join(f'{x:.2f}' for x in ratios)}; median {statistics.median(ratios):.2f}")
     return "\n".join(lines)
 
