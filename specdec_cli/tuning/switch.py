@@ -12,8 +12,9 @@ target rows). An epoch's rate is the tokens its rounds gave over its seconds.
 The machine's own speed drifts by tens of percent within seconds (a shared host's other
 tenants), more than the two ways may differ. So the ways are compared in pairs of adjacent
 epochs at the same N, one of each way: each pair gives log(drafting rate / plain rate), and
-`gain` is a decaying mean of those logs. At each N the ways take turns for EXPLORE epochs each;
-then the draft model drafts while gain > 0, and the other way runs every PROBE_EVERY-th epoch
+`gain` is a decaying mean of those logs. At each N the ways take turns for EXPLORE epochs each
+(one: a single pair, since on a CPU each exploring epoch that drafts first catches the draft
+model up with all the text it missed, and the probes go on measuring); then the draft model drafts while gain > 0, and the other way runs every PROBE_EVERY-th epoch
 (two more pairs: the probe and each of its neighbours), in case the text or the load changed.
 Each probe costs what the losing way loses for an epoch (and, into drafting, the draft model's
 catch-up), so where a probe left the choice as it was and the ways differ clearly (by
@@ -23,30 +24,39 @@ probes stay every PROBE_EVERY-th epoch: a choice made on a pair or two (drafting
 four sequences, in one served run) must not hold for long (it then lost by half).
 What the trying costs is also measured and capped: an epoch that ran a way to try it (exploring,
 a probe) and was the slower of a pair lost its seconds times (1 - its rate / the other's), and a
-probe begins only while those losses, at every N together, are at most PROBE_SHARE (5 %) of the
+probe begins only while those losses, at every N together, are at most PROBE_SHARE (3 %) of the
 seconds of epochs so far. On a CPU a probe into drafting at four sequences first catches the
-draft model up with some hundred tokens (0.5 s, and its epoch gave a third of a plain one's
-tokens, in one served run): the next probe then waits some 20 s of batched time, not 8 epochs.
+draft model up with some hundred tokens (0.5 s in one served run, its epoch giving a third to a
+half of a plain one's tokens): the next probe then waits some 15 s of batched time, not 8 epochs.
 Where drafting lost at a smaller batch, a larger one starts without it and learns only from
 the probes: another sequence in the batch makes a draft step dearer against the pass it saves
 (vLLM's speculation by batch size rests on the same rule), and every turn spent exploring a way
 that loses costs throughput.
-So at no batch size does speculation stay slower than speculation off.
+So at no batch size does speculation stay slower than speculation off for long: what remains is
+the cost of finding out (docs/serving.md measures it).
 
 An epoch starts and ends after a target pass that held every joined sequence: every round chosen
 in an epoch ends in that epoch's passes, so each round's tokens are credited to the epoch its
 way was read in (`credit`, with the epoch's id), also when they are counted a moment after the
 epoch ended. An epoch's rate is recorded at the first pass after it, once those last rounds
-are counted, so the choice of the next epoch reads the epochs before the last one. An epoch is
-dropped when a sequence joined or left during it, or when some sequence in it credited nothing
-(a request with a fixed k or no drafter). The time the draft model spends catching up with text
+are counted, so the choice of the next epoch reads the epochs before the last one. A sequence
+that joins or leaves ends the epoch: one that had run for half its length or more is recorded at
+the batch size it ran at, a shorter one is dropped. With answers of a few seconds, sequences join
+and leave every half second or so at four clients, and what a join costs the way that runs (the
+joiner's prompt into the draft model, where it drafts) falls in the epochs a join or leave ends:
+dropping those kept the dear drafting epochs out of the record (at four sequences, T = 0, pairs
+read drafting 1.03-1.38x ahead while the server drafting served 0.61-0.89x of speculation off,
+in one served run). For the same reason a pair is two epochs at one N that follow each other
+within an epoch's length, a moment at another N between them or not. An epoch is also dropped
+when some sequence in it credited nothing (a request with a fixed k or no drafter), or when no
+target pass ran for IDLE_SECONDS (the last requests of a load ended together). The time the draft model spends catching up with text
 it did not see while it was not drafting (an epoch without drafting, a prompt that joined the
 batch: batch.BatchedPolicy.prefill_draft) stays in the epoch's time: what drafting costs after a
 switch is part of what it costs, so where the two ways are close the switch leans to not
 drafting. What decides (epochs already timed) is fixed before a round's draws, so the output
 stays exact (policy.py, "Why the output stays exact").
 
-Example, at N = 2 (tests/core/test_switch.py): epochs 1 to 4 draft, do not, draft, do not, at
+Example, at N = 2 with EXPLORE = 2 (tests/core/test_switch.py): epochs 1 to 4 draft, do not, draft, do not, at
 100, 120, 100 and 120 tokens/s: three pairs, each log(100 / 120) = -0.18, so gain < 0. Epochs 5
 to 11 do not draft; epoch 12, the 8th after exploring, does.
 
@@ -68,6 +78,7 @@ PROBE_EVERY = 8  # after exploring, every 8th epoch at a batch size runs the oth
 MAX_PROBE_EVERY = 64  # then every 16th, 32nd, .. while the probes leave a clear choice as it was
 CLEAR_GAIN = math.log(1.1)  # a clear choice: one way 10 % ahead of the other, paired
 PROBE_SHARE = 0.03  # trying the other way (exploring, probes) may lose at most this share of the batched time
+IDLE_SECONDS = 2.0  # no target pass for this long: the server was idle (or stalled), and the open epoch measured nothing
 DECAY = 0.8  # per pair (and per epoch of a way, for the rates shown): about the last five count
 
 
@@ -111,6 +122,7 @@ class DraftingSwitch:
     _probed_for: dict[int, bool] = field(default_factory=dict)  # at each N: the better way when it was last probed
     _seconds: float = 0.0  # of the epochs ended so far, at every N
     _tried_cost: float = 0.0  # seconds lost by the epochs that tried a way, against their pairs' other epoch
+    _last_pass: float = -math.inf  # when the last target pass ended
 
     def drafting(self, n: int, now: float = math.inf) -> tuple[bool, int | None]:
         """(whether the draft model drafts, the epoch to credit the round's tokens to) for a round
@@ -142,18 +154,20 @@ class DraftingSwitch:
         self.closed = []
         if n >= 2:
             self._shared_until = now
+        if now - self._last_pass > IDLE_SECONDS:
+            self.epoch = None  # open across a time without passes (the last requests ended together): it measured nothing
+        self._last_pass = now
         epoch = self.epoch
-        if epoch is not None and epoch.n != n:
-            self.epoch = epoch = None  # a sequence joined or left: the epoch measured neither way
+        if epoch is not None and epoch.n != n:  # a sequence joined or left
+            if now - epoch.start >= self.epoch_seconds / 2:  # what it cost so far counts, at the N it ran at
+                self._close(epoch, now)
+            self.epoch = epoch = None
         if not held_all or n < 2:
             return
         if epoch is not None and now - epoch.start < self.epoch_seconds:
             return
         if epoch is not None:
-            epoch.end = now
-            self.closed.append(epoch)
-            self.tried[epoch.n, epoch.drafting] += 1
-            self._seconds += now - epoch.start
+            self._close(epoch, now)
         self._ids += 1
         way, trying = self._next_way(n, begin=True)
         self.epoch = Epoch(self._ids, n, way, start=now, trying=trying)
@@ -174,12 +188,18 @@ class DraftingSwitch:
             }
         return out
 
+    def _close(self, epoch: Epoch, now: float) -> None:
+        epoch.end = now
+        self.closed.append(epoch)
+        self.tried[epoch.n, epoch.drafting] += 1
+        self._seconds += now - epoch.start
+
     def _record(self, epoch: Epoch) -> None:
         if len(epoch.credited_by) < epoch.n or epoch.tokens == 0:
             return  # some sequence's rounds are not counted (a fixed k, no drafter)
         self.rates[epoch.n, epoch.drafting].add(epoch.rate)
         last = self._last.get(epoch.n)
-        if last is not None and last.id == epoch.id - 1 and last.drafting != epoch.drafting:
+        if last is not None and epoch.start - last.end <= self.epoch_seconds and last.drafting != epoch.drafting:  # adjacent at this N
             on, off = (epoch, last) if epoch.drafting else (last, epoch)
             self.gain[epoch.n].add(math.log(on.rate / off.rate))
             slower, faster = (on, off) if on.rate < off.rate else (off, on)

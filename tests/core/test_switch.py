@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from specdec_cli.tuning.switch import PROBE_SHARE, DraftingSwitch
 
 PASS = 0.05  # seconds per target pass in these scripted batches
@@ -115,17 +117,71 @@ def test_tokens_count_for_the_epoch_their_round_was_chosen_in():
     assert switch.rates[2, True].weight == 1.0 and switch.rates[2, True].value == 40 / 0.2  # one epoch, whole
 
 
-def test_an_epoch_in_which_a_sequence_joined_or_left_is_dropped():
+def test_an_epoch_that_a_join_or_leave_cuts_short_is_dropped():
     switch = DraftingSwitch(epoch_seconds=0.1)
     switch.after_pass(2, True, 0.0)
     _, epoch = switch.drafting(2)
     switch.credit(epoch, 20, "a")
     switch.credit(epoch, 20, "b")
-    switch.after_pass(3, False, 0.05)  # a third joined (its prompt in this pass)
+    switch.after_pass(3, False, 0.04)  # a third joined (its prompt in this pass), before half an epoch
     assert switch.epoch is None and switch.drafting(3) == (True, None)
     switch.after_pass(3, True, 0.2)  # a new epoch at N = 3 starts; nothing was recorded
     switch.after_pass(3, True, 0.21)
     assert switch.rates[2, True].value is None  # nothing recorded
+    assert switch.tried[2, True] == 0
+
+
+def test_an_epoch_that_a_join_or_leave_ends_late_counts_at_its_batch_size_and_pairs_across_the_gap():
+    """What a join costs the way that runs (the joiner's prompt into the draft model, when it
+    drafts) falls in epochs that a join or leave ends; dropping those would keep the dear ones out
+    of the record. Here the drafting epoch (4 sequences, 0.3 s, 60 tokens) is followed by a plain
+    one that a leave ends after 0.2 s (30 tokens): it counts at N = 4, and pairs with the
+    drafting one; the next epoch at N = 4, after 0.1 s at N = 3, pairs with it in turn."""
+    switch = DraftingSwitch(epoch_seconds=0.3, explore=1)
+    seqs = "abcd"
+    switch.after_pass(4, True, 0.0)
+    _, first = switch.drafting(4)
+    assert switch.epoch.drafting is True
+    for seq in seqs:
+        switch.credit(first, 15, seq)
+    switch.after_pass(4, True, 0.3)  # epoch 1 ends, epoch 2 (plain, exploring) starts
+    mode, second = switch.drafting(4)
+    assert mode is False
+    for seq in seqs:
+        switch.credit(second, 7.5, seq)
+    switch.after_pass(3, True, 0.5)  # "d" left: epoch 2 ends at 0.2 s of its 0.3
+    assert switch.rates[4, True].value == 60 / 0.3
+    switch.after_pass(3, True, 0.55)  # epoch 2 recorded, at N = 4
+    assert switch.tried[4, False] == 1 and abs(switch.rates[4, False].value - 30 / 0.2) < 1e-9
+    assert abs(switch.gain[4].value - math.log((60 / 0.3) / (30 / 0.2))) < 1e-9
+    assert switch.tried[3, True] + switch.tried[3, False] == 0  # 0.05 s at N = 3: nothing ended there
+    switch.after_pass(4, True, 0.6)  # "e" joined: an epoch at N = 4 begins 0.1 s after epoch 2 ended
+    mode, third = switch.drafting(4)  # drafting was ahead: it drafts
+    for seq in "abce":
+        switch.credit(third, 20, seq)
+    switch.after_pass(4, True, 0.9)
+    switch.after_pass(4, True, 0.95)  # recorded: paired with epoch 2 across the gap
+    assert mode is True and switch.gain[4].weight > 1.0
+
+
+def test_an_epoch_open_while_no_pass_ran_is_dropped():
+    """The last two requests of a load end in one pass, and the next load starts with three
+    sequences 5 s later: the epoch open at N = 2 measured nothing and is not recorded."""
+    switch = DraftingSwitch(epoch_seconds=0.3)
+    switch.after_pass(2, True, 0.0)
+    _, epoch = switch.drafting(2)
+    switch.credit(epoch, 2, "a")
+    switch.credit(epoch, 2, "b")
+    switch.after_pass(3, True, 5.0)
+    switch.after_pass(3, True, 5.1)
+    assert switch.tried[2, True] == 0 and switch.rates[2, True].value is None
+    assert switch.epoch is not None and switch.epoch.n == 3  # the new load's first epoch
+    _, epoch = switch.drafting(3)
+    for seq in "abc":
+        switch.credit(epoch, 2, seq)
+    switch.after_pass(3, True, 9.0)  # and a load of three again, 4 s later
+    switch.after_pass(3, True, 9.1)
+    assert switch.tried[3, True] + switch.tried[3, False] == 0
 
 
 def test_an_epoch_counts_only_when_every_sequence_counted_its_rounds():
