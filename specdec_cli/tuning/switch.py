@@ -45,7 +45,7 @@ the batch size it ran at, a shorter one is dropped. With answers of a few second
 and leave every half second or so at four clients, and what a join costs the way that runs (the
 joiner's prompt into the draft model, where it drafts) falls in the epochs a join or leave ends:
 dropping those kept the dear drafting epochs out of the record (at four sequences, T = 0, pairs
-read drafting 1.03-1.38x ahead while the server drafting served 0.61-0.89x of speculation off,
+read drafting 1.03-1.31x ahead while the server drafting served 0.61-0.89x of speculation off,
 in one served run). For the same reason a pair is two epochs at one N that follow each other
 within an epoch's length, a moment at another N between them or not. An epoch is also dropped
 when some sequence in it credited nothing (a request with a fixed k or no drafter), or when no
