@@ -14,8 +14,9 @@ tenants), more than the two ways may differ. So the ways are compared in pairs o
 epochs at the same N, one of each way: each pair gives log(drafting rate / plain rate), and
 `gain` is a decaying mean of those logs. At each N the ways take turns for EXPLORE epochs each
 (one: a single pair, since on a CPU each exploring epoch that drafts first catches the draft
-model up with all the text it missed, and the probes go on measuring); then the draft model drafts while gain > 0, and the other way runs every PROBE_EVERY-th epoch
-(two more pairs: the probe and each of its neighbours), in case the text or the load changed.
+model up with all the text it missed, and the probes go on measuring); then the draft model
+drafts while gain > 0, and the other way runs every PROBE_EVERY-th epoch (two more pairs: the
+probe and each of its neighbours), in case the text or the load changed.
 Each probe costs what the losing way loses for an epoch (and, into drafting, the draft model's
 catch-up), so where a probe left the choice as it was and the ways differ clearly (by
 CLEAR_GAIN, 10 %, or more), the next one waits twice as long, up to MAX_PROBE_EVERY epochs (19 s
@@ -49,16 +50,16 @@ read drafting 1.03-1.31x ahead while the server drafting served 0.61-0.89x of sp
 in one served run). For the same reason a pair is two epochs at one N that follow each other
 within an epoch's length, a moment at another N between them or not. An epoch is also dropped
 when some sequence in it credited nothing (a request with a fixed k or no drafter), or when no
-target pass ran for IDLE_SECONDS (the last requests of a load ended together). The time the draft model spends catching up with text
-it did not see while it was not drafting (an epoch without drafting, a prompt that joined the
-batch: batch.BatchedPolicy.prefill_draft) stays in the epoch's time: what drafting costs after a
-switch is part of what it costs, so where the two ways are close the switch leans to not
-drafting. What decides (epochs already timed) is fixed before a round's draws, so the output
-stays exact (policy.py, "Why the output stays exact").
+target pass ran for IDLE_SECONDS (the last requests of a load ended together). The time the
+draft model spends catching up with text it did not see while it was not drafting (an epoch
+without drafting, a prompt that joined the batch: batch.BatchedPolicy.prefill_draft) stays in
+the epoch's time: what drafting costs after a switch is part of what it costs, so where the two
+ways are close the switch leans to not drafting. What decides (epochs already timed) is fixed
+before a round's draws, so the output stays exact (policy.py, "Why the output stays exact").
 
-Example, at N = 2 with EXPLORE = 2 (tests/core/test_switch.py): epochs 1 to 4 draft, do not, draft, do not, at
-100, 120, 100 and 120 tokens/s: three pairs, each log(100 / 120) = -0.18, so gain < 0. Epochs 5
-to 11 do not draft; epoch 12, the 8th after exploring, does.
+Example, at N = 2 with EXPLORE = 2 (tests/core/test_switch.py): epochs 1 to 4 draft, do not,
+draft, do not, at 100, 120, 100 and 120 tokens/s: three pairs, each log(100 / 120) = -0.18, so
+gain < 0. Epochs 5 to 11 do not draft; epoch 12, the 8th after exploring, does.
 
 Left out: the passes and the joins (decoding/batch.py, which calls `after_pass`), which sources
 take the draft model (batch.DRAFT_MODEL_SOURCES).
