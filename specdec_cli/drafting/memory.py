@@ -58,7 +58,7 @@ from typing import Iterator, Mapping, Sequence
 
 from ..errors import BadInput
 from ..events import MAX_DRAFT_TOKENS, Earned
-from .ngram import PLACES, RECALL_TOKENS, NgramTable
+from .ngram import PLACES, RECALL_TOKENS, NgramTable, longest
 
 FORMAT = "specdec-draft-cache"
 VERSION = 2  # 2: the earned record per proposer; a version 1 file is refused (and rebuilt)
@@ -66,6 +66,27 @@ MAX_EARNED = 256  # proposer names a file's record may hold (the policy's names 
 EARNED_BYTES = MAX_EARNED * MAX_DRAFT_TOKENS * 2 * 16  # the most JSON such a record takes (rounded counts)
 NGRAM = 3  # the index's key: a sequence's last NGRAM tokens (shorter at its start)
 DEFAULT_MAX_TOKENS = 200_000  # --draft-cache-size
+
+
+# An earlier occurrence that agrees with the context's end for at least this share of the best
+# one's agreement is its rival: where the two go on differently, the memory does not know what
+# comes next, and its proposal stops there. An extraction's frame (`{"name": "` after the chat's
+# header, `", "city": "`) is followed by another value in every earlier call, so the previous
+# call's value is not proposed (where it was, it was rejected, and in model+lookup it displaced the
+# draft model, which reads the value from this call's prompt: docs/benchmarks.md); a passage
+# that earlier calls continued alike is proposed as before. Example: agreements 5 (then 40) and
+# 3 (then 41): 3 < 0.75 x 5, no rival, 40 is proposed; agreements 6 and 5: rivals, nothing.
+RIVAL_SHARE = 0.75
+
+
+def uncontested(tokens: Sequence[int], rivals: Sequence[Sequence[int]]) -> int:
+    """How many leading `tokens` no rival contradicts: each rival agrees up to its first differing
+    token (one that ends first contradicts nothing further).
+    Example: [8, 9, 4], rivals [[8, 9, 5], [8]] -> 2; no rivals -> 3."""
+    n = len(tokens)
+    for rival in rivals:
+        n = min(n, next((i for i, (a, b) in enumerate(zip(tokens, rival)) if a != b), n))
+    return n
 
 
 class BadCache(BadInput):
@@ -119,13 +140,19 @@ class DraftMemory:
 
     def match(self, context: Sequence[int]) -> Recall | None:
         """The continuation of the longest n-gram of the context's end seen in memory (longest n
-        first), from the occurrence that agrees with the context furthest back."""
+        first), from the occurrence that agrees with the context furthest back, as far as no rival
+        occurrence contradicts it (see RIVAL_SHARE; the tokens may then be none)."""
         with self._lock:
-            found = self._table.best(context, lambda number: self.sequences[number - self._first])
-            if found is None:
+            found = self._table.occurrences(context, self._sequence)
+            if not found:
                 return None
-            length, number, end = found
-            return Recall(tokens=self.sequences[number - self._first][end : end + RECALL_TOKENS], length=length)
+            length, number, end = longest(found)
+            tokens = self._sequence(number)[end : end + RECALL_TOKENS]
+            rivals = [self._sequence(n)[e : e + len(tokens)] for m, n, e in found if (n, e) != (number, end) and m >= RIVAL_SHARE * length]
+            return Recall(tokens=tokens[: uncontested(tokens, rivals)], length=length)
+
+    def _sequence(self, number: int) -> list[int]:
+        return self.sequences[number - self._first]
 
     # -- the cache file ---------------------------------------------------------------------
 
@@ -158,9 +185,11 @@ class DraftMemory:
 
 
 def recalled(earned: Mapping[str, Earned]) -> dict[str, Earned]:
-    """The records of the memory's own proposals ("lookup:memory:6+", "cascade:memory:3-5"; lookup.py
-    and cascade.py name them): what the memory keeps from call to call."""
-    return {name: record for name, record in earned.items() if name.split(":")[1:2] == ["memory"]}
+    """The records the memory keeps from call to call: those of lookup's proposals, in the call's
+    own context and in the memory ("lookup:2", "lookup:memory:6+"), and of the cascade's guesses
+    from the memory ("cascade:memory:3-5"); lookup.py and cascade.py name them. Not the draft
+    model's, nor the cascade's other rounds (the draft model's sample): see the module's docstring."""
+    return {name: record for name, record in earned.items() if name.startswith("lookup:") or name.split(":")[1:2] == ["memory"]}
 
 
 def read_earned(data, name: str) -> dict[str, Earned]:

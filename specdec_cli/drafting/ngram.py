@@ -32,16 +32,23 @@ def agreement(seq: Sequence[int], end: int, context: Sequence[int], cap: int = M
     return m
 
 
+def agreements(context: Sequence[int], places) -> list[tuple[int, object, int]]:
+    """(agreement, key, end) of each of the (key, end, seq) places (given oldest first), newest
+    first. Example: context [1, 2, 3], places [("a", 3, [1, 2, 3, 7]), ("b", 2, [5, 3, 8])]
+    -> [(1, "b", 2), (3, "a", 3)]."""
+    return [(agreement(seq, end, context), key, end) for key, end, seq in reversed(list(places))]
+
+
 def longest_agreement(context: Sequence[int], places) -> tuple[int, object, int]:
     """Of (key, end, seq) places, oldest first, the (agreement, key, end) that agrees with the
     context's end longest, the newest on a tie. Example: context [1, 2, 3], places
     [("a", 3, [1, 2, 3, 7]), ("b", 2, [5, 3, 8])] -> (3, "a", 3)."""
-    best = None
-    for key, end, seq in reversed(list(places)):
-        length = agreement(seq, end, context)
-        if best is None or length > best[0]:
-            best = (length, key, end)
-    return best
+    return longest(agreements(context, places))
+
+
+def longest(measured: Sequence[tuple[int, object, int]]) -> tuple[int, object, int]:
+    """The (agreement, key, end) of `agreements`' list that agrees longest, the first (newest) on a tie."""
+    return max(measured, key=lambda found: found[0])
 
 
 class NgramTable:
@@ -69,14 +76,20 @@ class NgramTable:
         kept = ((ngram, [place for place in found if wanted(place[0])]) for ngram, found in self.ends.items())
         self.ends = {ngram: found for ngram, found in kept if found}
 
-    def best(self, context: Sequence[int], sequence: Callable[[int], Sequence[int]]) -> tuple[int, int, int] | None:
-        """(agreement, key, end) of the best occurrence of the context's longest indexed n-gram, or None."""
+    def occurrences(self, context: Sequence[int], sequence: Callable[[int], Sequence[int]]) -> list[tuple[int, int, int]]:
+        """(agreement, key, end) of each occurrence of the context's longest indexed n-gram, newest
+        first (`agreements`); empty when none is indexed."""
         for n in self.sizes:
             if len(context) >= n:
                 found = self.ends.get(tuple(context[-n:]))
                 if found:
-                    return longest_agreement(context, ((key, end, sequence(key)) for key, end in found))
-        return None
+                    return agreements(context, ((key, end, sequence(key)) for key, end in found))
+        return []
+
+    def best(self, context: Sequence[int], sequence: Callable[[int], Sequence[int]]) -> tuple[int, int, int] | None:
+        """(agreement, key, end) of the best occurrence of the context's longest indexed n-gram, or None."""
+        found = self.occurrences(context, sequence)
+        return longest(found) if found else None
 
 
 class NgramIndex:

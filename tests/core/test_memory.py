@@ -27,8 +27,8 @@ from specdec_cli.drafting.lookup import LookupDrafter, LookupOptions, MemoryMatc
 from specdec_cli.drafting.model import ModelDrafter
 from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.events import Earned, Round, Token
-from specdec_cli.drafting.memory import BadCache, DraftMemory, Recall, read_cache, read_earned, recalled, save_cache
-from specdec_cli.drafting.ngram import agreement, longest_agreement
+from specdec_cli.drafting.memory import RIVAL_SHARE, BadCache, DraftMemory, Recall, read_cache, read_earned, recalled, save_cache, uncontested
+from specdec_cli.drafting.ngram import agreement, agreements, longest_agreement
 from specdec_cli.tuning.cost_curve import CostCurve
 from specdec_cli.tuning.estimates import Acceptance
 from specdec_cli.tuning.policy import AdaptivePolicy, draft_policy
@@ -45,7 +45,7 @@ def test_recall_is_what_followed_the_longest_match_in_an_earlier_call():
     memory.add([1, 7, 3])
     assert memory.match([1, 2, 6, 7]).tokens == [8, 9]  # (6, 7) beats the newer (7,)
     assert memory.match([1, 2, 6, 7]).length == 2
-    assert memory.match([0, 7]).tokens == [3]  # a unigram: the newest occurrence
+    assert memory.match([0, 7]) == Recall(tokens=[], length=1)  # (7,) ends two calls alike, followed by 8 and 3: contested
     assert memory.match([42]) is None
 
 
@@ -57,7 +57,7 @@ def test_of_an_ngrams_occurrences_the_one_that_agrees_longest_wins():
     memory.add([9, 3, 7, 8, 41])
     memory.add([6, 3, 7, 8, 42])
     assert memory.match([1, 2, 3, 7, 8]) == Recall(tokens=[40], length=5)
-    assert memory.match([5, 3, 7, 8]) == Recall(tokens=[42], length=3)  # a tie of 3: the newest
+    assert memory.match([5, 3, 7, 8]) == Recall(tokens=[], length=3)  # a tie of 3, three ways on: contested
     # Only the newest `places` occurrences are measured: with one, the newest wins whatever agrees.
     newest_only = DraftMemory(30, places=1)
     for seq in memory.sequences:
@@ -69,11 +69,45 @@ def test_of_an_ngrams_occurrences_the_one_that_agrees_longest_wins():
     assert memory.match([3, 7, 8]) is None and memory.match([55, 56]).tokens == [57, 58, 59]
 
 
+def test_the_memory_proposes_an_extractions_frame_and_not_the_previous_calls_values():
+    # Three earlier calls answered H F1 F2 <value> E (a chat header, the frame `{"name": "`, a
+    # name, the rest); a fourth call's context ends in the header, then in the frame.
+    header, frame, end = [90, 91], [10, 11, 12], [13, 14]
+    memory = DraftMemory(100)
+    for prompt, value in ((1, 50), (2, 51), (3, 52)):
+        memory.add([prompt, 80, *header, *frame, value, *end])
+    assert memory.match([4, 80, *header]) == Recall(tokens=frame, length=3)  # the frame, then three names: stop
+    assert memory.match([4, 80, *header, *frame]) == Recall(tokens=[], length=6)  # the name: contested
+    # With one earlier call there is no rival, and its name is proposed (the memory cannot know yet).
+    alone = DraftMemory(100)
+    alone.add([1, 80, *header, *frame, 50, *end])
+    assert alone.match([4, 80, *header, *frame]).tokens[:1] == [50]
+
+
+def test_a_rival_agrees_with_the_context_for_three_quarters_of_the_best_ones_agreement():
+    # RIVAL_SHARE's examples: agreements 5 (then 40) and 3 (then 41): no rival; 6 and 5: rivals.
+    memory = DraftMemory(100)
+    memory.add([1, 2, 3, 4, 5, 40])
+    memory.add([9, 9, 3, 4, 5, 41])
+    assert memory.match([1, 2, 3, 4, 5]) == Recall(tokens=[40], length=5)
+    memory = DraftMemory(100)
+    memory.add([1, 2, 3, 4, 5, 6, 40])
+    memory.add([9, 2, 3, 4, 5, 6, 41])
+    assert memory.match([1, 2, 3, 4, 5, 6]) == Recall(tokens=[], length=6)
+    assert RIVAL_SHARE * 6 <= 5 and RIVAL_SHARE * 5 > 3
+
+
+def test_uncontested_docstring_examples():
+    assert uncontested([8, 9, 4], [[8, 9, 5], [8]]) == 2
+    assert uncontested([8, 9, 4], []) == 3
+
+
 def test_agreement_docstring_examples():
     assert agreement([4, 2, 3, 9], 3, [1, 2, 3]) == 2
     assert agreement([4, 2, 3, 9], 3, [1, 2, 3], cap=1) == 1
     assert longest_agreement([1, 2, 3], [("a", 3, [1, 2, 3, 7]), ("b", 2, [5, 3, 8])]) == (3, "a", 3)
     assert longest_agreement([1, 2, 3], [("a", 2, [5, 3, 8]), ("b", 2, [6, 3, 9])]) == (1, "b", 2)  # a tie: the newest
+    assert agreements([1, 2, 3], [("a", 3, [1, 2, 3, 7]), ("b", 2, [5, 3, 8])]) == [(1, "b", 2), (3, "a", 3)]
 
 
 def test_the_bound_drops_the_oldest_calls_first():
@@ -278,11 +312,11 @@ def test_the_engine_starts_each_call_from_the_record_and_writes_it_back(tmp_path
             resumed.append(dict(earned))
             super().resume(earned)
 
-    for prompt in ([1, 2, 3, 1, 2], [4, 2, 3, 1, 2], [5, 4, 2, 3, 1]):  # the first call's memory is empty: it records nothing
+    for prompt in ([1, 2, 3, 1, 2], [4, 2, 3, 1, 2], [5, 4, 2, 3, 1]):  # the first call starts from nothing and records its lookup rounds
         engine = Engine(MarkovModel(table), LookupDrafter(memory=memory), earned=memory.earned)
         out = list(engine.generate(prompt, GenerationConfig(max_tokens=40, sampling=GREEDY), Watching()))[-1].tokens
         memory.add(prompt + list(out))
-    assert resumed[0] == resumed[1] == {} and resumed[2] and set(resumed[2]) <= set(memory.earned)
+    assert resumed[0] == {} and resumed[1] and resumed[2] and set(resumed[2]) <= set(memory.earned)
     assert all(len(e.hits) == len(e.trials) and all(h <= x for h, x in zip(e.hits, e.trials)) for e in memory.earned.values())
     path = tmp_path / "cache.json"
     save_cache(path, [], FP, 12, 10_000, memory.earned)
@@ -297,10 +331,11 @@ def test_the_engine_starts_each_call_from_the_record_and_writes_it_back(tmp_path
     assert "model" not in read_cache(path, FP, 12, 10_000).earned
 
 
-def test_only_the_memorys_proposals_are_carried_from_call_to_call():
-    """The draft model and this call's own lookup start every call from their priors, as without
-    the memory: counted, the first call drafted with both and with the memory, and the second
-    call's policy was handed the memory's records alone (also when the record holds others)."""
+def test_lookups_records_are_carried_from_call_to_call_and_the_draft_models_is_not():
+    """The draft model starts every call from its priors, as without the memory; lookup's
+    proposals, in the call's context and in the memory, from what they earned before: counted, the
+    calls drafted with all three, and the later calls' policies were handed lookup's records
+    alone (also when the record holds the model's)."""
     rng = np.random.default_rng(5)
     table = random_markov(8, rng, scale=3.0)
     memory = DraftMemory(10_000)
@@ -319,9 +354,10 @@ def test_only_the_memorys_proposals_are_carried_from_call_to_call():
         drafted |= {e.drafter.rsplit(":", 1)[0] for e in events if isinstance(e, Round) and e.drafter}
         memory.add(prompt + list(events[-1].tokens))
     assert {"model", "lookup", "lookup:memory"} <= drafted, drafted
-    assert resumed[0] == resumed[1] == {} and resumed[2], resumed  # the first call's memory was empty: it recorded nothing
-    assert all(name.startswith("lookup:memory:") for name in resumed[2]), resumed
-    assert all(name.startswith("lookup:memory:") for name in set(memory.earned) - {"model"}), memory.earned  # nothing else written back
+    assert resumed[0] == {} and resumed[1] and resumed[2], resumed  # nothing before the first call
+    assert any(name.startswith("lookup:memory:") for name in resumed[2]), resumed
+    assert all(name.startswith("lookup:") for name in resumed[1] | resumed[2]), resumed
+    assert all(name.startswith("lookup:") for name in set(memory.earned) - {"model"}), memory.earned  # nothing else written back
 
 
 def test_greedy_output_is_the_targets_while_the_memory_and_its_record_choose():
