@@ -12,7 +12,7 @@ Each call is decoded by every configuration in turn, on the same loaded pair (in
 so all see the same machine state; each drafter with the memory right after itself without,
 every other call in reverse order): target-only, lookup, model+lookup and cascade without the
 memory and the same three with it (drafting/memory.py, the same `DraftMemory` that
-`--draft-cache` loads and saves and `specdec serve` keeps, with what its proposals earned in
+`--draft-cache` loads and saves and `specdec serve` keeps, with what lookup's proposals earned in
 earlier calls; here it stays in the process between calls, each configuration with its own,
 starting empty), all `-k auto`. `--configs` picks some (target-only always runs); two more
 can be asked for: "model" (the draft model alone) and "lookup+memory latest" (each n-gram's

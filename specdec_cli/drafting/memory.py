@@ -16,16 +16,19 @@ Three levels: within a call (the context itself, in lookup.py), across calls of 
 memory kept in the worker). The memory holds at most `max_tokens` tokens; the oldest
 sequences go first.
 
-The memory also keeps what its own proposals earned (`earned`: hits and trials per draft
-position, by the policy's names "lookup:memory:6+", "cascade:memory:3-5", ..; events.Earned).
-The engine starts each call's policy from it and writes back what the call learnt, so the
-memory's proposals compete with lookup in the context and the draft model on what they were
-worth in earlier calls (an extraction's memory proposes the previous call's values: it loses,
-and is then only probed; tuning/policy.py). The record is the memory's alone (`recalled`): the
-draft model and lookup in the call's own context start each call from their priors, as they do
-without the memory, so turning the memory on adds proposals that must win their rounds and
-changes nothing else. (Carrying the draft model's acceptance from call to call made it draft
-longer on texts unlike the last one: the suite's prompts, 0.95x at T = 0; docs/benchmarks.md.)
+The memory also keeps what lookup's proposals earned (`earned`: hits and trials per draft
+position, by the policy's names "lookup:2", "lookup:memory:6+", "cascade:memory:3-5", ..;
+events.Earned). The engine starts each call's policy from it and writes back what the call
+learnt, so lookup's proposals, in the call's context and in the memory, compete with the draft
+model on what they were worth in earlier calls: a short call does not spend its first rounds
+trying each class of match on its prior again (an extraction's one- and two-token matches
+mostly fail, call after call). The draft model's record is not kept (`recalled`): how far its
+drafts go depends on the text, and carried from call to call it made the model draft longer on
+texts unlike the last one (the suite's prompts, 0.95x at T = 0; docs/benchmarks.md).
+
+A match proposes what followed it in an earlier call only as far as the earlier occurrences
+that agree with the context about as long (RIVAL_SHARE) went on alike: after an extraction's
+frame (`{"name": "`) every earlier call wrote another value, so none is proposed.
 
     memory.earned["lookup:memory:6+"] = Earned(hits=(1.2,), trials=(9.5,))   # a losing source
     recalled({"model": Earned((0.9,), (1.0,)), "lookup:memory:6+": Earned((1.2,), (9.5,))})  # -> the second only

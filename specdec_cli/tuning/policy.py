@@ -66,15 +66,14 @@ off, while lookup, which has no catch-up, keeps being probed.
 
 What earlier calls earned. A policy is fresh for each generation, and a short call ends before
 it has learnt much; with the drafting memory on (`--draft-cache`, the server's memory) the
-engine hands it, at the start, the hits and trials per position of the memory's proposals
-as the previous call ended them (events.Earned, kept by drafting/memory.py), and takes them
-back at the end. So memory matches that lost in earlier calls (the memory proposing the
-previous call's values in an extraction) start with their losing record, are not chosen, and
+engine hands it, at the start, the hits and trials per position of lookup's proposals (in the
+call's context and in the memory) as the previous call ended them (events.Earned, kept by
+drafting/memory.py), and takes them back at the end. So matches that lost in earlier calls
+(one-token matches in an extraction's text) start with their losing record, are not chosen, and
 are only probed as above, the first time after RESUMED_BACKOFF rounds, not FIRST_BACKOFF (each
-memory class that lost, probed every 8 rounds in every short call, cost the suite's calls
-about one round in six); those that won start trusted. The other proposers start from their
-priors, as without the memory. The record is acceptance only: costs are this machine's,
-measured anew.
+class that lost, probed every 8 rounds in every short call, cost the suite's calls about one
+round in six); those that won start trusted. The draft model starts from its priors, as
+without the memory. The record is acceptance only: costs are this machine's, measured anew.
 
 Across calls on the same models. A fresh policy spends a short call's first rounds learning:
 k = 3 on the priors in round 1, a first batch size in round 2, a plain target step soon after
