@@ -138,7 +138,7 @@ class LoadedPair:
         """The engine for `drafter` ("model", "lookup", "model+lookup", "cascade"); target-only if not
         speculative or "none" (speculation off: the server's comparison, serve --drafter none).
         Lookup also drafts from `memory`, earlier calls' sequences (drafting/memory.py), when given,
-        and the policy starts from what the memory's proposals earned in those calls (memory.earned)."""
+        and the policy starts from what lookup's proposals earned in those calls (memory.earned)."""
         if drafter not in DRAFTERS:
             raise BadInput(f"unknown drafter {drafter!r}; choose one of {', '.join(DRAFTERS)}")
         if not speculative or drafter == "none" or (drafter == "model" and self.draft is None):

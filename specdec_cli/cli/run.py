@@ -264,7 +264,7 @@ def open_memory(pair: LoadedPair, path: Path | None, size: int) -> tuple[DraftMe
 
 
 def remember(pair: LoadedPair, path: Path, size: int, tokens: list[int], memory: DraftMemory, said: bool) -> None:
-    """Add this call's prompt and output, and what the memory's proposals earned in it (memory.earned), to the
+    """Add this call's prompt and output, and what lookup's proposals earned in it (memory.earned), to the
     draft cache file (another process may have added too)."""
     note = save_cache(path.expanduser(), [tokens], pair.tokenizer_fingerprint(), pair.target.n_vocab, size, memory.earned)
     if note is not None and not said:  # the file went bad while this call ran

@@ -113,7 +113,7 @@ class Engine:
     ) -> None:
         self.target = target
         self.drafter = drafter
-        self.earned = earned  # the memory's proposals' record, across calls (DraftMemory.earned); None: each call starts afresh
+        self.earned = earned  # lookup's record, kept by the memory across calls (DraftMemory.earned); None: each call starts afresh
         self.piece = piece or target.piece
         self.is_end = is_end or target.is_end_of_generation
         self.vocab_limit = vocab_limit or target.n_vocab
