@@ -39,15 +39,9 @@ def agreements(context: Sequence[int], places) -> list[tuple[int, object, int]]:
     return [(agreement(seq, end, context), key, end) for key, end, seq in reversed(list(places))]
 
 
-def longest_agreement(context: Sequence[int], places) -> tuple[int, object, int]:
-    """Of (key, end, seq) places, oldest first, the (agreement, key, end) that agrees with the
-    context's end longest, the newest on a tie. Example: context [1, 2, 3], places
-    [("a", 3, [1, 2, 3, 7]), ("b", 2, [5, 3, 8])] -> (3, "a", 3)."""
-    return longest(agreements(context, places))
-
-
 def longest(measured: Sequence[tuple[int, object, int]]) -> tuple[int, object, int]:
-    """The (agreement, key, end) of `agreements`' list that agrees longest, the first (newest) on a tie."""
+    """The (agreement, key, end) of `agreements`' list that agrees longest, the first (newest) on a
+    tie. Example: agreements [(1, "b", 2), (3, "a", 3)] -> (3, "a", 3)."""
     return max(measured, key=lambda found: found[0])
 
 

@@ -28,7 +28,7 @@ from specdec_cli.drafting.model import ModelDrafter
 from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.events import Earned, Round, Token
 from specdec_cli.drafting.memory import RIVAL_SHARE, BadCache, DraftMemory, Recall, read_cache, read_earned, recalled, save_cache, uncontested
-from specdec_cli.drafting.ngram import agreement, agreements, longest_agreement
+from specdec_cli.drafting.ngram import agreement, agreements, longest
 from specdec_cli.tuning.cost_curve import CostCurve
 from specdec_cli.tuning.estimates import Acceptance
 from specdec_cli.tuning.policy import AdaptivePolicy, draft_policy
@@ -105,8 +105,8 @@ def test_uncontested_docstring_examples():
 def test_agreement_docstring_examples():
     assert agreement([4, 2, 3, 9], 3, [1, 2, 3]) == 2
     assert agreement([4, 2, 3, 9], 3, [1, 2, 3], cap=1) == 1
-    assert longest_agreement([1, 2, 3], [("a", 3, [1, 2, 3, 7]), ("b", 2, [5, 3, 8])]) == (3, "a", 3)
-    assert longest_agreement([1, 2, 3], [("a", 2, [5, 3, 8]), ("b", 2, [6, 3, 9])]) == (1, "b", 2)  # a tie: the newest
+    assert longest(agreements([1, 2, 3], [("a", 3, [1, 2, 3, 7]), ("b", 2, [5, 3, 8])])) == (3, "a", 3)
+    assert longest(agreements([1, 2, 3], [("a", 2, [5, 3, 8]), ("b", 2, [6, 3, 9])])) == (1, "b", 2)  # a tie: the newest
     assert agreements([1, 2, 3], [("a", 3, [1, 2, 3, 7]), ("b", 2, [5, 3, 8])]) == [(1, "b", 2), (3, "a", 3)]
 
 
