@@ -67,18 +67,6 @@ def match_class(length: int, prefix: str = "lookup") -> str:
     return f"{prefix}:6+" if length < 16 or prefix == "lookup" else f"{prefix}:16+"
 
 
-def memory_prefix(recall: Recall) -> str:
-    """The policy's key for a memory match, before its length class: 'lookup:memory' where other
-    earlier calls continued its context alike (a frame every call wrote), 'lookup:memory:once'
-    where one earlier call alone did (a value, a passage written once). The two are accepted
-    very differently, and differently by workload: on the extraction workload
-    (benchmarks/memory_workloads.py, built-in pair, T = 0, model+lookup) 78 of 84 drafts of the
-    first kind against 6 of 26 of the second; on the edit session, lookup alone, about three in four of
-    the second (an edited function's passages), so the policy learns each apart.
-    Example: Recall([8], 4, alone=True) -> 'lookup:memory:once' (class 'lookup:memory:once:3-5')."""
-    return "lookup:memory:once" if recall.alone else "lookup:memory"
-
-
 def recall_length(match: int, options: LookupOptions) -> int:
     """How many tokens a memory match may propose: more the longer the match (SuffixDecoding's
     speculation length), at least the lookup's own cap. Example: match 12, cap 10 -> 24."""
@@ -111,12 +99,11 @@ class LookupDrafter:
 
     def candidates(self, context: Sequence[int]) -> list[Proposer]:
         """The match in this context, then the one in the memory if it is the longer and at least
-        MEMORY_MIN_MATCH long, each named by its length class (see match_class; a memory match
-        also by whether one earlier call alone backs it, memory_prefix). This call's own
+        MEMORY_MIN_MATCH long, each named by its length class (see match_class). This call's own
         match outranks an earlier call's: a fixed k takes it, and `auto` (which weighs both on
         what they earned) on a tie.
         Example: context [5, 6, 7, 9, 5, 6], a memory holding [1, 7, 9, 5, 6, 8]
-        -> [LookupMatch('lookup:2', start 2), MemoryMatch('lookup:memory:once:3-5', [8])]."""
+        -> [LookupMatch('lookup:2', start 2), MemoryMatch('lookup:memory:3-5', [8])]."""
         out: list[Proposer] = []
         start = self.index.match(context)
         here = match_length(context, start, MATCH_CAP) if start is not None else 0
@@ -124,7 +111,7 @@ class LookupDrafter:
             out.append(LookupMatch(match_class(min(here, 8)), self, start))
         recall = self.memory.match(context) if self.memory is not None else None
         if recall is not None and recall.tokens and recall.length > here and recall.length >= MEMORY_MIN_MATCH:
-            out.append(MemoryMatch(match_class(recall.length, memory_prefix(recall)), self, recall))
+            out.append(MemoryMatch(match_class(recall.length, "lookup:memory"), self, recall))
         return out
 
     def copy(self, context: Sequence[int], start: int, k: int) -> Proposal:

@@ -28,10 +28,7 @@ texts unlike the last one (the suite's prompts, 0.95x at T = 0; docs/benchmarks.
 
 A match proposes what followed it in an earlier call only as far as the earlier occurrences
 that agree with the context about as long (RIVAL_SHARE) went on alike: after an extraction's
-frame (`{"name": "`) every earlier call wrote another value, so none is proposed. Where no other
-earlier occurrence agrees about as long, the continuation is one call's alone (`Recall.alone`),
-and lookup names its class apart ("lookup:memory:once:3-5", lookup.memory_prefix): a value or
-passage written once is accepted far less often than a frame that every call wrote.
+frame (`{"name": "`) every earlier call wrote another value, so none is proposed.
 
     memory.earned["lookup:memory:6+"] = Earned(hits=(1.2,), trials=(9.5,))   # a losing source
     recalled({"model": Earned((0.9,), (1.0,)), "lookup:memory:6+": Earned((1.2,), (9.5,))})  # -> the second only
@@ -101,12 +98,10 @@ class BadCache(BadInput):
 
 @dataclass(frozen=True)
 class Recall:
-    """What followed the longest earlier match of the context's end, how long that match is, and
-    whether that occurrence is alone (no rival: no other earlier call backs its continuation)."""
+    """What followed the longest earlier match of the context's end, and how long that match is."""
 
     tokens: list[int]
     length: int
-    alone: bool = False
 
 
 class DraftMemory:
@@ -149,8 +144,7 @@ class DraftMemory:
     def match(self, context: Sequence[int]) -> Recall | None:
         """The continuation of the longest n-gram of the context's end seen in memory (longest n
         first), from the occurrence that agrees with the context furthest back, as far as no rival
-        occurrence contradicts it (see RIVAL_SHARE; the tokens may then be none). Without rivals
-        the continuation is one earlier call's alone (`Recall.alone`): lookup names it apart."""
+        occurrence contradicts it (see RIVAL_SHARE; the tokens may then be none)."""
         with self._lock:
             found = self._table.occurrences(context, self._sequence)
             if not found:
@@ -158,7 +152,7 @@ class DraftMemory:
             length, number, end = longest(found)
             tokens = self._sequence(number)[end : end + RECALL_TOKENS]
             rivals = [self._sequence(n)[e : e + len(tokens)] for m, n, e in found if (n, e) != (number, end) and m >= RIVAL_SHARE * length]
-            return Recall(tokens=tokens[: uncontested(tokens, rivals)], length=length, alone=not rivals)
+            return Recall(tokens=tokens[: uncontested(tokens, rivals)], length=length)
 
     def _sequence(self, number: int) -> list[int]:
         return self.sequences[number - self._first]

@@ -132,12 +132,10 @@ AUTO_MAX_K = 16  # longest draft `auto` considers
 
 # Acceptance before anything is measured. Lookup by match length: a one-token match is mostly
 # wrong, a match of six or more is a passage being repeated (on the built-in pair: lookup:1
-# accepted 26 of 123 drafts, lookup:6+ 102 of 122, in the benchmark's story and edit runs). A
-# memory match that one earlier call alone backs ("once", lookup.memory_prefix) is less sure.
+# accepted 26 of 123 drafts, lookup:6+ 102 of 122, in the benchmark's story and edit runs).
 PRIOR_ACCEPTANCE = {"model": 0.8, "lookup:1": 0.3, "lookup:2": 0.5, "lookup:3-5": 0.7, "lookup:6+": 0.9,
-                    "lookup:memory:3-5": 0.7, "lookup:memory:6+": 0.9, "lookup:memory:16+": 0.95,
-                    "lookup:memory:once:3-5": 0.4, "lookup:memory:once:6+": 0.7, "lookup:memory:once:16+": 0.9,
-                    "cascade:1": 0.8, "cascade:2": 0.8, "cascade:3-5": 0.8, "cascade:6+": 0.8}  # fmt: skip
+                    "lookup:memory:3-5": 0.7, "lookup:memory:6+": 0.9,
+                    "lookup:memory:16+": 0.95, "cascade:1": 0.8, "cascade:2": 0.8, "cascade:3-5": 0.8, "cascade:6+": 0.8}  # fmt: skip
 PRIOR_DRAFT_COST = {"model": 0.2, "lookup": 0.01, "cascade": 0.05}  # T_draft / T_batch(1) before measuring
 PRIOR_DRAFT_WEIGHT = 0.25  # the prior draft cost counts as a quarter of a measured round
 MIN_TRIALS = 6.0  # drafted positions (exponentially weighted) before a drafter may be given up

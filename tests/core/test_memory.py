@@ -23,7 +23,7 @@ import pytest
 
 from fakes import MarkovModel, random_markov
 from specdec_cli.drafting.combined import ModelAndLookup
-from specdec_cli.drafting.lookup import LookupDrafter, LookupOptions, MemoryMatch, match_class, memory_prefix
+from specdec_cli.drafting.lookup import LookupDrafter, LookupOptions, MemoryMatch
 from specdec_cli.drafting.model import ModelDrafter
 from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.events import Earned, Round, Token
@@ -56,13 +56,13 @@ def test_of_an_ngrams_occurrences_the_one_that_agrees_longest_wins():
     memory.add([1, 2, 3, 7, 8, 40])
     memory.add([9, 3, 7, 8, 41])
     memory.add([6, 3, 7, 8, 42])
-    assert memory.match([1, 2, 3, 7, 8]) == Recall(tokens=[40], length=5, alone=True)
+    assert memory.match([1, 2, 3, 7, 8]) == Recall(tokens=[40], length=5)
     assert memory.match([5, 3, 7, 8]) == Recall(tokens=[], length=3)  # a tie of 3, three ways on: contested
     # Only the newest `places` occurrences are measured: with one, the newest wins whatever agrees.
     newest_only = DraftMemory(30, places=1)
     for seq in memory.sequences:
         newest_only.add(seq)
-    assert newest_only.match([1, 2, 3, 7, 8]) == Recall(tokens=[42], length=3, alone=True)
+    assert newest_only.match([1, 2, 3, 7, 8]) == Recall(tokens=[42], length=3)
     # Eviction drops the evicted call's occurrences and keeps the others'.
     memory.add(list(range(50, 60)))
     memory.add(list(range(60, 80)))  # 30 tokens at most: the first three calls (16 tokens) go
@@ -89,7 +89,7 @@ def test_a_rival_agrees_with_the_context_for_three_quarters_of_the_best_ones_agr
     memory = DraftMemory(100)
     memory.add([1, 2, 3, 4, 5, 40])
     memory.add([9, 9, 3, 4, 5, 41])
-    assert memory.match([1, 2, 3, 4, 5]) == Recall(tokens=[40], length=5, alone=True)
+    assert memory.match([1, 2, 3, 4, 5]) == Recall(tokens=[40], length=5)
     memory = DraftMemory(100)
     memory.add([1, 2, 3, 4, 5, 6, 40])
     memory.add([9, 2, 3, 4, 5, 6, 41])
@@ -128,14 +128,12 @@ def test_lookup_drafts_from_memory_with_longer_proposals_for_longer_matches():
     lookup = LookupDrafter(LookupOptions(max_tokens=4), memory=memory)
     context = [0, 9] + earlier[:20]
     (first, *_) = lookup.candidates(context)
-    assert first.name == "lookup:memory:once:16+"  # one earlier call alone backs it
+    assert first.name == "lookup:memory:16+"
     proposal = first.propose(context, 64, GREEDY, np.random.default_rng(0))
     assert proposal.tokens == earlier[20:37] and proposal.q_rows is None  # 2 x a 20-token match, capped by what is left (17)
     short = lookup.candidates([0, 9, 3, 4, 5])[0]  # a match of 3: twice as many tokens, above the lookup's own cap of 4
-    assert short.name == "lookup:memory:once:3-5" and len(short.propose([0, 9, 3, 4, 5], 64, GREEDY, np.random.default_rng(0)).tokens) == 6
+    assert short.name == "lookup:memory:3-5" and len(short.propose([0, 9, 3, 4, 5], 64, GREEDY, np.random.default_rng(0)).tokens) == 6
     assert lookup.candidates([0, 9, 3, 4]) == []  # a match of 2 in another text: below MEMORY_MIN_MATCH, not proposed
-    memory.add([5, 6] + earlier)  # a second call that wrote the same: its continuation is backed twice
-    assert lookup.candidates(context)[0].name == "lookup:memory:16+"
 
 
 def test_a_repeated_workload_drafts_from_the_earlier_call_and_stays_exact():
@@ -267,8 +265,7 @@ def test_docstring_examples_of_the_record():
     memory.add([1, 7, 9, 5, 6, 8])
     here, there = LookupDrafter(memory=memory).candidates([5, 6, 7, 9, 5, 6])
     assert (here.name, here.start) == ("lookup:2", 2)
-    assert isinstance(there, MemoryMatch) and (there.name, there.recall.tokens) == ("lookup:memory:once:3-5", [8])
-    assert memory_prefix(Recall([8], 4, alone=True)) == "lookup:memory:once" and match_class(4, "lookup:memory:once") == "lookup:memory:once:3-5"
+    assert isinstance(there, MemoryMatch) and (there.name, there.recall.tokens) == ("lookup:memory:3-5", [8])
 
 
 def test_this_calls_own_match_outranks_the_memorys():
@@ -388,7 +385,7 @@ LOSING = Earned(hits=(0.2,) + (0.0,) * 15, trials=(9.0,) + (0.5,) * 15)
 def test_the_first_two_tokens_follow_the_target_while_the_memory_chooses():
     """N = 20,000 generations of 5 tokens at T = 1 (seed = generation number), chi-square on the
     first two tokens at false-failure rate 1e-4. Before each generation the memory's record says
-    whether its match ("lookup:memory:once:3-5", which agrees longer than this call's "lookup:2") won
+    whether its match ("lookup:memory:3-5", which agrees longer than this call's "lookup:2") won
     or lost, drawn from a generator of its own (seed 38); the policy resumes from it (and learns
     on), so the memory drafts the first round in about half the generations and the noisy draft
     model (prior 0.8 against lookup:2's 0.5) in the others."""
@@ -397,15 +394,15 @@ def test_the_first_two_tokens_follow_the_target_while_the_memory_chooses():
     target = MarkovModel(table)
     draft = MarkovModel(table + rng.standard_normal(table.shape).astype(np.float32) * 0.8)
     memory = DraftMemory(1000)
-    memory.add([0, 3, 4, 1, 2, 5, 0, 3])  # ends like the prompt for 4 tokens: "lookup:memory:once:3-5" proposes [5, 0, 3]
+    memory.add([0, 3, 4, 1, 2, 5, 0, 3])  # ends like the prompt for 4 tokens: "lookup:memory:3-5" proposes [5, 0, 3]
     prompt = [1, 2, 3, 4, 1, 2]
-    sources = ["lookup:memory:once:3-5", "model"]
+    sources = ["lookup:memory:3-5", "model"]
     engine = Engine(target, ModelAndLookup(ModelDrafter(draft), LookupDrafter(memory=memory)), earned=memory.earned)
     wins = np.random.default_rng(38).integers(0, 2, N_FIRST_TWO)
     samples, first = [], Counter()
     for s, won in enumerate(wins):
         memory.earned.clear()
-        memory.earned["lookup:memory:once:3-5"] = WINNING if won else LOSING
+        memory.earned["lookup:memory:3-5"] = WINNING if won else LOSING
         got, opened = [], None
         for event in engine.generate(prompt, GenerationConfig(max_tokens=5, sampling=PLAIN, seed=s), frozen_auto()):
             if isinstance(event, Token):
