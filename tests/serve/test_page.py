@@ -223,3 +223,39 @@ def test_an_error_from_the_server_is_shown_on_the_page(live_server, browser):
     assert browser.find_elements("css selector", "#answer .tok") == []
     problems = console_problems(browser)  # the 400 itself is logged by Chromium as a failed resource
     assert all("status of 400" in p["message"] for p in problems), problems
+
+
+def test_the_slots_panel_shows_each_slot_and_the_sequences_each_target_pass_held(live_server, browser):
+    """Two requests at once, then the page's slots panel against GET /slots: a row per slot (the
+    server's default --slots 4), each slot's last job's tokens and tokens per pass, and the target
+    passes counted by how many sequences they held. Example: passes {"1": 30, "2": 11} ->
+    "big-model steps by sequences they held: 30 with 1, 11 with 2"."""
+    from collections import Counter
+    from concurrent.futures import ThreadPoolExecutor
+
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    base = live_server.url
+    bodies = [{"messages": [{"role": "user", "content": p}], "stream": False, "temperature": 0} for p in (PROMPT, "Name three rivers.")]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        answers = list(pool.map(lambda b: api_answer(base, b), bodies, timeout=STREAM_SECONDS))
+    with urllib.request.urlopen(base + "/slots", timeout=10) as response:
+        report = json.load(response)
+    assert len(report["slots"]) == 4 and not any(s["busy"] for s in report["slots"])
+    passes = {int(n): count for n, count in report["target_passes"].items()}
+    assert max(passes) >= 2, f"the two requests never shared a target pass: {passes}"
+
+    browser.get(base + "/")
+    WebDriverWait(browser, 20).until(lambda d: text_of(d, "passes") != "")
+    rows = browser.execute_script("return [...document.querySelectorAll('#slots tbody tr')].map(r => [...r.cells].map(c => c.textContent))")
+    assert [r[0] for r in rows] == [str(s["slot"]) for s in report["slots"]]
+    assert all(r[1] == "free" for r in rows)
+    assert [r[2] for r in rows] == ["–" if s["tokens"] is None else str(s["tokens"]) for s in report["slots"]]  # None: a slot no job of ours used
+    for row, s in zip(rows, report["slots"]):
+        if s["rounds"]:
+            assert abs(float(row[3]) - s["tokens"] / s["rounds"]) <= 0.005 + 1e-9, (row, s)
+    shown = Counter(int(r[2]) for r in rows if r[2] not in ("–", "0"))
+    assert shown >= Counter(a["usage"]["completion_tokens"] for a in answers), (rows, answers)
+    held = ", ".join(f"{count} with {n}" for n, count in sorted(passes.items()))
+    assert text_of(browser, "passes") == f"big-model steps by sequences they held: {held}"
+    assert console_problems(browser) == []
