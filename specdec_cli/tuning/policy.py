@@ -64,15 +64,6 @@ the run's time, and probing pauses while they would take more (the first probe o
 fallback excepted). Where catch-up is dear this means a draft model that fell back stays
 off, while lookup, which has no catch-up, keeps being probed.
 
-What a lookup round costs the draft model. A round that lookup (or the memory) drafts leaves the
-draft model behind by the tokens it yields, and the model's next round catches up on them first:
-on a CPU a batch of n tokens of the draft costs close to n steps. So while the draft model pays
-(its plan beats a plain step), a proposer that does not run the draft model is charged, per token
-it yields, what the model's catch-ups measured per token sat out (`lag_per_token`): rate r becomes
-1 / (1 / r + c). Example: lookup plans 3 tokens in 24 ms (0.125 a ms), the model 4 in 36 ms (0.111);
-at c = 4.5 ms a token lookup's round really costs 24 + 13.5 ms: 0.080 a ms, and the model drafts.
-The charge is the same per token for every such proposer, so it never reorders them, nor their k.
-
 What earlier calls earned. A policy is fresh for each generation, and a short call ends before
 it has learnt much; with the drafting memory on (`--draft-cache`, the server's memory) the
 engine hands it, at the start, the hits and trials per position of lookup's proposals (in the
@@ -154,7 +145,6 @@ REFRESH_ROUNDS = 16  # a plain step re-measures T_batch(1) when it is older than
 REFRESH_MARGIN = 2.0  # unless drafting promises at least this factor over target-only:
 STALE_ROUNDS = 64  # then when it is older than this many
 MAX_BACKOFF = 64
-DRAFT_MODEL_KINDS = ("model", "cascade")  # proposers that run the draft model, and so leave it up to date
 RESUMED_BACKOFF = 32  # a proposer whose record from earlier calls holds MIN_TRIALS: its first probe, while it loses
 
 
@@ -284,8 +274,6 @@ class AdaptivePolicy:
         self.elapsed = 0.0  # seconds of all rounds observed
         self.backlog_seconds = 0.0  # of which draft-model catch-ups after rounds it sat out: what probes cost
         self.previous = ""  # the source of the last round observed
-        self.lag_tokens = 0  # tokens the rounds since the draft model last ran yielded: its next catch-up's backlog
-        self.lag_per_token = WeightedMean(decay)  # what that catch-up costs per token sat out ("What a lookup round costs")
         self._seed_draft_step: float | None = None
         self._fixed_curve: list[float] | None = None
         if costs is not None:
@@ -300,7 +288,7 @@ class AdaptivePolicy:
         learnt (costs, each proposer's acceptance, back-offs): see "Across calls" in the module's
         docstring. This one is left as it was."""
         following = copy.deepcopy(self)
-        following.call_rounds, following.previous, following.lag_tokens = 0, "", 0  # a new call: its first round runs slow; the draft model was prefilled
+        following.call_rounds, following.previous = 0, ""  # a new call: its first round runs slow; the draft model was prefilled
         return following
 
     def record(self, name: str) -> DrafterRecord:
@@ -347,11 +335,11 @@ class AdaptivePolicy:
         curve = self.curve()
         if not curve:  # nothing measured yet: rounds 1 and 2 draft on the priors
             return self.first_choice(sources, max_k) if self.call_rounds <= 1 else (None, 0)
-        plans = self.charged({name: self.plan(name, max_k, curve) for name in sources}, curve)
+        plans = {name: self.plan(name, max_k, curve) for name in sources}
         best = max(sources, key=lambda name: plans[name][1])  # first on ties: the preferred one
         # What drafting promises for the rounds to come, which a stale T_batch(1) could misjudge:
         # not this round's, when the end of the token budget caps its k.
-        uncapped = plans if max_k == self.max_k else self.charged({name: self.plan(name, self.max_k, curve) for name in sources}, curve)
+        uncapped = plans if max_k == self.max_k else {name: self.plan(name, self.max_k, curve) for name in sources}
         if self.stale(max(rate for _, rate in uncapped.values()) * curve[0]):
             return None, 0  # a plain target step re-measures T_batch(1)
         chosen = best if plans[best][1] > 1.0 / curve[0] else None
@@ -369,15 +357,6 @@ class AdaptivePolicy:
                 probe, rec.waited, rec.backoff = name, 0, min(2 * rec.backoff, MAX_BACKOFF)
         chosen = probe or chosen
         return (chosen, plans[chosen][0]) if chosen is not None else (None, 0)
-
-    def charged(self, plans: dict[str, tuple[int, float]], curve: Sequence[float]) -> dict[str, tuple[int, float]]:
-        """`plans` with each proposer that leaves the draft model behind charged its catch-up per
-        token it yields, while the draft model is among them and pays ("What a lookup round costs")."""
-        per_token = self.lag_per_token.value
-        model = plans.get("model")
-        if not per_token or model is None or model[1] <= 1.0 / curve[0]:
-            return plans
-        return {name: (k, rate if kind(name) in DRAFT_MODEL_KINDS else 1.0 / (1.0 / rate + per_token)) for name, (k, rate) in plans.items()}
 
     def first_choice(self, sources: Sequence[str], max_k: int) -> tuple[str | None, int]:
         """Rounds 1 and 2, before any timing: the priors alone (with the acceptance seen so far),
@@ -435,11 +414,6 @@ class AdaptivePolicy:
         self.elapsed += event.seconds
         lagging = event.drafter != self.previous  # the drafter sat out the last round: its catch-up clears a backlog
         self.previous = event.drafter
-        if learn and kind(event.drafter) == "model" and self.lag_tokens > 0 and event.draft_catch_up_seconds > 0.0:
-            # It evaluated what it sat out and its own last token (+ 1).
-            per_token = event.draft_catch_up_seconds / (self.lag_tokens + 1)
-            self.lag_per_token.add(clamp(per_token, self.lag_per_token.value))
-        self.lag_tokens = 0 if kind(event.drafter) in DRAFT_MODEL_KINDS else self.lag_tokens + event.accepted + 1
         if not event.drafter:
             return  # a plain target step: nothing drafted, nothing to learn about a drafter
         rec = self.record(event.drafter)

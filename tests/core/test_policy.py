@@ -617,47 +617,6 @@ def test_auto_prefers_the_drafter_that_promises_more():
     assert policy.choose(["lookup", "model"], budget=1000)[0] == "lookup"
 
 
-def test_the_draft_models_catch_up_is_measured_per_token_it_sat_out():
-    policy = frozen(draft_ms=5, t1_ms=20, slope_ms=1)
-    policy.learn_costs = True  # the draft side learns; the target curve stays as given
-    policy.observe(round_event(3, 3, 3, draft_s=15 * MS, catch_up_s=5 * MS))  # a call's first round teaches nothing
-    assert policy.lag_tokens == 0
-    for _ in range(3):  # lookup yields 3 + 2 tokens, a plain step 1: the model then evaluates those 6 and its own last one
-        policy.observe(round_event(4, 4, 2, drafter="lookup:3-5"))
-        policy.observe(round_event(4, 4, 1, drafter="lookup:3-5"))
-        policy.observe(round_event(0, 0, 0, drafter=""))
-        assert policy.lag_tokens == 6
-        policy.observe(round_event(3, 3, 3, draft_s=(7 * 4.5 + 2 * 5) * MS, catch_up_s=7 * 4.5 * MS))
-        assert policy.lag_tokens == 0
-    assert policy.lag_per_token.value == pytest.approx(4.5 * MS)
-    policy.observe(round_event(3, 3, 3, draft_s=20 * MS, catch_up_s=10 * MS))  # after its own round: no backlog to learn from
-    policy.observe(round_event(4, 4, 3, drafter="lookup:6+"))
-    assert policy.lag_tokens == 4
-    policy.observe(round_event(2, 2, 2, drafter="cascade:2", draft_s=30 * MS, catch_up_s=30 * MS))  # it runs the draft model too
-    assert policy.lag_tokens == 0 and policy.lag_per_token.value == pytest.approx(4.5 * MS)
-    assert policy.continued().lag_per_token.value == pytest.approx(4.5 * MS)  # a cost of this machine: carried
-
-
-def test_a_lookup_round_is_charged_what_its_tokens_cost_the_draft_model_to_catch_up():
-    # The module docstring's example: lookup 3 tokens in 24 ms, the model 4 in 36 ms, 4.5 ms a token.
-    policy = frozen(draft_ms=5, t1_ms=20, slope_ms=1)
-    plans = {"lookup:3-5": (2, 3 / (24 * MS)), "model": (3, 4 / (36 * MS)), "cascade:2": (2, 3 / (20 * MS))}
-    assert policy.charged(plans, [20 * MS]) == plans  # nothing measured yet
-    policy.lag_per_token.add(4.5 * MS)
-    charged = policy.charged(plans, [20 * MS])
-    assert charged["lookup:3-5"] == (2, pytest.approx(3 / (37.5 * MS)))  # 0.080 a ms against the model's 0.111
-    assert charged["model"] == plans["model"] and charged["cascade:2"] == plans["cascade:2"]  # they run the draft model
-    assert policy.charged(plans, [8 * MS]) == plans  # a plain step (0.125 a ms) beats the model: it will not catch up
-    assert policy.charged({"lookup:3-5": plans["lookup:3-5"]}, [20 * MS]) == {"lookup:3-5": plans["lookup:3-5"]}  # lookup alone
-
-    # Through `choose`, on the priors (lookup:3-5 accepts 0.7 at almost no draft cost, the model 0.8 at 4 ms a step).
-    sources = ["lookup:3-5", "model"]
-    policy = frozen(draft_ms=4, t1_ms=20, slope_ms=1)
-    assert policy.choose(sources, budget=1000)[0] == "lookup:3-5"
-    policy.lag_per_token.add(4.5 * MS)
-    assert policy.choose(sources, budget=1000)[0] == "model"
-
-
 def test_fixed_policy_and_parsing():
     assert FixedPolicy(8).choose(["lookup", "model"], budget=100) == ("lookup", 8)
     assert FixedPolicy(8).choose(["model"], budget=3) == ("model", 3)
