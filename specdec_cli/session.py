@@ -34,6 +34,7 @@ from .decoding.batch import Batcher
 from .decoding.engine import Engine
 from .drafting.cascade import CascadeDrafter
 from .drafting.combined import ModelAndLookup
+from .drafting.kv_sync import common_prefix
 from .drafting.cross_vocab import CrossVocabDrafter
 from .drafting.lookup import LookupDrafter, LookupOptions
 from .drafting.memory import DraftMemory
@@ -119,6 +120,15 @@ class LoadedPair:
         if self.vocab_map is None:
             return list(context)
         return CrossVocabDrafter.for_models(self.draft, self.target, self.vocab_map).own_context(context)
+
+    def draft_lag(self) -> int:
+        """Tokens of the target's cache that the draft model has not evaluated: what its next
+        catch-up evaluates besides a round's last token. 0 without a draft model, and across
+        vocabularies (not counted there: the server then drafts as the switch says). Example:
+        target cache [1, 2, 3, 4], draft cache [1, 2] -> 2; draft cache [1, 5] -> 3."""
+        if self.draft is None or self.vocab_map is not None:
+            return 0
+        return len(self.target.tokens) - common_prefix(self.draft.tokens, self.target.tokens)
 
     def shared(self, slots: int) -> tuple[Batcher, list["LoadedPair"]]:
         """`slots` pairs of sequence views over this pair's models (loaded with LoadOptions.slots or

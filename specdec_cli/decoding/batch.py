@@ -51,7 +51,7 @@ import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping, NamedTuple, Protocol, Sequence
+from typing import Callable, Iterator, Mapping, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
@@ -59,12 +59,14 @@ from .. import clock
 from ..errors import check_context
 from ..events import DraftPolicy, Earned, Round
 from ..tuning.cost_curve import CostCurve
+from ..tuning.policy import AdaptivePolicy
 from ..tuning.switch import DraftingSwitch
 from .compute_thread import run_on_compute_thread
 
 DRAFT_MODEL_SOURCES = ("model", "cascade")  # proposers (drafting/) whose drafts take draft-model passes
 PREFILL_CHUNK = 128  # prompt tokens per pass while other sequences are generating
 PRIOR_ROW_SHARE = 0.05  # before two batch sizes are seen: a row costs this share of a one-row pass
+CATCH_UP_FREE = 2  # a draft model this many tokens behind the target's cache is drafting along (a round's last draft, its bonus)
 
 
 class SharedModel(Protocol):
@@ -245,12 +247,38 @@ class Batcher:
         a, _, c = self.costs[-1].line()
         return a / n + c > self._draft_step(n)
 
-    def draft_model_drafts(self) -> tuple[bool, int | None]:
+    def catch_up_seconds(self, lag: int) -> float | None:
+        """What a draft pass that evaluates `lag` tokens of one sequence costs, by the draft model's
+        line (a draft step, `_draft_step`, plus b_d per token beyond one); None before a draft pass
+        was timed. Every joined sequence waits through it. Example: (a_d, b_d, c_d) = (1, 5, 0) ms,
+        drafting alone, lag 80 -> 6 + 5 * 79 = 401 ms."""
+        if len(self.models) < 2 or not self.costs[0].measured:
+            return None
+        return self._draft_step(max(self._active, 1)) + self.costs[0].line()[1] * (lag - 1)
+
+    def draft_model_drafts(self, lag: int = 0, left: int = 0, alone_saving: float | None = None) -> tuple[bool, int | None]:
         """(whether a round chosen now may draft with the draft model, the switch's epoch to credit
         its tokens to): where it can pay at all (draft_model_can_pay) and, with several sequences
-        joined, where the switch's measurements say that drafting is the faster mode."""
+        joined, where the switch's measurements say that drafting is the faster mode.
+
+        A sequence whose draft model lags more than CATCH_UP_FREE tokens (it sat out rounds beside
+        others, or joined beside them: BatchedPolicy.prefill_draft) first pays a catch-up that
+        every joined sequence waits through, and it drafts only where its `left` tokens to go save
+        more than that: left x the seconds drafting saves per token (the switch's measured rates
+        at this batch size, DraftingSwitch.saving_per_token, or alone `alone_saving`) against
+        catch_up_seconds(lag). So as a load ends and the batch falls to a size where drafting
+        pays, sequences near their end do not catch up with a whole text to draft a few tokens.
+        Unmeasured figures, and epochs that try drafting (what trying costs is budgeted there),
+        leave the choice as it was. A round that declines spoils its epoch (not recorded)."""
         with self._cond:
-            mode, epoch = self.switch.drafting(self._active, time.perf_counter())
+            n = self._active
+            mode, epoch = self.switch.drafting(n, time.perf_counter())
+            if mode and lag > CATCH_UP_FREE:
+                saving = self.switch.saving_per_token(n) if n >= 2 else alone_saving
+                cost = self.catch_up_seconds(lag)
+                if saving is not None and cost is not None and left * saving < cost:
+                    self.switch.spoil(epoch)
+                    mode = False
         return mode and self.draft_model_can_pay(), epoch
 
     def drafting_report(self) -> dict[int, dict]:
@@ -387,8 +415,9 @@ class BatchedPolicy:
     round's draws, so the law is kept (tuning/policy.py, "Why the output stays exact"). Lookup,
     which costs only its rows, stays."""
 
-    def __init__(self, inner: DraftPolicy, batcher: Batcher) -> None:
+    def __init__(self, inner: DraftPolicy, batcher: Batcher, lag: Callable[[], int] | None = None) -> None:
         self.inner, self.batcher = inner, batcher
+        self.lag = lag  # the draft model's lag behind the target's cache, in tokens (session.LoadedPair.draft_lag)
         self._epoch: int | None = None  # the switch's epoch this round was chosen in
 
     @property
@@ -413,7 +442,10 @@ class BatchedPolicy:
         self.inner.observe(event)
 
     def choose(self, sources: Sequence[str], budget: int) -> tuple[str | None, int]:
-        drafts, self._epoch = self.batcher.draft_model_drafts()
+        by_model = [name for name in sources if name.split(":")[0] in DRAFT_MODEL_SOURCES]
+        lag = self.lag() if self.lag is not None and by_model and budget > 0 else 0
+        alone = self.alone_saving(by_model, budget) if lag > CATCH_UP_FREE and self.batcher.active <= 1 else None
+        drafts, self._epoch = self.batcher.draft_model_drafts(lag, budget + 1, alone)  # budget: the tokens left but one
         if not drafts:
             sources = [name for name in sources if name.split(":")[0] not in DRAFT_MODEL_SOURCES]
         # A probe (a drafter passed over, tried again in case the text changed) stalls every other
@@ -421,6 +453,17 @@ class BatchedPolicy:
         # memory's) stands in for it.
         self.inner.probing = self.batcher.active <= 1
         return self.inner.choose(sources, budget)
+
+
+    def alone_saving(self, names: Sequence[str], budget: int) -> float | None:
+        """Seconds per token that the best of `names` (draft-model proposers) saves a sequence
+        alone, by its policy's own estimates: T_batch(1) - 1 / (its plan's tokens per second);
+        None before they exist. Example: T_batch(1) 50 ms, a plan of 40 tokens/s -> 25 ms."""
+        curve = self.inner.curve() if isinstance(self.inner, AdaptivePolicy) else []
+        if not curve:
+            return None
+        rate = max(self.inner.plan(name, min(self.inner.max_k, budget), curve)[1] for name in names)
+        return curve[0] - 1.0 / rate if rate > 0 else None
 
 
 class SharedSequence:

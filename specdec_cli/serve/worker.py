@@ -385,7 +385,7 @@ class Worker:
 
         try:
             with self.batcher.joined():
-                outcome = consume(engine.generate(ids, config, self._policy(s)), hand_over)
+                outcome = consume(engine.generate(ids, config, self._policy(s, pair)), hand_over)
         except _Cancelled:  # consume closed the generator: the engine rolled both caches back
             if self._stopping.is_set():
                 job._put(Failed(ShuttingDown("the server is shutting down; the generation was cancelled")))
@@ -396,14 +396,15 @@ class Worker:
         memory.add(ids + outcome.tokens)
         job._put(Done(outcome))
 
-    def _policy(self, settings: Settings) -> DraftPolicy:
+    def _policy(self, settings: Settings, pair: LoadedPair) -> DraftPolicy:
         """The job's draft-length policy: a fixed k, or `auto` starting from the costs this server's
         passes measured for a sequence at the batch size it joins (Batcher.cost_curve), which
-        its own rounds then refine, with the draft model left out where it cannot pay (BatchedPolicy)."""
+        its own rounds then refine, with the draft model left out where it cannot pay, or where
+        the slot's draft model lags too far behind for the tokens left (BatchedPolicy)."""
         if settings.draft_tokens != AUTO:
             return draft_policy(settings.draft_tokens, settings.p_min)
         curve = self.batcher.cost_curve(self.batcher.active, AUTO_MAX_K + 1)
-        return BatchedPolicy(draft_policy(AUTO, settings.p_min, curve), self.batcher)
+        return BatchedPolicy(draft_policy(AUTO, settings.p_min, curve), self.batcher, lag=pair.draft_lag)
 
     def _fit(self, ids: list[int], settings: Settings):
         """The request's config with its token budget checked against the context (the numbers

@@ -97,6 +97,7 @@ class Epoch:
     tokens: int = 0
     credited_by: set = field(default_factory=set)  # the sequences whose rounds gave its tokens
     trying: bool = False  # it ran its way to try it (exploring, a probe), not as the choice
+    spoilt: bool = False  # some round in it did not run its way (`spoil`): not recorded
 
     @property
     def rate(self) -> float:
@@ -137,6 +138,25 @@ class DraftingSwitch:
         if self.epoch is not None and self.epoch.n == n:
             return self.epoch.drafting, self.epoch.id
         return self._next_way(n, begin=False)[0], None
+
+    def saving_per_token(self, n: int) -> float | None:
+        """Batch seconds per token that drafting saves at n >= 2 sequences, as paired and measured:
+        (1 / plain rate) (1 - plain rate / drafting rate); None while either is unmeasured, and in
+        an epoch that tries drafting (exploring, a probe), whose catch-ups are what trying costs.
+        Example: 30 tokens/s plain, drafting paired 1.6x ahead -> (1 - 1 / 1.6) / 30 = 12.5 ms."""
+        if self.epoch is not None and self.epoch.n == n and self.epoch.trying:
+            return None
+        plain, gain = self.rates[n, False].value, self.gain[n].value
+        if plain is None or gain is None or plain <= 0:
+            return None
+        return (1.0 - math.exp(-gain)) / plain
+
+    def spoil(self, epoch_id: int | None) -> None:
+        """A round of epoch `epoch_id` did not run the epoch's way (a sequence's catch-up would not
+        pay: batch.Batcher.draft_model_drafts): the epoch measures neither way and is not recorded."""
+        for epoch in [self.epoch, *self.closed]:
+            if epoch is not None and epoch.id == epoch_id:
+                epoch.spoilt = True
 
     def credit(self, epoch_id: int | None, tokens: int, sequence: object) -> None:
         """A round of `sequence` (any key: the policy of one generation) chosen in epoch `epoch_id` gave `tokens`."""
@@ -196,8 +216,8 @@ class DraftingSwitch:
         self._seconds += now - epoch.start
 
     def _record(self, epoch: Epoch) -> None:
-        if len(epoch.credited_by) < epoch.n or epoch.tokens == 0:
-            return  # some sequence's rounds are not counted (a fixed k, no drafter)
+        if len(epoch.credited_by) < epoch.n or epoch.tokens == 0 or epoch.spoilt:
+            return  # some sequence's rounds are not counted (a fixed k, no drafter) or did not run the epoch's way
         self.rates[epoch.n, epoch.drafting].add(epoch.rate)
         last = self._last.get(epoch.n)
         if last is not None and epoch.start - last.end <= self.epoch_seconds and last.drafting != epoch.drafting:  # adjacent at this N

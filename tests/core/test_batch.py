@@ -7,6 +7,7 @@ trust the batcher. Each sequence runs the one engine in a thread of its own.
 
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -15,11 +16,11 @@ import pytest
 from fakes import MarkovModel, ToyModel, random_markov
 from stat_checks import ALPHA, PLAIN, first_two_law, first_two_pvalue
 from specdec_cli.decoding import engine as engine_module
-from specdec_cli.decoding.batch import BatchedPolicy, Batcher, PassCost, shares
+from specdec_cli.decoding.batch import CATCH_UP_FREE, BatchedPolicy, Batcher, PassCost, shares
 from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.drafting.lookup import LookupDrafter, LookupOptions
 from specdec_cli.errors import ContextOverflow
-from specdec_cli.events import Finished, Round
+from specdec_cli.events import AUTO, Finished, Round
 from specdec_cli.drafting.model import ModelDrafter
 from specdec_cli.maths.sampling import GREEDY, SamplingParams, probabilities
 from specdec_cli.tuning.policy import draft_policy
@@ -481,3 +482,75 @@ def test_a_sequence_beyond_its_context_is_refused_as_the_model_refuses():
     with pytest.raises(ContextOverflow, match=r"^the context holds 8 tokens but 9 are needed; pass a larger --ctx$"):
         view.decode([1, 2, 3, 4], 1)
     assert view.tokens == [1, 2, 3, 4, 5] and target.kv[1] == view.tokens  # nothing was decoded
+
+
+def test_a_draft_model_far_behind_catches_up_only_where_the_tokens_left_pay_for_it():
+    """Two sequences joined; the switch measured 30 tokens/s without drafting and drafting 1.6x
+    ahead (saving (1 - 1 / 1.6) / 30 = 12.5 ms a token); a draft pass costs 1 ms + 5 ms a row, so
+    catching up 80 tokens costs 0.5 + 5 + 79 * 5 = 400.5 ms: worth it for 48 tokens to go (600 ms
+    saved), not for 20 (250 ms). A lag of CATCH_UP_FREE tokens is drafting along and always drafts;
+    alone, the policy's own saving stands in for the switch's."""
+    batcher, target, draft = shared_pair()
+    for rows, seqs in [(1, 1), (5, 1), (4, 4), (8, 4), (2, 2)] * 3:
+        batcher.costs[1].add(rows, seqs, 0.040 + 0.001 * rows)
+        batcher.costs[0].add(rows, seqs, 0.001 + 0.005 * rows)
+    switch = batcher.switch
+    switch.tried[2, True] = switch.tried[2, False] = 1  # explored: the choice is made on the gain
+    switch.rates[2, False].add(30.0)
+    switch.gain[2].add(math.log(1.6))
+    assert switch.saving_per_token(2) == pytest.approx(0.0125)
+    lag = [80]
+    inner = Choosing()
+    policy = BatchedPolicy(inner, batcher, lag=lambda: lag[0])
+    with batcher.joined():  # alone
+        assert batcher.catch_up_seconds(80) == pytest.approx(0.001 + 0.005 * 80, rel=0.02)
+        assert batcher.draft_model_drafts(80, 20, alone_saving=0.0125)[0] is False
+        assert batcher.draft_model_drafts(80, 48, alone_saving=0.0125)[0] is True
+        assert batcher.draft_model_drafts(80, 20, alone_saving=None)[0] is True  # nothing to judge by yet
+    joined, done = threading.Event(), threading.Event()
+
+    def sit():
+        with batcher.joined():
+            joined.set()
+            done.wait(10)
+
+    other = threading.Thread(target=sit)
+    other.start()
+    joined.wait(10)
+    try:
+        with batcher.joined():  # two joined
+            assert batcher.catch_up_seconds(80) == pytest.approx(0.0005 + 0.005 * 80, rel=0.02)
+            assert policy.choose(["model", "lookup:2"], 19) == ("lookup:2", 3)  # 20 tokens to go
+            assert policy.choose(["model", "lookup:2"], 47) == ("model", 3)  # 48
+            lag[0] = CATCH_UP_FREE
+            assert policy.choose(["model", "lookup:2"], 3) == ("model", 3)
+    finally:
+        done.set()
+        other.join(10)
+    assert inner.offered == [["lookup:2"], ["model", "lookup:2"], ["model", "lookup:2"]]
+
+
+def test_a_policy_alone_saves_its_yardstick_less_one_over_its_plans_rate():
+    """T_batch(1) 50 ms and a plan of 40 tokens/s: 25 ms a token (BatchedPolicy.alone_saving)."""
+    from specdec_cli.tuning.cost_curve import CostCurve
+
+    inner = draft_policy(AUTO, costs=CostCurve(draft_step=0.005, target_batch=tuple(0.05 + 0.001 * n for n in range(20))))
+    inner.plan = lambda name, max_k, curve: (3, 40.0)
+    policy = BatchedPolicy(inner, shared_pair()[0])
+    assert policy.alone_saving(["model"], 8) == pytest.approx(0.025)
+    assert BatchedPolicy(Choosing(), policy.batcher).alone_saving(["model"], 8) is None  # a fixed k: no estimates
+
+
+def test_the_draft_models_lag_is_what_it_has_not_evaluated_of_the_targets_cache():
+    """session.LoadedPair.draft_lag, its examples: target [1, 2, 3, 4], draft [1, 2] -> 2, draft
+    [1, 5] -> 3; no draft model, or another vocabulary (not counted) -> 0."""
+    from types import SimpleNamespace
+
+    from specdec_cli.session import LoadedPair
+
+    target = SimpleNamespace(tokens=[1, 2, 3, 4])
+    assert LoadedPair(target, SimpleNamespace(tokens=[1, 2]), V).draft_lag() == 2
+    assert LoadedPair(target, SimpleNamespace(tokens=[1, 5]), V).draft_lag() == 3
+    assert LoadedPair(target, SimpleNamespace(tokens=[1, 2, 3, 4]), V).draft_lag() == 0
+    assert LoadedPair(target, None, V).draft_lag() == 0
+    assert LoadedPair(target, SimpleNamespace(tokens=[]), V, vocab_map=object()).draft_lag() == 0

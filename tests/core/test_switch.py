@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from specdec_cli.tuning.switch import PROBE_SHARE, DraftingSwitch
 
 PASS = 0.05  # seconds per target pass in these scripted batches
@@ -195,6 +197,28 @@ def test_an_epoch_counts_only_when_every_sequence_counted_its_rounds():
     assert switch.rates[2, True].value is None  # nothing recorded
     assert switch.tried[2, True] == 1  # tried all the same: exploring goes on to the other mode
     assert switch.drafting(2) == (False, 2)
+
+
+def test_an_epoch_a_round_of_which_did_not_run_its_way_is_not_recorded():
+    """A sequence whose catch-up would not pay declines to draft in a drafting epoch
+    (batch.Batcher.draft_model_drafts): the epoch is spoilt, counted as tried, recorded as neither
+    way; the next one, run alike, is recorded. An exploring epoch tells no saving per token."""
+    switch = DraftingSwitch(epoch_seconds=0.1)
+    switch.after_pass(2, True, 0.0)
+    mode, epoch = switch.drafting(2)
+    assert mode is True and switch.saving_per_token(2) is None  # exploring: trying drafting costs what it costs
+    switch.credit(epoch, 20, "a")
+    switch.credit(epoch, 20, "b")
+    switch.spoil(epoch)
+    switch.after_pass(2, True, 0.2)  # epoch 1 ends: tried
+    switch.after_pass(2, True, 0.25)  # and is not recorded
+    assert switch.tried[2, True] == 1 and switch.rates[2, True].value is None
+    _, second = switch.drafting(2)
+    switch.credit(second, 30, "a")
+    switch.credit(second, 30, "b")
+    switch.after_pass(2, True, 0.4)
+    switch.after_pass(2, True, 0.45)
+    assert switch.rates[2, False].value == pytest.approx(60 / 0.2)
 
 
 def test_the_report_gives_each_batch_sizes_rates_and_way():
