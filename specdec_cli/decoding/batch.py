@@ -267,9 +267,12 @@ class Batcher:
         more than that: left x the seconds drafting saves per token (the switch's measured rates
         at this batch size, DraftingSwitch.saving_per_token, or alone `alone_saving`) against
         catch_up_seconds(lag). So as a load ends and the batch falls to a size where drafting
-        pays, sequences near their end do not catch up with a whole text to draft a few tokens.
-        Unmeasured figures, and epochs that try drafting (what trying costs is budgeted there),
-        leave the choice as it was. A round that declines spoils its epoch (not recorded)."""
+        pays, sequences near their end do not catch up with a whole text to draft a few tokens,
+        and where the switch tries drafting at a larger batch only those whose catch-up could pay
+        there join in. Where nothing is measured yet the choice stands. The switch's drafting
+        way is thus "drafting where the catch-up pays": an epoch in which every sequence declined
+        ran plain, and is recorded as the drafting way's rate all the same, which pulls the paired
+        gain toward 1 where drafting would only pay without the catch-ups."""
         with self._cond:
             n = self._active
             mode, epoch = self.switch.drafting(n, time.perf_counter())
@@ -277,7 +280,6 @@ class Batcher:
                 saving = self.switch.saving_per_token(n) if n >= 2 else alone_saving
                 cost = self.catch_up_seconds(lag)
                 if saving is not None and cost is not None and left * saving < cost:
-                    self.switch.spoil(epoch)
                     mode = False
         return mode and self.draft_model_can_pay(), epoch
 

@@ -54,7 +54,9 @@ target pass ran for IDLE_SECONDS (the last requests of a load ended together). T
 draft model spends catching up with text it did not see while it was not drafting (an epoch
 without drafting, a prompt that joined the batch: batch.BatchedPolicy.prefill_draft) stays in
 the epoch's time: what drafting costs after a switch is part of what it costs, so where the two
-ways are close the switch leans to not drafting. What decides (epochs already timed) is fixed
+ways are close the switch leans to not drafting. And a sequence whose catch-up would cost more
+than drafting can save over its tokens left (`saving_per_token`) does not draft even in an epoch
+of drafting (batch.Batcher.draft_model_drafts): the drafting way is drafting where it pays. What decides (epochs already timed) is fixed
 before a round's draws, so the output stays exact (policy.py, "Why the output stays exact").
 
 Example, at N = 2 with EXPLORE = 2 (tests/core/test_switch.py): epochs 1 to 4 draft, do not,
@@ -97,7 +99,6 @@ class Epoch:
     tokens: int = 0
     credited_by: set = field(default_factory=set)  # the sequences whose rounds gave its tokens
     trying: bool = False  # it ran its way to try it (exploring, a probe), not as the choice
-    spoilt: bool = False  # some round in it did not run its way (`spoil`): not recorded
 
     @property
     def rate(self) -> float:
@@ -140,23 +141,25 @@ class DraftingSwitch:
         return self._next_way(n, begin=False)[0], None
 
     def saving_per_token(self, n: int) -> float | None:
-        """Batch seconds per token that drafting saves at n >= 2 sequences, as paired and measured:
-        (1 / plain rate) (1 - plain rate / drafting rate); None while either is unmeasured, and in
-        an epoch that tries drafting (exploring, a probe), whose catch-ups are what trying costs.
+        """Batch seconds per token that drafting saves at n >= 2 sequences: (1 / plain rate) (1 -
+        plain rate / drafting rate), as paired and measured at n. In an epoch that tries drafting
+        (exploring, a probe), or before drafting was paired at n, the most it saved at any smaller
+        batch size instead, where that is more: another sequence only makes a draft dearer against
+        the pass it saves, so the bound leaves room to find drafting ahead, while a catch-up that
+        could not pay even then is not tried. None where nothing was paired.
         Example: 30 tokens/s plain, drafting paired 1.6x ahead -> (1 - 1 / 1.6) / 30 = 12.5 ms."""
-        if self.epoch is not None and self.epoch.n == n and self.epoch.trying:
-            return None
+        own = self._saving(n)
+        trying = self.epoch is not None and self.epoch.n == n and self.epoch.trying
+        if own is not None and not trying:
+            return own
+        bound = max((saving for m in list(self.gain) if m < n and (saving := self._saving(m)) is not None), default=None)
+        return own if bound is None else bound if own is None else max(own, bound)
+
+    def _saving(self, n: int) -> float | None:
         plain, gain = self.rates[n, False].value, self.gain[n].value
         if plain is None or gain is None or plain <= 0:
             return None
         return (1.0 - math.exp(-gain)) / plain
-
-    def spoil(self, epoch_id: int | None) -> None:
-        """A round of epoch `epoch_id` did not run the epoch's way (a sequence's catch-up would not
-        pay: batch.Batcher.draft_model_drafts): the epoch measures neither way and is not recorded."""
-        for epoch in [self.epoch, *self.closed]:
-            if epoch is not None and epoch.id == epoch_id:
-                epoch.spoilt = True
 
     def credit(self, epoch_id: int | None, tokens: int, sequence: object) -> None:
         """A round of `sequence` (any key: the policy of one generation) chosen in epoch `epoch_id` gave `tokens`."""
@@ -216,8 +219,8 @@ class DraftingSwitch:
         self._seconds += now - epoch.start
 
     def _record(self, epoch: Epoch) -> None:
-        if len(epoch.credited_by) < epoch.n or epoch.tokens == 0 or epoch.spoilt:
-            return  # some sequence's rounds are not counted (a fixed k, no drafter) or did not run the epoch's way
+        if len(epoch.credited_by) < epoch.n or epoch.tokens == 0:
+            return  # some sequence's rounds are not counted (a fixed k, no drafter)
         self.rates[epoch.n, epoch.drafting].add(epoch.rate)
         last = self._last.get(epoch.n)
         if last is not None and epoch.start - last.end <= self.epoch_seconds and last.drafting != epoch.drafting:  # adjacent at this N
