@@ -34,8 +34,8 @@ from .decoding.batch import Batcher
 from .decoding.engine import Engine
 from .drafting.cascade import CascadeDrafter
 from .drafting.combined import ModelAndLookup
-from .drafting.kv_sync import common_prefix
 from .drafting.cross_vocab import CrossVocabDrafter
+from .drafting.kv_sync import common_prefix
 from .drafting.lookup import LookupDrafter, LookupOptions
 from .drafting.memory import DraftMemory
 from .drafting.model import ModelDrafter

@@ -456,7 +456,6 @@ class BatchedPolicy:
         self.inner.probing = self.batcher.active <= 1
         return self.inner.choose(sources, budget)
 
-
     def alone_saving(self, names: Sequence[str], budget: int) -> float | None:
         """Seconds per token that the best of `names` (draft-model proposers) saves a sequence
         alone, by its policy's own estimates: T_batch(1) - 1 / (its plan's tokens per second);

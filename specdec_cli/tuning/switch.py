@@ -56,8 +56,9 @@ without drafting, a prompt that joined the batch: batch.BatchedPolicy.prefill_dr
 the epoch's time: what drafting costs after a switch is part of what it costs, so where the two
 ways are close the switch leans to not drafting. And a sequence whose catch-up would cost more
 than drafting can save over its tokens left (`saving_per_token`) does not draft even in an epoch
-of drafting (batch.Batcher.draft_model_drafts): the drafting way is drafting where it pays. What decides (epochs already timed) is fixed
-before a round's draws, so the output stays exact (policy.py, "Why the output stays exact").
+of drafting (batch.Batcher.draft_model_drafts): the drafting way is drafting where it pays. What
+decides (epochs already timed) is fixed before a round's draws, so the output stays exact
+(policy.py, "Why the output stays exact").
 
 Example, at N = 2 with EXPLORE = 2 (tests/core/test_switch.py): epochs 1 to 4 draft, do not,
 draft, do not, at 100, 120, 100 and 120 tokens/s: three pairs, each log(100 / 120) = -0.18, so
