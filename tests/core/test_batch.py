@@ -57,11 +57,14 @@ def engine_for(batcher, target, draft, seq: int, drafter: str) -> Engine:
 SETTINGS = [("model", 3, "token"), ("model", 1, "block"), ("none", 0, "token"), ("lookup", 4, "token"), ("model", 6, "auto")]
 
 
-def together(batcher, target, draft, runs, rounds: list[list[Round]] | None = None, batched: bool = False) -> tuple[list, list]:
+def together(
+    batcher, target, draft, runs, rounds: list[list[Round]] | None = None, batched: bool = False, lag: bool = False
+) -> tuple[list, list]:
     """Run each sequence's list of (prompt, config, drafter, k) in its own thread, all joined
     before any starts; returns each sequence's token tuples and the exception it met (or None).
     `rounds`, if given, gets each sequence's Round events; `batched`: each policy goes through
-    BatchedPolicy (the server's way: the drafting switch decides too)."""
+    BatchedPolicy (the server's way: the drafting switch decides too), told where `lag` that the
+    draft model lags behind (so every round asks whether its catch-up pays)."""
     outputs: list[list] = [[] for _ in runs]
     errors: list = [None] * len(runs)
     start = threading.Barrier(len(runs))
@@ -74,7 +77,7 @@ def together(batcher, target, draft, runs, rounds: list[list[Round]] | None = No
                     engine = engine_for(batcher, target, draft, i, drafter)
                     policy = draft_policy(k) if drafter != "none" else None
                     if batched and policy is not None:
-                        policy = BatchedPolicy(policy, batcher)
+                        policy = BatchedPolicy(policy, batcher, lag=(lambda: CATCH_UP_FREE + 1) if lag else None)
                     events = list(engine.generate(prompt, config, policy))
                     outputs[i].append([e.tokens for e in events if isinstance(e, Finished)][0])
                     if rounds is not None:
@@ -188,16 +191,25 @@ class CoinSwitch(DraftingSwitch):
     def __init__(self, seed: int) -> None:
         super().__init__(epoch_seconds=0.0)
         self.coin = np.random.default_rng(seed)
+        self.declined = 0  # catch-ups the coin said would not pay
 
-    def _next_mode(self, n: int, peek: bool) -> bool:
-        return bool(self.coin.integers(2))
+    def _next_way(self, n: int, begin: bool) -> tuple[bool, bool]:
+        return bool(self.coin.integers(2)), False
+
+    def saving_per_token(self, n: int) -> float:
+        """By a coin too: a lagging sequence's catch-up pays (1 s a token saved) or does not (0)."""
+        saving = float(self.coin.integers(2))
+        self.declined += saving == 0.0
+        return saving
 
 
 def test_first_two_law_holds_while_the_switch_turns_drafting_on_and_off():
     """N = 1,500 generations of two tokens per sequence at T = 0.8, two sequences with different
     filters and verify rules, their policies through BatchedPolicy, and a switch that turns the
     draft model on or off by a coin at every pass that holds both (the costs' line is told that
-    drafting can pay). Which rounds draft then depends on anything but the round's own draws.
+    drafting can pay), and whether a draft model said to lag behind may catch up by another coin
+    (BatchedPolicy's catch-up rule).
+    Which rounds draft then depends on anything but the round's own draws.
     Each sequence's first two tokens against the exact law at ALPHA = 1e-4 (fixed seeds): a false
     failure has probability at most 2e-4."""
     n = 1500
@@ -210,8 +222,9 @@ def test_first_two_law_holds_while_the_switch_turns_drafting_on_and_off():
     ps = prompts(2)
     runs = [[(ps[i], GenerationConfig(max_tokens=2, sampling=params[i], seed=500 * i + j, verify=verify[i]), "model", 3) for j in range(n)] for i in range(2)]
     rounds: list[list[Round]] = [[], []]
-    outputs, errors = together(batcher, target, draft, runs, rounds, batched=True)
+    outputs, errors = together(batcher, target, draft, runs, rounds, batched=True, lag=True)
     assert errors == [None, None]
+    assert batcher.switch.declined > n / 4  # counted: the catch-up rule turned drafting off that often
     for i in range(2):
         drafted = sum(r.drafter == "model" for r in rounds[i])
         plain = sum(r.drafter == "" for r in rounds[i])
