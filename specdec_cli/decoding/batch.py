@@ -256,7 +256,7 @@ class Batcher:
             return None
         return self._draft_step(max(self._active, 1)) + self.costs[0].line()[1] * (lag - 1)
 
-    def draft_model_drafts(self, lag: int = 0, left: int = 0, alone_saving: float | None = None) -> tuple[bool, int | None]:
+    def draft_model_drafts(self, lag: int = 0, left: int = 0, own_saving: float | None = None) -> tuple[bool, int | None]:
         """(whether a round chosen now may draft with the draft model, the switch's epoch to credit
         its tokens to): where it can pay at all (draft_model_can_pay) and, with several sequences
         joined, where the switch's measurements say that drafting is the faster mode.
@@ -264,9 +264,9 @@ class Batcher:
         A sequence whose draft model lags more than CATCH_UP_FREE tokens (it sat out rounds beside
         others, or joined beside them: BatchedPolicy.prefill_draft) first pays a catch-up that
         every joined sequence waits through, and it drafts only where its `left` tokens to go save
-        more than that: left x the seconds drafting saves per token (the switch's measured rates
-        at this batch size, DraftingSwitch.saving_per_token, or alone `alone_saving`) against
-        catch_up_seconds(lag). So as a load ends and the batch falls to a size where drafting
+        more than that: left x the seconds drafting saves per token (the switch's measured rates,
+        DraftingSwitch.saving_per_token; alone, or where the switch has paired nothing yet, the
+        sequence's own policy's estimate `own_saving`) against catch_up_seconds(lag). So as a load ends and the batch falls to a size where drafting
         pays, sequences near their end do not catch up with a whole text to draft a few tokens,
         and where the switch tries drafting at a larger batch only those whose catch-up could pay
         there join in. Where nothing is measured yet the choice stands. The switch's drafting
@@ -277,7 +277,8 @@ class Batcher:
             n = self._active
             mode, epoch = self.switch.drafting(n, time.perf_counter())
             if mode and lag > CATCH_UP_FREE:
-                saving = self.switch.saving_per_token(n) if n >= 2 else alone_saving
+                saving = self.switch.saving_per_token(n) if n >= 2 else None
+                saving = own_saving if saving is None else saving
                 cost = self.catch_up_seconds(lag)
                 if saving is not None and cost is not None and left * saving < cost:
                     mode = False
@@ -446,8 +447,8 @@ class BatchedPolicy:
     def choose(self, sources: Sequence[str], budget: int) -> tuple[str | None, int]:
         by_model = [name for name in sources if name.split(":")[0] in DRAFT_MODEL_SOURCES]
         lag = self.lag() if self.lag is not None and by_model and budget > 0 else 0
-        alone = self.alone_saving(by_model, budget) if lag > CATCH_UP_FREE and self.batcher.active <= 1 else None
-        drafts, self._epoch = self.batcher.draft_model_drafts(lag, budget + 1, alone)  # budget: the tokens left but one
+        own = self.own_saving(by_model, budget) if lag > CATCH_UP_FREE else None
+        drafts, self._epoch = self.batcher.draft_model_drafts(lag, budget + 1, own)  # budget: the tokens left but one
         if not drafts:
             sources = [name for name in sources if name.split(":")[0] not in DRAFT_MODEL_SOURCES]
         # A probe (a drafter passed over, tried again in case the text changed) stalls every other
@@ -456,10 +457,13 @@ class BatchedPolicy:
         self.inner.probing = self.batcher.active <= 1
         return self.inner.choose(sources, budget)
 
-    def alone_saving(self, names: Sequence[str], budget: int) -> float | None:
-        """Seconds per token that the best of `names` (draft-model proposers) saves a sequence
-        alone, by its policy's own estimates: T_batch(1) - 1 / (its plan's tokens per second);
-        None before they exist. Example: T_batch(1) 50 ms, a plan of 40 tokens/s -> 25 ms."""
+    def own_saving(self, names: Sequence[str], budget: int) -> float | None:
+        """Seconds per token that the best of `names` (draft-model proposers) saves this sequence
+        by its policy's own estimates, charged at the batch size it is in (clock.py; alone, whole
+        passes): T_batch(1) - 1 / (its plan's tokens per second); None before they exist. In a
+        batch those rest on straight lines through the passes, which on a CPU promise drafting
+        more than the batch gets (tuning/switch.py): a bound, until the switch has paired the
+        ways. Example: T_batch(1) 50 ms, a plan of 40 tokens/s -> 25 ms."""
         curve = self.inner.curve() if isinstance(self.inner, AdaptivePolicy) else []
         if not curve:
             return None

@@ -502,7 +502,7 @@ def test_a_draft_model_far_behind_catches_up_only_where_the_tokens_left_pay_for_
     ahead (saving (1 - 1 / 1.6) / 30 = 12.5 ms a token); a draft pass costs 1 ms + 5 ms a row, so
     catching up 80 tokens costs 0.5 + 5 + 79 * 5 = 400.5 ms: worth it for 48 tokens to go (600 ms
     saved), not for 20 (250 ms). A lag of CATCH_UP_FREE tokens is drafting along and always drafts;
-    alone, the policy's own saving stands in for the switch's."""
+    alone, or where the switch has paired nothing yet, the policy's own estimate stands in."""
     batcher, target, draft = shared_pair()
     for rows, seqs in [(1, 1), (5, 1), (4, 4), (8, 4), (2, 2)] * 3:
         batcher.costs[1].add(rows, seqs, 0.040 + 0.001 * rows)
@@ -517,9 +517,9 @@ def test_a_draft_model_far_behind_catches_up_only_where_the_tokens_left_pay_for_
     policy = BatchedPolicy(inner, batcher, lag=lambda: lag[0])
     with batcher.joined():  # alone
         assert batcher.catch_up_seconds(80) == pytest.approx(0.001 + 0.005 * 80, rel=0.02)
-        assert batcher.draft_model_drafts(80, 20, alone_saving=0.0125)[0] is False
-        assert batcher.draft_model_drafts(80, 48, alone_saving=0.0125)[0] is True
-        assert batcher.draft_model_drafts(80, 20, alone_saving=None)[0] is True  # nothing to judge by yet
+        assert batcher.draft_model_drafts(80, 20, own_saving=0.0125)[0] is False
+        assert batcher.draft_model_drafts(80, 48, own_saving=0.0125)[0] is True
+        assert batcher.draft_model_drafts(80, 20, own_saving=None)[0] is True  # nothing to judge by yet
     joined, done = threading.Event(), threading.Event()
 
     def sit():
@@ -537,21 +537,25 @@ def test_a_draft_model_far_behind_catches_up_only_where_the_tokens_left_pay_for_
             assert policy.choose(["model", "lookup:2"], 47) == ("model", 3)  # 48
             lag[0] = CATCH_UP_FREE
             assert policy.choose(["model", "lookup:2"], 3) == ("model", 3)
+            batcher.switch = DraftingSwitch()  # nothing paired: the sequence's own estimate decides
+            assert batcher.draft_model_drafts(80, 20, own_saving=0.0125)[0] is False
+            assert batcher.draft_model_drafts(80, 48, own_saving=0.0125)[0] is True
+            assert batcher.draft_model_drafts(80, 20, own_saving=None)[0] is True
     finally:
         done.set()
         other.join(10)
     assert inner.offered == [["lookup:2"], ["model", "lookup:2"], ["model", "lookup:2"]]
 
 
-def test_a_policy_alone_saves_its_yardstick_less_one_over_its_plans_rate():
-    """T_batch(1) 50 ms and a plan of 40 tokens/s: 25 ms a token (BatchedPolicy.alone_saving)."""
+def test_a_policy_saves_its_yardstick_less_one_over_its_plans_rate():
+    """T_batch(1) 50 ms and a plan of 40 tokens/s: 25 ms a token (BatchedPolicy.own_saving)."""
     from specdec_cli.tuning.cost_curve import CostCurve
 
     inner = draft_policy(AUTO, costs=CostCurve(draft_step=0.005, target_batch=tuple(0.05 + 0.001 * n for n in range(20))))
     inner.plan = lambda name, max_k, curve: (3, 40.0)
     policy = BatchedPolicy(inner, shared_pair()[0])
-    assert policy.alone_saving(["model"], 8) == pytest.approx(0.025)
-    assert BatchedPolicy(Choosing(), policy.batcher).alone_saving(["model"], 8) is None  # a fixed k: no estimates
+    assert policy.own_saving(["model"], 8) == pytest.approx(0.025)
+    assert BatchedPolicy(Choosing(), policy.batcher).own_saving(["model"], 8) is None  # a fixed k: no estimates
 
 
 def test_the_draft_models_lag_is_what_it_has_not_evaluated_of_the_targets_cache():
