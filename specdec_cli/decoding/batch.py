@@ -33,8 +33,10 @@ leaves the draft model out of any round where, at the current batch size, its dr
 not pay even if all were accepted. That model of the costs misses what a CPU's passes do (a
 straight line through curved costs) and what the threads do between passes, so with several
 sequences joined the batch's tokens per second are also measured, with the draft model drafting
-and without it (tuning/switch.py, `DraftingSwitch`), and the faster way is taken. So speculation
-shrinks or stops where it does not pay.
+and without it (tuning/switch.py, `DraftingSwitch`), and the faster way is taken. A sequence whose
+draft model fell far behind (it sat out rounds, or joined beside others) drafts only where its
+tokens left repay the catch-up (`Batcher.draft_model_drafts`). So speculation shrinks or stops
+where it does not pay.
 
     batcher = Batcher([draft, target])             # pass order: the draft's steps first
     seqs = [(batcher.sequence(draft, i), batcher.sequence(target, i)) for i in range(4)]
@@ -431,7 +433,8 @@ class BatchedPolicy:
     def prefill_draft(self) -> bool:
         """A prompt goes into the draft model up front only alone, where it may draft. Beside others
         it catches up when it first drafts, inside an epoch, so that the drafting switch counts
-        that cost (outside any epoch, as a join is, it would count for neither way)."""
+        that cost (outside any epoch, as a join is, it would count for neither way), and only
+        where the tokens left repay it (Batcher.draft_model_drafts)."""
         return self.batcher.active <= 1 and self.batcher.draft_model_drafts()[0]
 
     def resume(self, earned: Mapping[str, Earned]) -> None:
