@@ -503,7 +503,7 @@ def test_a_draft_model_far_behind_catches_up_only_where_the_tokens_left_pay_for_
     catching up 80 tokens costs 0.5 + 5 + 79 * 5 = 400.5 ms: worth it for 48 tokens to go (600 ms
     saved), not for 20 (250 ms). A lag of CATCH_UP_FREE tokens is drafting along and always drafts;
     alone, or where the switch has paired nothing yet, the policy's own estimate stands in."""
-    batcher, target, draft = shared_pair()
+    batcher = shared_pair()[0]
     for rows, seqs in [(1, 1), (5, 1), (4, 4), (8, 4), (2, 2)] * 3:
         batcher.costs[1].add(rows, seqs, 0.040 + 0.001 * rows)
         batcher.costs[0].add(rows, seqs, 0.001 + 0.005 * rows)
