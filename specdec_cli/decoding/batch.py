@@ -268,8 +268,9 @@ class Batcher:
         every joined sequence waits through, and it drafts only where its `left` tokens to go save
         more than that: left x the seconds drafting saves per token (the switch's measured rates,
         DraftingSwitch.saving_per_token; alone, or where the switch has paired nothing yet, the
-        sequence's own policy's estimate `own_saving`) against catch_up_seconds(lag). So as a load ends and the batch falls to a size where drafting
-        pays, sequences near their end do not catch up with a whole text to draft a few tokens,
+        sequence's own policy's estimate `own_saving`) against catch_up_seconds(lag). So as a load
+        ends and the batch falls to a size where drafting pays, sequences near their end do not
+        catch up with a whole text to draft a few tokens,
         and where the switch tries drafting at a larger batch only those whose catch-up could pay
         there join in. Where nothing is measured yet the choice stands. The switch's drafting
         way is thus "drafting where the catch-up pays": an epoch in which every sequence declined
