@@ -197,8 +197,9 @@ class CoinSwitch(DraftingSwitch):
         return bool(self.coin.integers(2)), False
 
     def saving_per_token(self, n: int) -> float:
-        """By a coin too: a lagging sequence's catch-up pays (1 s a token saved) or does not (0)."""
-        saving = float(self.coin.integers(2))
+        """By a coin too: a lagging sequence's catch-up pays (1 s a token saved, 3 times in 4) or
+        does not (0)."""
+        saving = float(self.coin.random() < 0.75)
         self.declined += saving == 0.0
         return saving
 
@@ -224,11 +225,11 @@ def test_first_two_law_holds_while_the_switch_turns_drafting_on_and_off():
     rounds: list[list[Round]] = [[], []]
     outputs, errors = together(batcher, target, draft, runs, rounds, batched=True, lag=True)
     assert errors == [None, None]
-    assert batcher.switch.declined > n / 4  # counted: the catch-up rule turned drafting off that often
+    assert batcher.switch.declined > n / 10  # counted: the catch-up rule turned drafting off that often
     for i in range(2):
         drafted = sum(r.drafter == "model" for r in rounds[i])
         plain = sum(r.drafter == "" for r in rounds[i])
-        assert drafted > n / 4 and plain > n / 4, (drafted, plain)  # counted: both modes ran often
+        assert drafted > n / 4 and plain > n / 4, (drafted, plain, batcher.switch.declined)  # counted: both modes ran often
         law = first_two_law(lambda prefix: probabilities(t[(ps[i] + list(prefix))[-1]], params[i]), n)
         assert first_two_pvalue(outputs[i], law) > ALPHA
 
