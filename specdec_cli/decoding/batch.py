@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import threading
 import time
 from dataclasses import dataclass, field
@@ -61,7 +62,7 @@ from .. import clock
 from ..errors import check_context
 from ..events import DraftPolicy, Earned, Round
 from ..tuning.cost_curve import CostCurve
-from ..tuning.policy import AdaptivePolicy
+from ..tuning.policy import AdaptivePolicy, kind
 from ..tuning.switch import DraftingSwitch
 from .compute_thread import run_on_compute_thread
 
@@ -258,7 +259,9 @@ class Batcher:
             return None
         return self._draft_step(max(self._active, 1)) + self.costs[0].line()[1] * (lag - 1)
 
-    def draft_model_drafts(self, lag: int = 0, left: int = 0, own_saving: float | None = None) -> tuple[bool, int | None]:
+    def draft_model_drafts(
+        self, lag: int = 0, left: int = 0, own_saving: Callable[[], float | None] = lambda: None
+    ) -> tuple[bool, int | None]:
         """(whether a round chosen now may draft with the draft model, the switch's epoch to credit
         its tokens to): where it can pay at all (draft_model_can_pay) and, with several sequences
         joined, where the switch's measurements say that drafting is the faster mode.
@@ -268,23 +271,24 @@ class Batcher:
         every joined sequence waits through, and it drafts only where its `left` tokens to go save
         more than that: left x the seconds drafting saves per token (the switch's measured rates,
         DraftingSwitch.saving_per_token; alone, or where the switch has paired nothing yet, the
-        sequence's own policy's estimate `own_saving`) against catch_up_seconds(lag). So as a load
-        ends and the batch falls to a size where drafting pays, sequences near their end do not
-        catch up with a whole text to draft a few tokens,
-        and where the switch tries drafting at a larger batch only those whose catch-up could pay
-        there join in. Where nothing is measured yet the choice stands. The switch's drafting
-        way is thus "drafting where the catch-up pays": an epoch in which every sequence declined
-        ran plain, and is recorded as the drafting way's rate all the same, which pulls the paired
-        gain toward 1 where drafting would only pay without the catch-ups."""
+        sequence's own policy's estimate, `own_saving()`) against catch_up_seconds(lag). So as a
+        load ends and the batch falls to a size where drafting pays, sequences near their end do
+        not catch up with a whole text to draft a few tokens, and where the switch tries drafting
+        at a larger batch only those whose catch-up could pay there join in. Where nothing is
+        measured yet the choice stands. The switch's drafting way is thus "drafting where the
+        catch-up pays": an epoch in which every sequence declined ran plain, and is recorded as the
+        drafting way's rate all the same, which pulls the paired gain toward 1 where drafting would
+        only pay without the catch-ups."""
+        judge = lag > CATCH_UP_FREE
         with self._cond:
             n = self._active
             mode, epoch = self.switch.drafting(n, time.perf_counter())
-            if mode and lag > CATCH_UP_FREE:
-                saving = self.switch.saving_per_token(n) if n >= 2 else None
-                saving = own_saving if saving is None else saving
-                cost = self.catch_up_seconds(lag)
-                if saving is not None and cost is not None and left * saving < cost:
-                    mode = False
+            saving = self.switch.saving_per_token(n) if mode and judge and n >= 2 else None
+        if mode and judge:
+            saving = own_saving() if saving is None else saving
+            cost = self.catch_up_seconds(lag)
+            if saving is not None and cost is not None and left * saving < cost:
+                mode = False
         return mode and self.draft_model_can_pay(), epoch
 
     def drafting_report(self) -> dict[int, dict]:
@@ -449,12 +453,12 @@ class BatchedPolicy:
         self.inner.observe(event)
 
     def choose(self, sources: Sequence[str], budget: int) -> tuple[str | None, int]:
-        by_model = [name for name in sources if name.split(":")[0] in DRAFT_MODEL_SOURCES]
+        by_model = [name for name in sources if kind(name) in DRAFT_MODEL_SOURCES]
         lag = self.lag() if self.lag is not None and by_model and budget > 0 else 0
-        own = self.own_saving(by_model, budget) if lag > CATCH_UP_FREE else None
+        own = functools.partial(self.own_saving, by_model, budget)  # asked only where the switch has no figure
         drafts, self._epoch = self.batcher.draft_model_drafts(lag, budget + 1, own)  # budget: the tokens left but one
         if not drafts:
-            sources = [name for name in sources if name.split(":")[0] not in DRAFT_MODEL_SOURCES]
+            sources = [name for name in sources if name not in by_model]
         # A probe (a drafter passed over, tried again in case the text changed) stalls every other
         # sequence through its catch-up; while others share the passes their record (the drafting
         # memory's) stands in for it.

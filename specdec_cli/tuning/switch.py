@@ -153,8 +153,8 @@ class DraftingSwitch:
         trying = self.epoch is not None and self.epoch.n == n and self.epoch.trying
         if own is not None and not trying:
             return own
-        bound = max((saving for m in list(self.gain) if m < n and (saving := self._saving(m)) is not None), default=None)
-        return own if bound is None else bound if own is None else max(own, bound)
+        savings = [own, *(self._saving(m) for m in list(self.gain) if m < n)]
+        return max((saving for saving in savings if saving is not None), default=None)
 
     def _saving(self, n: int) -> float | None:
         plain, gain = self.rates[n, False].value, self.gain[n].value

@@ -518,9 +518,9 @@ def test_a_draft_model_far_behind_catches_up_only_where_the_tokens_left_pay_for_
     policy = BatchedPolicy(inner, batcher, lag=lambda: lag[0])
     with batcher.joined():  # alone
         assert batcher.catch_up_seconds(80) == pytest.approx(0.001 + 0.005 * 80, rel=0.02)
-        assert batcher.draft_model_drafts(80, 20, own_saving=0.0125)[0] is False
-        assert batcher.draft_model_drafts(80, 48, own_saving=0.0125)[0] is True
-        assert batcher.draft_model_drafts(80, 20, own_saving=None)[0] is True  # nothing to judge by yet
+        assert batcher.draft_model_drafts(80, 20, own_saving=lambda: 0.0125)[0] is False
+        assert batcher.draft_model_drafts(80, 48, own_saving=lambda: 0.0125)[0] is True
+        assert batcher.draft_model_drafts(80, 20, own_saving=lambda: None)[0] is True  # nothing to judge by yet
     joined, done = threading.Event(), threading.Event()
 
     def sit():
@@ -539,9 +539,9 @@ def test_a_draft_model_far_behind_catches_up_only_where_the_tokens_left_pay_for_
             lag[0] = CATCH_UP_FREE
             assert policy.choose(["model", "lookup:2"], 3) == ("model", 3)
             batcher.switch = DraftingSwitch()  # nothing paired: the sequence's own estimate decides
-            assert batcher.draft_model_drafts(80, 20, own_saving=0.0125)[0] is False
-            assert batcher.draft_model_drafts(80, 48, own_saving=0.0125)[0] is True
-            assert batcher.draft_model_drafts(80, 20, own_saving=None)[0] is True
+            assert batcher.draft_model_drafts(80, 20, own_saving=lambda: 0.0125)[0] is False
+            assert batcher.draft_model_drafts(80, 48, own_saving=lambda: 0.0125)[0] is True
+            assert batcher.draft_model_drafts(80, 20, own_saving=lambda: None)[0] is True
     finally:
         done.set()
         other.join(10)
