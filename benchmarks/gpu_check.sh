@@ -7,6 +7,7 @@
 #   bash benchmarks/gpu_check.sh                      # build (skipped if already built), then measure
 #   bash benchmarks/gpu_check.sh --build-only         # only the CUDA build, e.g. as a first call
 #   bash benchmarks/gpu_check.sh --sampling           # then issue 10's checks too (below)
+#   bash benchmarks/gpu_check.sh --batch              # then the batched check (gpu_batch.py)
 #   bash benchmarks/gpu_check.sh --repack             # load with repacking on (--no-repack: off;
 #                                                     # default: specdec's, off where llama.cpp reports AMX)
 # Here, the CPU-only path (no build, the installed llama_cpp, a tiny pair; what the test runs):
@@ -23,7 +24,9 @@
 # there is reported, not fatal): benchmarks/backend_sampling.py on the random target
 # (backend_sampling.txt: the chain against numpy, and backend sampling on the GPU context) and
 # benchmarks/overhead.py's Python-time table on this machine's CPU, and there its simulated GPU
-# with spin waits at 151,936 tokens (overhead.txt).
+# with spin waits at 151,936 tokens (overhead.txt). --batch adds, before those, benchmarks/gpu_batch.py:
+# the server's worker with 8 slots on the same pair, identity in a batch and throughput per
+# client count (gpu_batch.txt; a failure there is reported, not fatal).
 # Exit code: 0 when every speculative output equalled target-only output, 1 otherwise,
 # 2 for a failed build or bad usage.
 set -euo pipefail
@@ -32,6 +35,7 @@ cd "$(dirname "$0")/.."
 mode=gpu
 build_only=0
 sampling=0
+batch=0
 repack=
 out=${OUT:-/tmp/gpu-check}
 while [ $# -gt 0 ]; do
@@ -39,9 +43,10 @@ while [ $# -gt 0 ]; do
     --cpu-only) mode=cpu ;;
     --build-only) build_only=1 ;;
     --sampling) sampling=1 ;;
+    --batch) batch=1 ;;
     --repack|--no-repack) repack=$1 ;;
     --out) out=$2; shift ;;
-    *) echo "usage: gpu_check.sh [--cpu-only] [--build-only] [--sampling] [--repack|--no-repack] [--out DIR]" >&2; exit 2 ;;
+    *) echo "usage: gpu_check.sh [--cpu-only] [--build-only] [--sampling] [--batch] [--repack|--no-repack] [--out DIR]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -80,6 +85,11 @@ fi
 [ "$build_only" = 1 ] && exit 0
 status=0
 PYTHONUNBUFFERED=1 python3 benchmarks/gpu_check.py --shape "$shape" --out "$out" ${MODELS:+--models "$MODELS"} $repack || status=$?
+if [ "$batch" = 1 ]; then
+  echo "[gpu_check] the batched check (gpu_batch.py) ..." >&2
+  PYTHONUNBUFFERED=1 python3 benchmarks/gpu_batch.py --shape "$shape" --out "$out" >"$out/gpu_batch.log" 2>&1 \
+    || echo "[gpu_check] gpu_batch.py failed or an answer parted; its output: $out/gpu_batch.log" >&2
+fi
 if [ "$sampling" = 1 ] && [ -f "$out/gpu_check.json" ]; then
   # On the GPU machine also the simulated GPU (spin waits) at 151,936, to compare its CPU with this one.
   if [ "$mode" = gpu ]; then vocab="151936 262144"; small="--wait spin --gpu-vocab 151936"; else vocab=49152; small="--wait --tokens 40 --repeats 1"; fi

@@ -8,8 +8,9 @@
 #                                                  parts a CUDA library build never reads
 #                                                  (vocab test models, docs, web UI, media), so
 #                                                  that it fits under the 64 MiB the tool carries
-#   .gpu/wheels/*.whl                              pure-Python packages missing there (gguf,
-#                                                  diskcache), for Python 3.12
+#   .gpu/wheels/*.whl                              Python packages missing there (gguf, diskcache,
+#                                                  and pydantic with its needs for gpu_batch.py),
+#                                                  for Python 3.12
 #
 #   bash benchmarks/gpu_prepare.sh          # then: du -sh .gpu   (must stay well under 64 MiB)
 #
@@ -28,6 +29,12 @@ TRIM=(
   vendor/llama.cpp/gguf-py vendor/llama.cpp/conversion docs examples tests docker .git vendor/llama.cpp/.git
 )
 
+# What serve/types.py and its imports need that the CUDA image lacks (gpu_batch.py), at this machine's versions.
+served() {
+  python3 -c 'import importlib.metadata as m
+for n in ("pydantic", "pydantic-core", "annotated-types", "typing-inspection", "typing-extensions"): print(f"{n}=={m.version(n)}")'
+}
+
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$DEST/wheels"
@@ -41,5 +48,5 @@ mv "$DEST/llama_cpp_python-$VERSION-trimmed.tar.gz.partial" "$DEST/llama_cpp_pyt
 
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-  -d "$DEST/wheels" "gguf==$GGUF_VERSION" "diskcache==$DISKCACHE_VERSION"
+  -d "$DEST/wheels" "gguf==$GGUF_VERSION" "diskcache==$DISKCACHE_VERSION" $(served)
 du -sh "$DEST"/* "$DEST"
