@@ -98,9 +98,9 @@ def near_tie_gap(worker: Worker, prompt: str, mine: list[int], theirs: list[int]
     return float(top[1] - top[0])
 
 
-def check(shape: str, out: Path, slots: int, clients: list[int], requests: int, max_tokens: int, threads: int | None) -> dict:
+def check(shape: str, out: Path, slots: int, clients: list[int], requests: int, max_tokens: int, threads: int | None, models: Path | None = None) -> dict:
     draft_name, target_name = SIZES[shape][:2]
-    draft, target = random_model(sg.SHAPES[draft_name], seed=0), random_model(sg.SHAPES[target_name], seed=1)
+    draft, target = random_model(sg.SHAPES[draft_name], seed=0, directory=models), random_model(sg.SHAPES[target_name], seed=1, directory=models)
     result: dict = {"shape": shape, "slots": slots, "max_tokens": max_tokens}
     prompts = [f"Write a short story about {t}." for t in TOPICS[:slots]]
     with open_pair(draft, target, LoadOptions(n_ctx=1024, slots=slots, n_threads=threads)) as pair:
@@ -159,8 +159,9 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int)
+    parser.add_argument("--models", type=Path, help="where the random models are (default: specdec's cache), as gpu_check.py's")
     args = parser.parse_args()
-    result = check(args.shape, args.out, args.slots, args.clients, args.requests, args.max_tokens, args.threads)
+    result = check(args.shape, args.out, args.slots, args.clients, args.requests, args.max_tokens, args.threads, args.models)
     sys.stdout.write(summary(result))
     return 0 if all(row["divergence"] is None for row in result["identity"]) else 1
 

@@ -87,7 +87,7 @@ status=0
 PYTHONUNBUFFERED=1 python3 benchmarks/gpu_check.py --shape "$shape" --out "$out" ${MODELS:+--models "$MODELS"} $repack || status=$?
 if [ "$batch" = 1 ]; then
   echo "[gpu_check] the batched check (gpu_batch.py) ..." >&2
-  PYTHONUNBUFFERED=1 python3 benchmarks/gpu_batch.py --shape "$shape" --out "$out" >"$out/gpu_batch.log" 2>&1 \
+  PYTHONUNBUFFERED=1 python3 benchmarks/gpu_batch.py --shape "$shape" --out "$out" ${MODELS:+--models "$MODELS"} >"$out/gpu_batch.log" 2>&1 \
     || echo "[gpu_check] gpu_batch.py failed or an answer parted; its output: $out/gpu_batch.log" >&2
 fi
 if [ "$sampling" = 1 ] && [ -f "$out/gpu_check.json" ]; then

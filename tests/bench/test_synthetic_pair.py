@@ -191,7 +191,7 @@ def test_gpu_check_cpu_only_path_runs_end_to_end(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "MODELS": str(tmp_path / "models"), "SPECDEC_CACHE": str(tmp_path / "cache")}
     env.pop("OUT", None)
-    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--cpu-only", "--sampling", "--out", str(out)],
+    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--cpu-only", "--sampling", "--batch", "--out", str(out)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads((out / "gpu_check.json").read_text())
@@ -207,6 +207,11 @@ def test_gpu_check_cpu_only_path_runs_end_to_end(tmp_path):
     sampling = (out / "backend_sampling.txt").read_text()
     assert "| 49,152 | T=0.8 defaults |" in sampling and "logits for the last row only (a draft step)" in sampling
     assert "| 49,152 | T=1 no filter |" in (out / "overhead.txt").read_text()
+    # --batch: the server's worker with 8 slots, every answer of a batch the same as alone
+    batch = json.loads((out / "gpu_batch.json").read_text())
+    assert len(batch["identity"]) == 16 and all(r["divergence"] is None for r in batch["identity"]), batch["identity"]
+    assert {(r["clients"], r["drafting"]) for r in batch["load"]} == {(c, d) for c in (1, 4, 8) for d in ("auto", "off")}
+    assert all(0 < r["tokens"] <= r["clients"] * 4 * 64 for r in batch["load"])
     # The GPU check's curve replays auto (benchmarks/policy_replay.py --costs gpu_check.json).
     (costs,) = policy_replay.costs_from_json(out / "gpu_check.json")
     assert costs.batch(16) == pytest.approx(result["cost"]["target_batch_ms"][15] / 1000)
