@@ -23,7 +23,7 @@ does not stall them; alone it takes whole batches. A pass that fails is retried 
 so that the error reaches only the sequence whose rows caused it.
 
 What a sequence is charged (clock.py). A pass of R rows over N sequences took T seconds; this
-model's passes are fitted by a + b R + c N (`PassCost`). Sequence i, with r_i rows, is charged
+model's passes are fitted by a + b R + c N (tuning/pass_cost.py). Sequence i, with r_i rows, is charged
 T (a / N + c + b r_i) / (a + c N + b R): the fixed cost split evenly, its own sequence's cost,
 each row at the marginal cost of a row, scaled to what the pass took; and a pass that held only
 N of the M joined sequences (a draft step, a catch-up) stalled the other M - N, so its charges
@@ -62,13 +62,13 @@ from .. import clock
 from ..errors import check_context
 from ..events import DraftPolicy, Earned, Round
 from ..tuning.cost_curve import CostCurve
+from ..tuning.pass_cost import PassCost, shares
 from ..tuning.policy import AdaptivePolicy, kind
 from ..tuning.switch import DraftingSwitch
 from .compute_thread import run_on_compute_thread
 
 DRAFT_MODEL_SOURCES = ("model", "cascade")  # proposers (drafting/) whose drafts take draft-model passes
 PREFILL_CHUNK = 128  # prompt tokens per pass while other sequences are generating
-PRIOR_ROW_SHARE = 0.05  # before two batch sizes are seen: a row costs this share of a one-row pass
 CATCH_UP_FREE = 2  # a draft model this many tokens behind the target's cache is drafting along (a round's last draft, its bonus)
 
 
@@ -92,61 +92,6 @@ class Part(NamedTuple):
     start: int
     tokens: Sequence[int]
     n_logits: int
-
-
-class PassCost:
-    """T = a + b R + c S through one model's recent passes (R rows, S sequences; weights decaying).
-
-    a is what any pass costs (reading the weights), b a row, c a sequence (its own stretch of the
-    cache to attend over, its own outputs). Least squares, ridged toward b = PRIOR_ROW_SHARE of a
-    mean pass per row and c = 0, so that passes of one shape alone still give a line. Example:
-    passes (R, S, T) of (1, 1, 12 ms), (9, 1, 16 ms) and (4, 4, 19.5 ms), seen alike -> a = 9.5,
-    b = 0.5, c = 2.0 ms (up to the ridge).
-    """
-
-    def __init__(self, decay: float = 0.98, prior_weight: float = 1.0) -> None:
-        self.decay = decay
-        self.prior_weight = prior_weight
-        self.xtx = np.zeros((3, 3))
-        self.xty = np.zeros(3)
-        self.weight = 0.0
-        self.total = 0.0  # weighted sum of T
-
-    def add(self, rows: int, sequences: int, seconds: float) -> None:
-        x = np.array([1.0, rows, sequences])
-        self.xtx = self.xtx * self.decay + np.outer(x, x)
-        self.xty = self.xty * self.decay + x * seconds
-        self.weight = self.weight * self.decay + 1.0
-        self.total = self.total * self.decay + seconds
-
-    @property
-    def measured(self) -> bool:
-        return self.weight > 0
-
-    def line(self) -> tuple[float, float, float]:
-        """(a, b, c), each >= 0; (1, 0, 0) before any pass (every sequence then pays alike)."""
-        if not self.measured:
-            return 1.0, 0.0, 0.0
-        mean = self.total / self.weight
-        ridge = self.prior_weight * np.diag([0.0, 1.0, 1.0])
-        prior = self.prior_weight * np.array([0.0, PRIOR_ROW_SHARE * mean, 0.0])
-        a, b, c = np.linalg.lstsq(self.xtx + ridge, self.xty + prior, rcond=None)[0]
-        b, c = max(b, 0.0), max(c, 0.0)
-        a = max(a, 0.0)
-        return float(a), float(b), float(c)
-
-
-def shares(seconds: float, rows: Sequence[int], line: tuple[float, float, float]) -> list[float]:
-    """What each sequence of a pass is charged: seconds * (a / N + c + b r_i) / (a + c N + b R).
-
-    Example: 20 ms for rows [1, 9], (a, b, c) = (9.5, 0.5, 0) ms -> [5.25, 9.25] / 14.5 * 20 = [7.24, 12.76] ms.
-    """
-    a, b, c = line
-    n, total = len(rows), sum(rows)
-    whole = a + c * n + b * total
-    if whole <= 0:
-        return [seconds / n] * n
-    return [seconds * (a / n + c + b * r) / whole for r in rows]
 
 
 @dataclass(eq=False)

@@ -16,7 +16,7 @@ import pytest
 from fakes import MarkovModel, ToyModel, random_markov
 from stat_checks import ALPHA, PLAIN, first_two_law, first_two_pvalue
 from specdec_cli.decoding import engine as engine_module
-from specdec_cli.decoding.batch import CATCH_UP_FREE, BatchedPolicy, Batcher, PassCost, shares
+from specdec_cli.decoding.batch import CATCH_UP_FREE, BatchedPolicy, Batcher
 from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.drafting.lookup import LookupDrafter, LookupOptions
 from specdec_cli.errors import ContextOverflow
@@ -411,15 +411,6 @@ def test_a_long_prompt_goes_in_chunks_beside_the_generating_sequences():
     # rows more than prefill_chunk (8) at a time
     beside = [dict((seq, n) for seq, n, _ in p) for p in target.passes if len(p) == 2]
     assert sum(p[1] for p in beside) >= 59 - 8 and all(p[1] <= 8 for p in beside), beside
-
-
-def test_pass_cost_and_shares_examples():
-    cost = PassCost(decay=1.0, prior_weight=1e-9)
-    for rows, sequences, seconds in [(1, 1, 0.012), (9, 1, 0.016), (4, 4, 0.0195)]:
-        cost.add(rows, sequences, seconds)
-    assert cost.line() == pytest.approx((0.0095, 0.0005, 0.002), abs=1e-6)
-    assert shares(0.020, [1, 9], (0.0095, 0.0005, 0.0)) == pytest.approx([0.00724, 0.01276], abs=1e-5)
-    assert shares(0.020, [5], (0.0095, 0.0005, 0.002)) == pytest.approx([0.020])  # alone: the whole pass
 
 
 def test_auto_starts_from_the_costs_a_sequence_pays_at_its_batch_size():
