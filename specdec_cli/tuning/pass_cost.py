@@ -7,8 +7,8 @@ sequence's own cost, each row at the marginal cost of a row, scaled to what the 
 decoding/batch.py charges the sequences of every pass so (clock.py), and `-k auto` learns from
 those charges what its rows cost at the batch size it is in.
 
-Example: passes (R, N, T) of (1, 1, 12 ms), (9, 1, 16 ms) and (4, 4, 19.5 ms) -> a = 9.5,
-b = 0.5, c = 2.0 ms; a pass of 20 ms with rows [1, 9] under (9.5, 0.5, 0) ms charges
+Example: passes (R, N, T) of (1, 1, 12 ms), (9, 1, 16 ms) and (4, 4, 19.5 ms), seen alike ->
+a = 9.5, b = 0.5, c = 2.0 ms; a pass of 20 ms with rows [1, 9] under (9.5, 0.5, 0) ms charges
 [7.24, 12.76] ms.
 
 Left out: the passes themselves and who waits through them (decoding/batch.py).
@@ -28,9 +28,8 @@ class PassCost:
 
     a is what any pass costs (reading the weights), b a row, c a sequence (its own stretch of the
     cache to attend over, its own outputs). Least squares, ridged toward b = PRIOR_ROW_SHARE of a
-    mean pass per row and c = 0, so that passes of one shape alone still give a line. Example:
-    passes (R, S, T) of (1, 1, 12 ms), (9, 1, 16 ms) and (4, 4, 19.5 ms), seen alike -> a = 9.5,
-    b = 0.5, c = 2.0 ms (up to the ridge).
+    mean pass per row and c = 0, so that passes of one shape alone still give a line (the module's
+    example holds up to the ridge).
     """
 
     def __init__(self, decay: float = 0.98, prior_weight: float = 1.0) -> None:
@@ -67,9 +66,7 @@ class PassCost:
 
 def shares(seconds: float, rows: Sequence[int], line: tuple[float, float, float]) -> list[float]:
     """What each sequence of a pass is charged: seconds * (a / N + c + b r_i) / (a + c N + b R).
-
-    Example: 20 ms for rows [1, 9], (a, b, c) = (9.5, 0.5, 0) ms -> [5.25, 9.25] / 14.5 * 20 = [7.24, 12.76] ms.
-    """
+    Example (the module's): 20 ms for rows [1, 9] under (9.5, 0.5, 0) ms -> [5.25, 9.25] / 14.5 * 20 ms."""
     a, b, c = line
     n, total = len(rows), sum(rows)
     whole = a + c * n + b * total
