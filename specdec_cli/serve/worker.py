@@ -68,9 +68,9 @@ from ..drafting.kv_sync import common_prefix
 from ..drafting.lookup import LookupOptions
 from ..drafting.memory import DraftMemory
 from ..errors import BadInput, SpecdecError
-from ..events import AUTO, DraftPolicy, Event, Round
+from ..events import AUTO, DraftPolicy, Earned, Event, Round
 from ..session import LoadedPair
-from ..tuning.policy import AUTO_MAX_K, draft_policy
+from ..tuning.policy import AUTO_MAX_K, carried_model_record, draft_policy
 from .types import Settings
 
 log = logging.getLogger("specdec")
@@ -166,6 +166,7 @@ class Worker:
         self._request_timeout = request_timeout
         self.n_slots = slots
         self.memories: dict[str, DraftMemory] = {}  # each tenant's earlier prompts and answers, for lookup (drafting/memory.py)
+        self.model_records: dict[str, Earned] = {}  # each tenant's draft-model record as its last request ended (policy.carried_model_record)
         self._jobs: queue.Queue[Job | None] = queue.Queue(maxsize=queue_size)
         self._thread = threading.Thread(target=self._main, name="specdec-worker", daemon=True)
         self._free = threading.Condition()  # a slot became free, or the worker is stopping
@@ -384,8 +385,9 @@ class Worker:
                 raise EndEarly("time_limit")
 
         try:
+            policy = self._policy(s, pair, job.tenant)
             with self.batcher.joined():
-                outcome = consume(engine.generate(ids, config, self._policy(s, pair)), hand_over)
+                outcome = consume(engine.generate(ids, config, policy), hand_over)
         except _Cancelled:  # consume closed the generator: the engine rolled both caches back
             if self._stopping.is_set():
                 job._put(Failed(ShuttingDown("the server is shutting down; the generation was cancelled")))
@@ -394,17 +396,26 @@ class Worker:
             job._put(Failed(exc))
             return
         memory.add(ids + outcome.tokens)
+        record = policy.earned().get("model")
+        if record is not None:
+            self.model_records[job.tenant] = record
         job._put(Done(outcome))
 
-    def _policy(self, settings: Settings, pair: LoadedPair) -> DraftPolicy:
+    def _policy(self, settings: Settings, pair: LoadedPair, tenant: str) -> DraftPolicy:
         """The job's draft-length policy: a fixed k, or `auto` starting from the costs this server's
         passes measured for a sequence at the batch size it joins (Batcher.cost_curve), which
         its own rounds then refine, with the draft model left out where it cannot pay, or where
-        the slot's draft model lags too far behind for the tokens left (BatchedPolicy)."""
+        the slot's draft model lags too far behind for the tokens left (BatchedPolicy); and from
+        the draft model's record of the tenant's last request where that record lost
+        (policy.carried_model_record)."""
         if settings.draft_tokens != AUTO:
             return draft_policy(settings.draft_tokens, settings.p_min)
         curve = self.batcher.cost_curve(self.batcher.active, AUTO_MAX_K + 1)
-        return BatchedPolicy(draft_policy(AUTO, settings.p_min, curve), self.batcher, lag=pair.draft_lag)
+        policy = BatchedPolicy(draft_policy(AUTO, settings.p_min, curve), self.batcher, lag=pair.draft_lag)
+        carried = carried_model_record(self.model_records.get(tenant))
+        if carried is not None:
+            policy.resume({"model": carried})
+        return policy
 
     def _fit(self, ids: list[int], settings: Settings):
         """The request's config with its token budget checked against the context (the numbers

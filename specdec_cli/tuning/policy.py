@@ -75,6 +75,17 @@ class that lost, probed every 8 rounds in every short call, cost the suite's cal
 round in six); those that won start trusted. The draft model starts from its priors, as
 without the memory. The record is acceptance only: costs are this machine's, measured anew.
 
+A draft model that lost. The server starts each request of a tenant from the draft model's
+record at the end of that tenant's last request where that record is below the prior
+(`carried_model_record`), scaled to CARRIED_TRIALS trials, fewer than MIN_TRIALS: a request
+after requests whose drafts failed gives up on the draft model within a few one-token trials
+instead of some ten rounds of drafts from the priors (with a draft that never agrees, 1.4 rows
+per pass against speculation off's 1.1, at one client of 48-token answers, docs/serving.md),
+while one whose text drafts well is back to long drafts after a few hits. A record at or above
+the prior is not carried: how far drafts go depends on the text, and a high record carried
+made the draft model draft long on texts unlike the last one (model+lookup on the bench's
+suite, 0.95x at T = 0, when `specdec run`'s memory carried it).
+
 Across calls on the same models. A fresh policy spends a short call's first rounds learning:
 k = 3 on the priors in round 1, a first batch size in round 2, a plain target step soon after
 to measure T_batch(1), and costs from few sizes, which one slow pass can tilt. Where the target
@@ -146,6 +157,7 @@ REFRESH_MARGIN = 2.0  # unless drafting promises at least this factor over targe
 STALE_ROUNDS = 64  # then when it is older than this many
 MAX_BACKOFF = 64
 RESUMED_BACKOFF = 32  # a proposer whose record from earlier calls holds MIN_TRIALS: its first probe, while it loses
+CARRIED_TRIALS = 4.0  # a losing draft-model record handed to the next request weighs this many trials at most (< MIN_TRIALS)
 
 
 def draft_policy(draft_tokens: DraftTokens, p_min: float | None = None, costs: "CostCurve | None" = None) -> DraftPolicy:
@@ -196,6 +208,20 @@ class TunedPolicies:
         if isinstance(policy, AdaptivePolicy):
             self._last[draft_tokens, p_min, key] = policy
         return policy
+
+
+def carried_model_record(earned: Earned | None) -> Earned | None:
+    """What the next request's draft model starts from, given its record at the end of the last
+    request (see "A draft model that lost"): that record scaled to CARRIED_TRIALS trials where it
+    accepted less than the prior, else None (the priors). Example: hits (0.5, 0.0), trials (6.0,
+    2.0): 0.5 of 8 < 0.8, so hits (0.25, 0.0), trials (3.0, 1.0)."""
+    if earned is None:
+        return None
+    trials = sum(earned.trials)
+    if trials <= 0 or sum(earned.hits) / trials >= PRIOR_ACCEPTANCE["model"]:
+        return None
+    scale = min(1.0, CARRIED_TRIALS / trials)
+    return Earned(tuple(h * scale for h in earned.hits), tuple(t * scale for t in earned.trials))
 
 
 # -- the maths ------------------------------------------------------------------------

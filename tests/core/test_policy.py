@@ -22,6 +22,7 @@ from specdec_cli.events import Earned, Round, Token
 from specdec_cli.errors import BadInput
 from specdec_cli.tuning.estimates import FIRST_PASS_WEIGHT, Acceptance, BatchCost, WeightedMean, clamp
 from specdec_cli.tuning.policy import AdaptivePolicy, TunedPolicies, DEFAULT_P_MIN, FIRST_BACKOFF, FixedPolicy, PRIOR_DRAFT_WEIGHT, PROBE_BUDGET, REFRESH_MARGIN, REFRESH_ROUNDS, STALE_ROUNDS, best_draft_length, draft_policy, draft_step_seconds
+from specdec_cli.tuning.policy import CARRIED_TRIALS, MIN_TRIALS, carried_model_record
 from specdec_cli.maths.sampling import GREEDY, SamplingParams, probabilities, sample
 
 from fakes import MarkovModel, random_markov
@@ -708,3 +709,12 @@ def test_auto_is_greedy_exact():
     events = run_engine(target, ModelDrafter(MarkovModel(draft)), AdaptivePolicy(), GREEDY, seed=0, n=500)
     assert [e.id for e in events if isinstance(e, Token)] == expected
     assert sum(r.drafted for r in events if isinstance(r, Round)) > 0
+
+
+def test_a_losing_draft_model_record_is_carried_scaled_and_a_winning_one_is_not():
+    # the docstring's example: 0.5 of 8 trials < the prior 0.8 -> scaled to 4 trials
+    assert carried_model_record(Earned((0.5, 0.0), (6.0, 2.0))) == Earned((0.25, 0.0), (3.0, 1.0))
+    assert CARRIED_TRIALS < MIN_TRIALS  # the next request still tries the draft model before it gives up
+    assert carried_model_record(Earned((0.5,), (2.0,))) == Earned((0.5,), (2.0,))  # fewer trials than the cap: as it is
+    assert carried_model_record(Earned((9.0, 7.0), (10.0, 8.0))) is None  # 16 of 18: at or above the prior, the priors
+    assert carried_model_record(None) is None and carried_model_record(Earned((), ())) is None

@@ -69,3 +69,33 @@ def test_slots_shows_each_key_only_its_own_slots_figures():
         assert s.get("/slots")[0] == 401
     finally:
         s.stop()
+
+
+def test_a_request_after_one_whose_drafts_all_failed_drafts_less():
+    """A draft that never agrees (its greedy choice after letter i is i + 2, the target's i + 1),
+    and costs half a target pass: the second request starts from the first one's losing record
+    (tuning/policy.carried_model_record), so it gives the draft model up sooner. Counted from
+    each answer's rounds (timings.draft_n)."""
+    from fakes import ToyModel, successor_table
+    from specdec_cli.session import LoadedPair
+    from specdec_cli.tuning.policy import carried_model_record
+
+    target = ToyModel(successor_table(), seconds_per_decode=0.004)
+    draft = ToyModel(successor_table({i: (i + 2) % 26 for i in range(26)}), seconds_per_decode=0.002)
+    s = Served(LoadedPair(target=target, draft=draft, vocab_limit=26), slots=1)
+    try:
+        assert s.worker.ready.wait(10)
+        drafted = []
+        for _ in range(2):
+            status, _, body = s.post("/v1/completions", {"prompt": "a", "max_tokens": 40, "draft_tokens": "auto"})
+            assert status == 200, body
+            assert body["timings"]["draft_n_accepted"] == 0
+            drafted.append(body["timings"]["draft_n"])
+        print(f"drafted by the first and the second request: {drafted}")
+        # From its priors a request drafts until it has tried MIN_TRIALS (6) decayed positions, k = 3
+        # in round 1; from a carried record of CARRIED_TRIALS (4) it needs a few one-token trials.
+        # (Without the carry the second request drafted 10 against the first's 11.)
+        assert drafted[0] > 0 and drafted[0] - drafted[1] >= 4, drafted
+        assert carried_model_record(s.worker.model_records[""]) is not None
+    finally:
+        s.stop()
