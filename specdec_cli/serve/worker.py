@@ -29,7 +29,8 @@ the slot is free for the next pass. A drafting memory (drafting/memory.py) keeps
 request's prompt and answer, which lookup drafts from for the requests after it.
 
 Tenants (a job's `tenant`: its API key, guard.py) never see each other's text. Each has its
-own drafting memory, and a job reuses a slot's cache only when the slot's last job was its own
+own drafting memory and its own draft-model record (a losing one starts its next request:
+tuning/policy.carried_model_record), and a job reuses a slot's cache only when the slot's last job was its own
 tenant's: otherwise the slot's sequence is emptied first, so `cached_tokens` (and the time a
 prefill takes) tells a client only about its own key's requests.
 
