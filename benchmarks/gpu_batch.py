@@ -55,6 +55,11 @@ from specdec_cli.session import LoadOptions, open_pair  # noqa: E402
 TOPICS = ["the sea", "a lighthouse", "autumn leaves", "a busy market", "the moon", "a small robot", "a mountain village", "rain on a window"]
 
 
+def story(i: int) -> str:
+    """The i-th prompt (the topics in turn)."""
+    return f"Write a short story about {TOPICS[i % len(TOPICS)]}."
+
+
 def settings(drafter: str, k, max_tokens: int) -> Settings:
     return Settings(config=GenerationConfig(max_tokens=max_tokens, sampling=GREEDY), max_tokens=max_tokens, draft_tokens=k, drafter=drafter,
                     p_min=None, top_logprobs=None, stream=False, include_usage=False, events=False)  # fmt: skip
@@ -78,7 +83,7 @@ async def load(worker: Worker, clients: int, requests: int, s: Settings) -> tupl
     """Every client sends `requests` prompts in turn; the tokens generated and the wall time."""
 
     async def client(i: int) -> int:
-        outs = [await answer(worker, f"Write a short story about {TOPICS[(i + r) % len(TOPICS)]}.", s) for r in range(requests)]
+        outs = [await answer(worker, story(i + r), s) for r in range(requests)]
         return sum(len(o.tokens) for o in outs)
 
     start = time.perf_counter()
@@ -86,9 +91,9 @@ async def load(worker: Worker, clients: int, requests: int, s: Settings) -> tupl
     return sum(tokens), time.perf_counter() - start
 
 
-def near_tie_gap(worker: Worker, prompt: str, mine: list[int], theirs: list[int]) -> float:
-    """The gap between the target's two likeliest logits where `mine` leaves `theirs`, decoded alone in slot 0."""
-    n = first_divergence(theirs, mine)
+def near_tie_gap(worker: Worker, prompt: str, mine: list[int], n: int) -> float:
+    """The gap between the target's two likeliest logits after `prompt` and mine[:n] (where `mine`
+    left its reference), decoded alone in slot 0."""
     view = worker.slots[0].pair.target
     ids = worker.pair.prompt_tokens(prompt, chat=False)
     view.rewind(0)
@@ -102,7 +107,7 @@ def check(shape: str, out: Path, slots: int, clients: list[int], requests: int, 
     draft_name, target_name = SIZES[shape][:2]
     draft, target = random_model(sg.SHAPES[draft_name], seed=0, directory=models), random_model(sg.SHAPES[target_name], seed=1, directory=models)
     result: dict = {"shape": shape, "slots": slots, "max_tokens": max_tokens}
-    prompts = [f"Write a short story about {t}." for t in TOPICS[:slots]]
+    prompts = [story(i) for i in range(slots)]
     with open_pair(draft, target, LoadOptions(n_ctx=1024, slots=slots, n_threads=threads)) as pair:
         result["gpu_layers"] = {"target": pair.target.n_gpu_layers, "draft": pair.draft.n_gpu_layers}
         worker = Worker(lambda stack: pair, queue_size=max(clients) * requests + slots, slots=slots)
@@ -116,7 +121,7 @@ def check(shape: str, out: Path, slots: int, clients: list[int], requests: int, 
             for name, s in (("speculative k=4", drafted), ("target only", plain)):
                 for prompt, ref, got in zip(prompts, reference, loop.run_until_complete(at_once(worker, prompts, s))):
                     where = first_divergence(ref, got.tokens)
-                    gap = None if where is None else near_tie_gap(worker, prompt, got.tokens, ref)
+                    gap = None if where is None else near_tie_gap(worker, prompt, got.tokens, where)
                     rows.append({"mode": name, "prompt": prompt, "tokens": len(got.tokens), "divergence": where, "gap": gap})
             result["identity"] = rows
             load_rows = []
