@@ -91,6 +91,12 @@ async def load(worker: Worker, clients: int, requests: int, s: Settings) -> tupl
     return sum(tokens), time.perf_counter() - start
 
 
+def passes(worker: Worker) -> dict[str, int]:
+    """The passes and rows each model has run so far (the batcher's log)."""
+    log = worker.batcher.log
+    return {f"{name} {what}": (sum(log.sequences[name].values()) if what == "passes" else log.rows[name]) for name in worker.batcher.names for what in ("passes", "rows")}
+
+
 def near_tie_gap(worker: Worker, prompt: str, mine: list[int], n: int) -> float:
     """The gap between the target's two likeliest logits after `prompt` and mine[:n] (where `mine`
     left its reference), decoded alone in slot 0."""
@@ -127,8 +133,11 @@ def check(shape: str, out: Path, slots: int, clients: list[int], requests: int, 
             load_rows = []
             for c in clients:
                 for name, s in (("auto", settings("model", AUTO, max_tokens)), ("off", plain)):
+                    before = passes(worker)
                     tokens, seconds = loop.run_until_complete(load(worker, c, requests, s))
-                    load_rows.append({"clients": c, "drafting": name, "tokens": tokens, "seconds": round(seconds, 3), "tokens_per_s": tokens / seconds})
+                    after = passes(worker)
+                    load_rows.append({"clients": c, "drafting": name, "tokens": tokens, "seconds": round(seconds, 3), "tokens_per_s": tokens / seconds,
+                                      "passes": {key: after[key] - before[key] for key in after}})  # fmt: skip
                     write(result | {"load": load_rows}, out)
             result["load"] = load_rows
             result["passes"] = worker.batcher.drafting_report()
@@ -151,7 +160,10 @@ def summary(r: dict) -> str:
         part = "same as alone" if row["divergence"] is None else f"parts at token {row['divergence']} (top-two gap {row['gap']:.4f})"
         lines.append(f"  {row['mode']:<16} {row['prompt']!r}: {row['tokens']} tokens, {part}")
     for row in r.get("load", []):
-        lines.append(f"  {row['clients']} clients, drafting {row['drafting']:<4}: {row['tokens_per_s']:.1f} tok/s ({row['tokens']} tokens in {row['seconds']} s)")
+        counts = ", ".join(f"{key} {value}" for key, value in row.get("passes", {}).items())
+        lines.append(f"  {row['clients']} clients, drafting {row['drafting']:<4}: {row['tokens_per_s']:.1f} tok/s ({row['tokens']} tokens in {row['seconds']} s; {counts})")
+    for n, seen in r.get("passes", {}).items():
+        lines.append(f"  the switch at {n} sequences: {seen}")
     return "\n".join(lines) + "\n"
 
 

@@ -212,6 +212,8 @@ def test_gpu_check_cpu_only_path_runs_end_to_end(tmp_path):
     assert len(batch["identity"]) == 16 and all(r["divergence"] is None for r in batch["identity"]), batch["identity"]
     assert {(r["clients"], r["drafting"]) for r in batch["load"]} == {(c, d) for c in (1, 4, 8) for d in ("auto", "off")}
     assert all(0 < r["tokens"] <= r["clients"] * 4 * 64 for r in batch["load"])
+    assert all(r["passes"]["target rows"] >= r["tokens"] for r in batch["load"])  # each token is sampled from a target row
+    assert all(r["passes"]["draft passes"] == 0 for r in batch["load"] if r["drafting"] == "off")
     # The GPU check's curve replays auto (benchmarks/policy_replay.py --costs gpu_check.json).
     (costs,) = policy_replay.costs_from_json(out / "gpu_check.json")
     assert costs.batch(16) == pytest.approx(result["cost"]["target_batch_ms"][15] / 1000)
