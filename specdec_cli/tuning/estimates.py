@@ -186,12 +186,14 @@ class BatchCost:
         if not self.means:
             return []
         if len(self._curve) < max_n:
-            seen = [(n, m.value, m.weight) for n, m in self.means.items() if n >= 2]
+            # A handful of sizes, fitted once a round: plain floats (numpy's calls on arrays this
+            # small cost more than the sums, some 0.1 ms of every round).
+            seen = [(float(n), m.value, m.weight) for n, m in self.means.items() if n >= 2]
             if seen:
-                x, y, w = (np.array(column, dtype=float) for column in zip(*seen))
-                xm, ym = np.average(x, weights=w), np.average(y, weights=w)
-                sxx, sxy = float(np.sum(w * (x - xm) ** 2)), float(np.sum(w * (x - xm) * (y - ym)))
-                t1 = self.means[1].value if self.measured else estimate_step(x, y, xm, ym, sxx, sxy)
+                weight = sum(w for _, _, w in seen)
+                xm, ym = sum(w * x for x, _, w in seen) / weight, sum(w * y for _, y, w in seen) / weight
+                sxx, sxy = sum(w * (x - xm) ** 2 for x, _, w in seen), sum(w * (x - xm) * (y - ym) for x, y, w in seen)
+                t1 = self.means[1].value if self.measured else estimate_step([(x, y) for x, y, _ in seen], xm, ym, sxx, sxy)
                 prior_slope = PRIOR_BATCH_SLOPE * t1
                 slope = max((sxy + SLOPE_PRIOR_WEIGHT * prior_slope) / (sxx + SLOPE_PRIOR_WEIGHT), 0.0)
             else:
@@ -201,8 +203,8 @@ class BatchCost:
         return self._curve[:max_n]
 
 
-def estimate_step(x: np.ndarray, y: np.ndarray, xm: float, ym: float, sxx: float, sxy: float) -> float:
-    """T_batch(1) estimated from batches of sizes x >= 2 costing y (means xm, ym; weighted sums of
+def estimate_step(sizes: Sequence[tuple[float, float]], xm: float, ym: float, sxx: float, sxy: float) -> float:
+    """T_batch(1) estimated from batches of sizes x >= 2 costing y (`sizes`: (x, y); means xm, ym; weighted sums of
     squares sxx, sxy, as `BatchCost.curve` fits them), before a plain step measured it.
 
     From two sizes or more: the fitted line at n = 1, kept within [max y / x, min y] (a batch of
@@ -215,4 +217,4 @@ def estimate_step(x: np.ndarray, y: np.ndarray, xm: float, ym: float, sxx: float
     if sxx <= 0.0:
         return float(ym / (1.0 + PRIOR_BATCH_SLOPE * (xm - 1.0)))
     at_one = ym + sxy / sxx * (1.0 - xm)
-    return float(min(max(at_one, float(np.max(y / x))), float(np.min(y))))
+    return float(min(max(at_one, max(y / x for x, y in sizes)), min(y for _, y in sizes)))

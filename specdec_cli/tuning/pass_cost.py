@@ -39,6 +39,8 @@ class PassCost:
         self.xty = np.zeros(3)
         self.weight = 0.0
         self.total = 0.0  # weighted sum of T
+        self._adds = 0
+        self._line: tuple[int, tuple[float, float, float]] | None = None  # (adds when fitted, line()): asked several times a pass
 
     def add(self, rows: int, sequences: int, seconds: float) -> None:
         x = np.array([1.0, rows, sequences])
@@ -46,6 +48,7 @@ class PassCost:
         self.xty = self.xty * self.decay + x * seconds
         self.weight = self.weight * self.decay + 1.0
         self.total = self.total * self.decay + seconds
+        self._adds += 1
 
     @property
     def measured(self) -> bool:
@@ -55,6 +58,12 @@ class PassCost:
         """(a, b, c), each >= 0; (1, 0, 0) before any pass (every sequence then pays alike)."""
         if not self.measured:
             return 1.0, 0.0, 0.0
+        adds, cached = self._adds, self._line  # a pass may add while another thread asks: a fit is kept for the adds it read before
+        if cached is None or cached[0] != adds:
+            cached = self._line = (adds, self._fit())
+        return cached[1]
+
+    def _fit(self) -> tuple[float, float, float]:
         mean = self.total / self.weight
         ridge = self.prior_weight * np.diag([0.0, 1.0, 1.0])
         prior = self.prior_weight * np.array([0.0, PRIOR_ROW_SHARE * mean, 0.0])
