@@ -60,7 +60,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 from ..decoding.batch import Batcher, BatchedPolicy
 from ..decoding.consume import EndEarly, Outcome, consume
@@ -69,7 +69,7 @@ from ..drafting.kv_sync import common_prefix
 from ..drafting.lookup import LookupOptions
 from ..drafting.memory import DraftMemory
 from ..errors import BadInput, SpecdecError
-from ..events import AUTO, DraftPolicy, Earned, Event, Round
+from ..events import AUTO, DraftPolicy, Earned, Event, Rejected, Round, Token
 from ..session import LoadedPair
 from ..tuning.policy import AUTO_MAX_K, carried_model_record, draft_policy
 from .types import Settings
@@ -133,6 +133,14 @@ class Job:
     def _put(self, item) -> None:
         """From the worker thread: hand an item to the handler's event loop."""
         self._loop.call_soon_threadsafe(self.items.put_nowait, item)
+
+    def _put_all(self, items: Sequence) -> None:
+        """From the worker thread: hand several items over at once (one wake-up of the event loop)."""
+        self._loop.call_soon_threadsafe(self._enqueue, tuple(items))
+
+    def _enqueue(self, items: tuple) -> None:
+        for item in items:
+            self.items.put_nowait(item)
 
 
 @dataclass(eq=False)
@@ -375,20 +383,29 @@ class Worker:
         deadline = None if self._request_timeout is None else time.monotonic() + self._request_timeout
         slot.rounds = slot.tokens = 0
 
+        round_events: list[Event] = []  # a round's Rejected and Tokens, handed over with its Round
+
         def hand_over(event: Event) -> None:
             if job.cancelled:
                 raise _Cancelled
             if isinstance(event, Round):
                 slot.rounds += 1
                 slot.tokens += event.accepted + 1
-            job._put(event)
+            round_events.append(event)
+            if not isinstance(event, (Token, Rejected)):  # the round is whole (or the prefill, the end): one wake-up of the handler's loop
+                job._put_all(round_events)
+                round_events.clear()
             if deadline is not None and time.monotonic() > deadline:
                 raise EndEarly("time_limit")
 
         try:
             policy = self._policy(s, pair, job.tenant)
             with self.batcher.joined():
-                outcome = consume(engine.generate(ids, config, policy), hand_over)
+                try:
+                    outcome = consume(engine.generate(ids, config, policy), hand_over)
+                finally:
+                    if round_events and not job.cancelled:  # the tokens of a round the time limit or an error cut
+                        job._put_all(round_events)
         except _Cancelled:  # consume closed the generator: the engine rolled both caches back
             if self._stopping.is_set():
                 job._put(Failed(ShuttingDown("the server is shutting down; the generation was cancelled")))

@@ -372,6 +372,25 @@ def test_request_timeout_ends_a_generation_with_its_tokens_so_far_as_length():
         s.stop()
 
 
+def test_a_stream_cut_by_the_time_limit_carries_every_token_it_counts():
+    # The worker hands a round's events over together, with its Round; a limit that strikes
+    # mid-round still sends the tokens of that round the answer counts. Drafting k = 3 on the toy
+    # pair: rounds of up to 4 tokens, each decode 10 ms, so the limit falls inside some round.
+    s = Served(toy_pair(seconds_per_decode=0.01), request_timeout=0.3)
+    try:
+        assert s.worker.ready.wait(10)
+        body = {"prompt": "a", "max_tokens": 3000, "stream": True, "stream_options": {"include_usage": True}}
+        status, _, data = raw(s, "POST", "/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
+        chunks = [json.loads(line[6:]) for line in data.decode().splitlines() if line.startswith("data: {")]
+        text = "".join(c["choices"][0]["text"] for c in chunks if c.get("choices"))
+        reasons = [c["choices"][0]["finish_reason"] for c in chunks if c.get("choices") and c["choices"][0].get("finish_reason")]
+        assert status == 200 and reasons == ["length"]
+        assert 0 < len(text) == chunks[-1]["usage"]["completion_tokens"]
+        assert text == ((GREEDY_TEXT + "a") * (len(text) // 26 + 1))[: len(text)]
+    finally:
+        s.stop()
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_drafter_that_cannot_work_is_400_before_the_stream_starts(stream):
     s = Served(toy_pair(draft=False))
