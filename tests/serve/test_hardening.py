@@ -374,12 +374,14 @@ def test_request_timeout_ends_a_generation_with_its_tokens_so_far_as_length():
 
 def test_a_stream_cut_by_the_time_limit_carries_every_token_it_counts():
     # The worker hands a round's events over together, with its Round; a limit that strikes
-    # mid-round still sends the tokens of that round the answer counts. Drafting k = 3 on the toy
-    # pair: rounds of up to 4 tokens, each decode 10 ms, so the limit falls inside some round.
+    # mid-round still sends the tokens of that round the answer counts. Each decode takes 10 ms,
+    # and the limit is checked after each event: the first event after the decode that crossed it
+    # is a round's Token (no drafter: a round is a Token, then its Round), so the check cuts
+    # between the two. Without the worker's last hand-over the stream lacked that token.
     s = Served(toy_pair(seconds_per_decode=0.01), request_timeout=0.3)
     try:
         assert s.worker.ready.wait(10)
-        body = {"prompt": "a", "max_tokens": 3000, "stream": True, "stream_options": {"include_usage": True}}
+        body = {"prompt": "a", "max_tokens": 3000, "stream": True, "stream_options": {"include_usage": True}, "drafter": "none"}
         status, _, data = raw(s, "POST", "/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
         chunks = [json.loads(line[6:]) for line in data.decode().splitlines() if line.startswith("data: {")]
         text = "".join(c["choices"][0]["text"] for c in chunks if c.get("choices"))
