@@ -5,7 +5,9 @@ raw prompt, and the request's Settings) and read what the worker hands back on t
 asyncio queue, in this order:
 
     Started(prompt_tokens, cached_tokens)   the prompt fits: the answer can begin
-    Prefill, Token, Rejected, Round, ...    the engine's own events (events.py)
+    Prefill, Token, Rejected, Round, ...    the engine's own events (events.py), a round's
+                                            Rejected and Tokens handed over with its Round
+                                            (one wake-up of the handler's loop per round)
     Done(outcome)                           stats.Outcome: text, counters, timings
   or, at any point before Done:
     Failed(error)                           a SpecdecError (BadInput: the client's fault;

@@ -204,8 +204,9 @@ class BatchCost:
 
 
 def estimate_step(sizes: Sequence[tuple[float, float]], xm: float, ym: float, sxx: float, sxy: float) -> float:
-    """T_batch(1) estimated from batches of sizes x >= 2 costing y (`sizes`: (x, y); means xm, ym; weighted sums of
-    squares sxx, sxy, as `BatchCost.curve` fits them), before a plain step measured it.
+    """T_batch(1) estimated from batches of sizes x >= 2 costing y (`sizes`: pairs (x, y); means
+    xm, ym; weighted sums of squares sxx, sxy, as `BatchCost.curve` fits them), before a plain
+    step measured it.
 
     From two sizes or more: the fitted line at n = 1, kept within [max y / x, min y] (a batch of
     n tokens costs at most n steps and at least one). From one size n: y / (1 + PRIOR_BATCH_SLOPE

@@ -28,4 +28,3 @@ def test_runs_both_versions_and_counts_the_passes():
     for r in rows:
         assert all(float(cell) > 0 for cell in r[2:6]), r  # CPU per pass: never nothing
     assert [r[6].strip() for r in rows if r[1].strip() == "off"] == ["0", "0"]  # speculation off: no draft pass
-
