@@ -31,7 +31,6 @@ import argparse
 import asyncio
 import json
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -45,12 +44,11 @@ from gpu_check import SIZES  # noqa: E402
 from synthetic_pair import random_model  # noqa: E402
 
 from specdec_cli.bench.stats import first_divergence  # noqa: E402
-from specdec_cli.decoding.engine import GenerationConfig  # noqa: E402
 from specdec_cli.events import AUTO  # noqa: E402
-from specdec_cli.maths.sampling import GREEDY  # noqa: E402
 from specdec_cli.serve.types import Settings  # noqa: E402
-from specdec_cli.serve.worker import Done, Failed, Job, Worker  # noqa: E402
+from specdec_cli.serve.worker import Worker  # noqa: E402
 from specdec_cli.session import LoadOptions, open_pair  # noqa: E402
+from worker_load import answer, load, running, settings  # noqa: E402
 
 TOPICS = ["the sea", "a lighthouse", "autumn leaves", "a busy market", "the moon", "a small robot", "a mountain village", "rain on a window"]
 
@@ -60,41 +58,16 @@ def story(i: int) -> str:
     return f"Write a short story about {TOPICS[i % len(TOPICS)]}."
 
 
-def settings(drafter: str, k, max_tokens: int) -> Settings:
-    return Settings(config=GenerationConfig(max_tokens=max_tokens, sampling=GREEDY), max_tokens=max_tokens, draft_tokens=k, drafter=drafter,
-                    p_min=None, top_logprobs=None, stream=False, include_usage=False, events=False)  # fmt: skip
-
-
-async def answer(worker: Worker, prompt: str, s: Settings):
-    job = worker.submit(Job(settings=s, prompt=prompt), asyncio.get_running_loop())
-    while True:
-        item = await job.items.get()
-        if isinstance(item, Done):
-            return item.outcome
-        if isinstance(item, Failed):
-            raise item.error
-
-
 async def at_once(worker: Worker, prompts: list[str], s: Settings) -> list:
     return await asyncio.gather(*(answer(worker, p, s) for p in prompts))
 
 
-async def load(worker: Worker, clients: int, requests: int, s: Settings) -> tuple[int, float]:
-    """Every client sends `requests` prompts in turn; the tokens generated and the wall time."""
-
-    async def client(i: int) -> int:
-        outs = [await answer(worker, story(i + r), s) for r in range(requests)]
-        return sum(len(o.tokens) for o in outs)
-
-    start = time.perf_counter()
-    tokens = await asyncio.gather(*(client(i) for i in range(clients)))
-    return sum(tokens), time.perf_counter() - start
-
-
 def passes(worker: Worker) -> dict[str, int]:
     """The passes and rows each model has run so far (the batcher's log)."""
-    log = worker.batcher.log
-    return {f"{name} {what}": (sum(log.sequences[name].values()) if what == "passes" else log.rows[name]) for name in worker.batcher.names for what in ("passes", "rows")}
+    log, counts = worker.batcher.log, {}
+    for name in worker.batcher.names:
+        counts[f"{name} passes"], counts[f"{name} rows"] = sum(log.sequences[name].values()), log.rows[name]
+    return counts
 
 
 def near_tie_gap(worker: Worker, prompt: str, mine: list[int], n: int) -> float:
@@ -117,10 +90,7 @@ def check(shape: str, out: Path, slots: int, clients: list[int], requests: int, 
     with open_pair(draft, target, LoadOptions(n_ctx=1024, slots=slots, n_threads=threads)) as pair:
         result["gpu_layers"] = {"target": pair.target.n_gpu_layers, "draft": pair.draft.n_gpu_layers}
         worker = Worker(lambda stack: pair, queue_size=max(clients) * requests + slots, slots=slots)
-        worker.start()
-        assert worker.ready.wait(120), "the worker never finished loading"
-        loop = asyncio.new_event_loop()
-        try:
+        with running(worker) as loop:
             plain, drafted = settings("none", 0, max_tokens), settings("model", 4, max_tokens)
             reference = [loop.run_until_complete(answer(worker, p, plain)).tokens for p in prompts]
             rows = []
@@ -134,16 +104,13 @@ def check(shape: str, out: Path, slots: int, clients: list[int], requests: int, 
             for c in clients:
                 for name, s in (("auto", settings("model", AUTO, max_tokens)), ("off", plain)):
                     before = passes(worker)
-                    tokens, seconds = loop.run_until_complete(load(worker, c, requests, s))
+                    tokens, seconds = loop.run_until_complete(load(worker, c, requests, s, story))
                     after = passes(worker)
                     load_rows.append({"clients": c, "drafting": name, "tokens": tokens, "seconds": round(seconds, 3), "tokens_per_s": tokens / seconds,
                                       "passes": {key: after[key] - before[key] for key in after}})  # fmt: skip
                     write(result | {"load": load_rows}, out)
             result["load"] = load_rows
             result["passes"] = worker.batcher.drafting_report()
-        finally:
-            worker.stop()
-            loop.close()
     write(result, out)
     return result
 

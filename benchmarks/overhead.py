@@ -273,13 +273,16 @@ def run_child(code_dir: Path, args: argparse.Namespace, part: str, n_vocab: int,
     cmd += ["--wait", wait]
     cmd += ["--agreement", str(args.agreement), "--seed", str(seed)]
     cmd += ["--target-ms", str(args.target_ms), "--extra-ms", str(args.extra_ms), "--draft-ms", str(args.draft_ms)]
-    # code_dir first, then whatever the caller had (gpu_check.sh: the CUDA build in $SITE)
-    path = os.pathsep.join(p for p in (str(code_dir), os.environ.get("PYTHONPATH", "")) if p)
-    env = dict(os.environ, PYTHONPATH=path, SPECDEC_OVERHEAD_CODE=str(code_dir))
+    env = dict(os.environ, PYTHONPATH=code_first(code_dir), SPECDEC_OVERHEAD_CODE=str(code_dir))
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         sys.exit(f"child for {code_dir} failed:\n{done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def code_first(code_dir: Path) -> str:
+    """A child's PYTHONPATH: code_dir first, then whatever the caller had (gpu_check.sh: the CUDA build in $SITE)."""
+    return os.pathsep.join(p for p in (str(code_dir), os.environ.get("PYTHONPATH", "")) if p)
 
 
 def export(ref: str, into: Path) -> Path:

@@ -25,7 +25,6 @@ Produces docs/serving.md, "The server's own time per pass".
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import statistics
@@ -38,9 +37,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from overhead import export  # noqa: E402
+from overhead import code_first, export  # noqa: E402
 
 WAYS = ("auto", "off")
+
+
+def letter(i: int) -> str:
+    """The i-th prompt: one of the toy pair's first letters, in turn."""
+    return "abcd"[i % 4]
 
 
 def child(clients: list[int], requests: int, max_tokens: int, pass_ms: float, draft_ms: float, slots: int) -> dict:
@@ -48,12 +52,10 @@ def child(clients: list[int], requests: int, max_tokens: int, pass_ms: float, dr
     sys.path.insert(0, str(ROOT / "tests"))
     from fakes import ToyModel, successor_table
 
-    from specdec_cli.decoding.engine import GenerationConfig
     from specdec_cli.events import AUTO
-    from specdec_cli.maths.sampling import GREEDY
-    from specdec_cli.serve.types import Settings
-    from specdec_cli.serve.worker import Done, Failed, Job, Worker
+    from specdec_cli.serve.worker import Worker
     from specdec_cli.session import LoadedPair
+    from worker_load import load, running, settings
 
     code = Path(os.environ["SPECDEC_SERVED_CODE"]).resolve()
     assert Path(sys.modules["specdec_cli"].__file__).resolve().is_relative_to(code), "the child imported another version's code"
@@ -61,52 +63,27 @@ def child(clients: list[int], requests: int, max_tokens: int, pass_ms: float, dr
     draft = ToyModel(successor_table({i: (i + 7) % 26 for i in range(26)}), seconds_per_decode=draft_ms / 1000)  # never the target's letter
     pair = LoadedPair(target=target, draft=draft, vocab_limit=26)
 
-    def settings(drafter: str, k) -> Settings:
-        return Settings(config=GenerationConfig(max_tokens=max_tokens, sampling=GREEDY), max_tokens=max_tokens, draft_tokens=k, drafter=drafter,
-                        p_min=None, top_logprobs=None, stream=False, include_usage=False, events=False)  # fmt: skip
-
-    async def answer(worker: Worker, prompt: str, s: Settings) -> int:
-        job = worker.submit(Job(settings=s, prompt=prompt), asyncio.get_running_loop())
-        while True:
-            item = await job.items.get()
-            if isinstance(item, Done):
-                return len(item.outcome.tokens)
-            if isinstance(item, Failed):
-                raise item.error
-
-    async def load(worker: Worker, n: int, s: Settings) -> int:
-        async def client(i: int) -> int:
-            return sum([await answer(worker, "abcd"[(i + r) % 4], s) for r in range(requests)])
-
-        return sum(await asyncio.gather(*(client(i) for i in range(n))))
-
-    ways = {"auto": settings("model", AUTO), "off": settings("none", 0)}
+    ways = {"auto": settings("model", AUTO, max_tokens), "off": settings("none", 0, max_tokens)}
     worker = Worker(lambda stack: pair, queue_size=max(clients) * requests + slots, slots=slots)
-    worker.start()
-    assert worker.ready.wait(30), "the worker never finished loading"
-    loop = asyncio.new_event_loop()
     out: dict = {}
-    try:
-        loop.run_until_complete(load(worker, 1, ways["auto"]))  # warm
+    with running(worker, ready_seconds=30) as loop:
+        loop.run_until_complete(load(worker, 1, requests, ways["auto"], letter))  # warm
         for n in clients:
             for way, s in ways.items():
                 passes, drafts, cpu, start = len(target.passes), len(draft.passes), time.process_time(), time.perf_counter()
-                tokens = loop.run_until_complete(load(worker, n, s))
+                tokens, _ = loop.run_until_complete(load(worker, n, requests, s, letter))
                 wall, cpu = time.perf_counter() - start, time.process_time() - cpu
                 passes, drafts = len(target.passes) - passes, len(draft.passes) - drafts
                 waited = (passes * pass_ms + drafts * draft_ms) / 1000
                 out[f"{n} {way}"] = {"tokens": tokens, "target_passes": passes, "draft_passes": drafts,
                                      "wall_ms_per_pass": (wall - waited) / passes * 1000, "cpu_ms_per_pass": cpu / passes * 1000}  # fmt: skip
-    finally:
-        worker.stop()
-        loop.close()
     return out
 
 
 def run_child(code: Path, args: argparse.Namespace) -> dict:
     cmd = [sys.executable, __file__, "--child", "--clients", *map(str, args.clients), "--requests", str(args.requests), "--max-tokens", str(args.max_tokens),
            "--pass-ms", str(args.pass_ms), "--draft-ms", str(args.draft_ms), "--slots", str(args.slots)]  # fmt: skip
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(code), os.environ.get("PYTHONPATH", "")) if p), SPECDEC_SERVED_CODE=str(code))
+    env = dict(os.environ, PYTHONPATH=code_first(code), SPECDEC_SERVED_CODE=str(code))
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         sys.exit(f"child for {code} failed:\n{done.stderr}")

@@ -62,7 +62,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable
 
 from ..decoding.batch import Batcher, BatchedPolicy
 from ..decoding.consume import EndEarly, Outcome, consume
@@ -132,13 +132,9 @@ class Job:
     def cancelled(self) -> bool:
         return self._cancelled.is_set()
 
-    def _put(self, item) -> None:
-        """From the worker thread: hand an item to the handler's event loop."""
-        self._loop.call_soon_threadsafe(self.items.put_nowait, item)
-
-    def _put_all(self, items: Sequence) -> None:
-        """From the worker thread: hand several items over at once (one wake-up of the event loop)."""
-        self._loop.call_soon_threadsafe(self._enqueue, tuple(items))
+    def _put(self, *items) -> None:
+        """From the worker thread: hand items to the handler's event loop, in order, with one wake-up."""
+        self._loop.call_soon_threadsafe(self._enqueue, items)
 
     def _enqueue(self, items: tuple) -> None:
         for item in items:
@@ -395,7 +391,7 @@ class Worker:
                 slot.tokens += event.accepted + 1
             round_events.append(event)
             if not isinstance(event, (Token, Rejected)):  # the round is whole (or the prefill, the end): one wake-up of the handler's loop
-                job._put_all(round_events)
+                job._put(*round_events)
                 round_events.clear()
             if deadline is not None and time.monotonic() > deadline:
                 raise EndEarly("time_limit")
@@ -407,7 +403,7 @@ class Worker:
                     outcome = consume(engine.generate(ids, config, policy), hand_over)
                 finally:
                     if round_events and not job.cancelled:  # the tokens of a round the time limit or an error cut
-                        job._put_all(round_events)
+                        job._put(*round_events)
         except _Cancelled:  # consume closed the generator: the engine rolled both caches back
             if self._stopping.is_set():
                 job._put(Failed(ShuttingDown("the server is shutting down; the generation was cancelled")))
