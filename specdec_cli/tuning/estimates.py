@@ -154,9 +154,14 @@ class BatchCost:
         And a size's first pass counts FIRST_PASS_WEIGHT of a sample: llama.cpp builds the graph
         of a batch shape it has not run yet, which over RPC took a pass of 13 tokens to 100-130 ms
         where passes of that size took 50-65 ms after."""
-        curve = self.curve(n)
-        # A first plain step is not held to an estimate of T_batch(1), which may be far off.
-        expected = curve[n - 1] if curve and (n > 1 or self.measured) else None
+        # A first plain step is not held to an estimate of T_batch(1), which may be far off. A plain
+        # step's expectation is T_batch(1) as measured: no line to fit (every plain round of a
+        # batch in which drafting does not pay comes here).
+        if n == 1:
+            expected = self.means[1].value if self.measured else None
+        else:
+            curve = self.curve(n)
+            expected = curve[n - 1] if curve else None
         for size, mean in self.means.items():
             if size != n:
                 mean.fade()

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
-
 PRIOR_ROW_SHARE = 0.05  # before two batch sizes are seen: a row costs this share of a one-row pass
 
 
@@ -35,19 +33,21 @@ class PassCost:
     def __init__(self, decay: float = 0.98, prior_weight: float = 1.0) -> None:
         self.decay = decay
         self.prior_weight = prior_weight
-        self.xtx = np.zeros((3, 3))
-        self.xty = np.zeros(3)
+        # X'WX and X'Wy of the weighted least squares, x = (1, R, S), in plain floats: a fit a pass,
+        # under the batcher's lock, where numpy's calls on 3 x 3 arrays cost some 0.1 ms each.
+        self.xtx = [[0.0] * 3 for _ in range(3)]
+        self.xty = [0.0] * 3
         self.weight = 0.0
         self.total = 0.0  # weighted sum of T
         self._adds = 0
         self._line: tuple[int, tuple[float, float, float]] | None = None  # (adds when fitted, line()): asked several times a pass
 
     def add(self, rows: int, sequences: int, seconds: float) -> None:
-        x = np.array([1.0, rows, sequences])
-        self.xtx = self.xtx * self.decay + np.outer(x, x)
-        self.xty = self.xty * self.decay + x * seconds
-        self.weight = self.weight * self.decay + 1.0
-        self.total = self.total * self.decay + seconds
+        x, d = (1.0, float(rows), float(sequences)), self.decay
+        self.xtx = [[d * m + xi * xj for m, xj in zip(row, x)] for row, xi in zip(self.xtx, x)]
+        self.xty = [d * m + xi * seconds for m, xi in zip(self.xty, x)]
+        self.weight = self.weight * d + 1.0
+        self.total = self.total * d + seconds
         self._adds += 1
 
     @property
@@ -65,12 +65,31 @@ class PassCost:
 
     def _fit(self) -> tuple[float, float, float]:
         mean = self.total / self.weight
-        ridge = self.prior_weight * np.diag([0.0, 1.0, 1.0])
-        prior = self.prior_weight * np.array([0.0, PRIOR_ROW_SHARE * mean, 0.0])
-        a, b, c = np.linalg.lstsq(self.xtx + ridge, self.xty + prior, rcond=None)[0]
-        b, c = max(b, 0.0), max(c, 0.0)
-        a = max(a, 0.0)
-        return float(a), float(b), float(c)
+        ridge = [0.0, self.prior_weight, self.prior_weight]
+        m = [[v + (ridge[i] if i == j else 0.0) for j, v in enumerate(row)] for i, row in enumerate(self.xtx)]
+        y = [self.xty[0], self.xty[1] + self.prior_weight * PRIOR_ROW_SHARE * mean, self.xty[2]]
+        a, b, c = solve3(m, y)
+        return max(a, 0.0), max(b, 0.0), max(c, 0.0)
+
+
+def solve3(m: list[list[float]], y: list[float]) -> list[float]:
+    """x with m x = y for an invertible 3 x 3 m (PassCost's ridged normal equations are positive
+    definite once a pass is seen): Gaussian elimination with partial pivoting, in floats. A pivot
+    of 0 (m singular) gives 0 for that unknown. Example: [[2, 0, 0], [0, 4, 0], [1, 0, 1]], [2, 8, 3] -> [1, 2, 2]."""
+    a = [row[:] + [v] for row, v in zip(m, y)]
+    for col in range(3):
+        pivot = max(range(col, 3), key=lambda r: abs(a[r][col]))
+        a[col], a[pivot] = a[pivot], a[col]
+        if a[col][col] == 0.0:
+            continue
+        for r in range(col + 1, 3):
+            f = a[r][col] / a[col][col]
+            a[r] = [v - f * w for v, w in zip(a[r], a[col])]
+    x = [0.0, 0.0, 0.0]
+    for r in (2, 1, 0):
+        if a[r][r] != 0.0:
+            x[r] = (a[r][3] - sum(a[r][j] * x[j] for j in range(r + 1, 3))) / a[r][r]
+    return x
 
 
 def shares(seconds: float, rows: Sequence[int], line: tuple[float, float, float]) -> list[float]:
