@@ -63,11 +63,10 @@ from ..errors import check_context
 from ..events import DraftPolicy, Earned, Round
 from ..tuning.cost_curve import CostCurve
 from ..tuning.pass_cost import PassCost, shares
-from ..tuning.policy import AdaptivePolicy, kind
+from ..tuning.policy import MODEL_KINDS, AdaptivePolicy, kind
 from ..tuning.switch import DraftingSwitch
 from .compute_thread import run_on_compute_thread
 
-DRAFT_MODEL_SOURCES = ("model", "cascade")  # proposers (drafting/) whose drafts take draft-model passes
 PREFILL_CHUNK = 128  # prompt tokens per pass while other sequences are generating
 CATCH_UP_FREE = 2  # a draft model this many tokens behind the target's cache is drafting along (a round's last draft, its bonus)
 
@@ -398,7 +397,7 @@ class BatchedPolicy:
         self.inner.observe(event)
 
     def choose(self, sources: Sequence[str], budget: int) -> tuple[str | None, int]:
-        by_model = [name for name in sources if kind(name) in DRAFT_MODEL_SOURCES]
+        by_model = [name for name in sources if kind(name) in MODEL_KINDS]
         lag = self.lag() if self.lag is not None and by_model and budget > 0 else 0
         own = functools.partial(self.own_saving, by_model, budget)  # asked only where the switch has no figure
         drafts, self._epoch = self.batcher.draft_model_drafts(lag, budget + 1, own)  # budget: the tokens left but one

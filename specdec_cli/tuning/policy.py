@@ -64,6 +64,13 @@ the run's time, and probing pauses while they would take more (the first probe o
 fallback excepted). Where catch-up is dear this means a draft model that fell back stays
 off, while lookup, which has no catch-up, keeps being probed.
 
+A round the draft model sits out. In `model+lookup` (and with the memory) a round that lookup
+drafts leaves the draft model behind by that round's tokens, which its next catch-up evaluates.
+Where the draft model is in use (its plan beats a plain step), lookup's plans are charged that
+cost too, as measured (`sitting_out`: its catch-ups after rounds it sat out, per round, beyond
+its usual catch-up), so that lookup displaces it only where lookup is worth more after paying
+it. Without that, lookup's and the memory's rounds looked free of the catch-up they cause.
+
 What earlier calls earned. A policy is fresh for each generation, and a short call ends before
 it has learnt much; with the drafting memory on (`--draft-cache`, the server's memory) the
 engine hands it, at the start, the hits and trials per position of lookup's proposals (in the
@@ -148,6 +155,7 @@ PRIOR_ACCEPTANCE = {"model": 0.8, "lookup:1": 0.3, "lookup:2": 0.5, "lookup:3-5"
                     "lookup:memory:3-5": 0.7, "lookup:memory:6+": 0.9,
                     "lookup:memory:16+": 0.95, "cascade:1": 0.8, "cascade:2": 0.8, "cascade:3-5": 0.8, "cascade:6+": 0.8}  # fmt: skip
 PRIOR_DRAFT_COST = {"model": 0.2, "lookup": 0.01, "cascade": 0.05}  # T_draft / T_batch(1) before measuring
+MODEL_KINDS = ("model", "cascade")  # proposers whose drafts take draft-model passes (and catch up after rounds they sat out)
 PRIOR_DRAFT_WEIGHT = 0.25  # the prior draft cost counts as a quarter of a measured round
 MIN_TRIALS = 6.0  # drafted positions (exponentially weighted) before a drafter may be given up
 FIRST_BACKOFF = 8  # a probe after fallback also pays the draft model's catch-up of the plain steps
@@ -339,8 +347,9 @@ class AdaptivePolicy:
         """Each proposer's acceptance counts now, for the next call (those never tried left out)."""
         return {name: Earned(*rec.acceptance.counts()) for name, rec in self.drafters.items() if rec.acceptance.trials.any()}
 
-    def plan(self, name: str, max_k: int, curve: Sequence[float]) -> tuple[int, float]:
-        """The best k >= 1 for this drafter under the current estimates, and its tokens per second."""
+    def plan(self, name: str, max_k: int, curve: Sequence[float], sitting_out: float = 0.0) -> tuple[int, float]:
+        """The best k >= 1 for this drafter under the current estimates, and its tokens per second;
+        `sitting_out`: what its round costs a draft model that sits it out (see `plans`)."""
         rec = self.record(name)
         if rec.draft_step.value is None:
             # The prior counts as a fraction of a first sample, so one slow first measurement cannot
@@ -348,7 +357,35 @@ class AdaptivePolicy:
             rec.draft_step.add(PRIOR_DRAFT_COST.get(kind(name), 0.2) * curve[0], PRIOR_DRAFT_WEIGHT)
         # The catch-up replaces the first step; it costs more when it evaluates two tokens.
         overhead = max(rec.catch_up.value - rec.draft_step.value, 0.0) if rec.catch_up.value is not None else 0.0
-        return best_draft_length(rec.acceptance.rates(), rec.draft_step.value, curve, max_k, min_k=1, draft_overhead=overhead)
+        return best_draft_length(rec.acceptance.rates(), rec.draft_step.value, curve, max_k, min_k=1, draft_overhead=overhead + sitting_out)
+
+    def plans(self, sources: Sequence[str], max_k: int, curve: Sequence[float]) -> dict[str, tuple[int, float]]:
+        """Each source's plan (k, tokens per second). Where a draft model among them beats a plain
+        step, the others' plans also pay what their round costs it (`sitting_out`): it stays in
+        use, and catches up later on what they drafted. Where it does not, it sits out anyway."""
+        plans = {name: self.plan(name, max_k, curve) for name in sources}
+        models = [plans[name][1] for name in sources if kind(name) in MODEL_KINDS]
+        displaced = self.sitting_out(sources) if models and max(models) > 1.0 / curve[0] else 0.0
+        if displaced > 0.0:
+            plans.update({name: self.plan(name, max_k, curve, displaced) for name in sources if kind(name) not in MODEL_KINDS})
+        return plans
+
+    def sitting_out(self, sources: Sequence[str]) -> float:
+        """What a round drafted by another proposer costs the draft model among `sources`, by what
+        its catch-ups after rounds it sat out measured: backlog_per_round beyond its usual
+        catch-up (the round's tokens, which it evaluates later, in its next catch-up). A lookup
+        or memory round that displaces the draft model thus pays for the model's later catch-up,
+        as a round of the model's own pays its catch-up; 0 without a draft model among the
+        sources, or before such a catch-up was timed. Example: backlog 9 ms per round sat out,
+        catch-up 4 ms -> 5 ms."""
+        cost = 0.0
+        for name in sources:
+            if kind(name) in MODEL_KINDS and name in self.drafters:
+                rec = self.drafters[name]
+                usual = rec.catch_up.value if rec.catch_up.value is not None else rec.draft_step.value
+                if rec.backlog_per_round.value is not None and usual is not None:
+                    cost = max(cost, rec.backlog_per_round.value - usual)
+        return cost
 
     def curve(self) -> list[float]:
         """T_batch(1..max_k + 1) as the policy currently sees it (empty before the first round)."""
@@ -361,11 +398,11 @@ class AdaptivePolicy:
         curve = self.curve()
         if not curve:  # nothing measured yet: rounds 1 and 2 draft on the priors
             return self.first_choice(sources, max_k) if self.call_rounds <= 1 else (None, 0)
-        plans = {name: self.plan(name, max_k, curve) for name in sources}
+        plans = self.plans(sources, max_k, curve)
         best = max(sources, key=lambda name: plans[name][1])  # first on ties: the preferred one
         # What drafting promises for the rounds to come, which a stale T_batch(1) could misjudge:
         # not this round's, when the end of the token budget caps its k.
-        uncapped = plans if max_k == self.max_k else {name: self.plan(name, self.max_k, curve) for name in sources}
+        uncapped = plans if max_k == self.max_k else self.plans(sources, self.max_k, curve)
         if self.stale(max(rate for _, rate in uncapped.values()) * curve[0]):
             return None, 0  # a plain target step re-measures T_batch(1)
         chosen = best if plans[best][1] > 1.0 / curve[0] else None

@@ -718,3 +718,48 @@ def test_a_losing_draft_model_record_is_carried_scaled_and_a_winning_one_is_not(
     assert carried_model_record(Earned((0.5,), (2.0,))) == Earned((0.5,), (2.0,))  # fewer trials than the cap: as it is
     assert carried_model_record(Earned((9.0, 7.0), (10.0, 8.0))) is None  # 16 of 18: at or above the prior, the priors
     assert carried_model_record(None) is None and carried_model_record(Earned((), ())) is None
+
+
+# -- a round the draft model sits out ---------------------------------------------------
+
+
+def displacing_policy(backlog_ms: float | None) -> AdaptivePolicy:
+    """max_k 1, T_batch = 10, 11 ms; the model: a_1 about 0.9, steps 2 ms, catch-up 4 ms; lookup:3-5:
+    a_1 about 0.8, steps 0.1 ms; the model's catch-ups after rounds it sat out `backlog_ms` per round."""
+    policy = AdaptivePolicy(max_k=1, costs=CostCurve(0.002, (0.010, 0.011)), learn_costs=False)
+    model, lookup = policy.record("model"), policy.record("lookup:3-5")
+    model.acceptance.resume([90.0], [100.0])
+    lookup.acceptance.resume([80.0], [100.0])
+    model.draft_step.add(0.002)
+    model.catch_up.add(0.004)
+    lookup.draft_step.add(0.0001)
+    if backlog_ms is not None:
+        model.backlog_per_round.add(backlog_ms * MS)
+    return policy
+
+
+def test_sitting_out_worked_example():
+    assert displacing_policy(9.0).sitting_out(["model", "lookup:3-5"]) == pytest.approx(5 * MS)  # 9 - 4 ms
+    assert displacing_policy(9.0).sitting_out(["lookup:3-5"]) == 0.0  # no draft model among the sources
+    assert displacing_policy(None).sitting_out(["model", "lookup:3-5"]) == 0.0  # no catch-up after a sat-out round timed yet
+    assert displacing_policy(3.0).sitting_out(["model", "lookup:3-5"]) == 0.0  # never below 0
+
+
+def test_lookup_displaces_the_draft_model_only_where_it_pays_the_models_catch_up():
+    """By hand (a_model ~ 0.9, a_lookup ~ 0.8): the model 1.9 / (2 + 2 + 11) = 0.127 tokens/ms,
+    lookup 1.8 / (0.1 + 11) = 0.162 free of the catch-up it causes, 1.8 / (0.1 + 11 + 5) = 0.112
+    with it; a plain step 0.1."""
+    sources = ["model", "lookup:3-5"]
+    free, charged = displacing_policy(None), displacing_policy(9.0)
+    assert [round(r, 2) for r in free.record("model").acceptance.rates()] == [0.9]  # the premises
+    assert [round(r, 2) for r in free.record("lookup:3-5").acceptance.rates()] == [0.8]
+    assert free.plans(sources, 1, free.curve())["lookup:3-5"][1] == pytest.approx(1.8 / (11.1 * MS), rel=0.01)
+    assert charged.plans(sources, 1, charged.curve())["lookup:3-5"][1] == pytest.approx(1.8 / (16.1 * MS), rel=0.01)
+    assert charged.plans(sources, 1, charged.curve())["model"][1] == pytest.approx(1.9 / (15 * MS), rel=0.01)
+    assert free.choose(sources, 8) == ("lookup:3-5", 1)
+    assert charged.choose(sources, 8) == ("model", 1)
+    # Where the model does not beat a plain step it sits out anyway, and lookup pays nothing for it.
+    idle = displacing_policy(9.0)
+    idle.record("model").draft_step.add(0.030, 100.0)
+    assert idle.plans(sources, 1, idle.curve())["model"][1] < 1.0 / (10 * MS)
+    assert idle.choose(sources, 8) == ("lookup:3-5", 1)
