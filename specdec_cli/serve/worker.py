@@ -61,6 +61,7 @@ import logging
 import queue
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -115,6 +116,37 @@ class Failed:
     error: SpecdecError
 
 
+class Mailbox:
+    """Hands calls from the worker's threads to one event loop, in order, with one wake-up for all
+    that arrive before the loop runs them: `call_soon_threadsafe` writes to the loop's self-pipe
+    each time, and with every slot handing over a round per pass that was a system call and a
+    wake-up of the loop per sequence per pass. Example: post(f, 1), post(g, 2) before the loop
+    runs -> one call_soon_threadsafe; the loop then runs f(1), g(2)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._lock = threading.Lock()
+        self._calls: list[tuple[Callable, object]] = []
+
+    def post(self, call: Callable, arg: object) -> None:
+        with self._lock:
+            self._calls.append((call, arg))
+            if len(self._calls) > 1:
+                return  # a wake-up is on its way; it will run this too
+        try:
+            self.loop.call_soon_threadsafe(self._run)
+        except RuntimeError:  # the loop is closed: nothing will ever run these
+            with self._lock:
+                self._calls.clear()
+            raise
+
+    def _run(self) -> None:
+        with self._lock:
+            calls, self._calls = self._calls, []
+        for call, arg in calls:
+            call(arg)
+
+
 @dataclass
 class Job:
     settings: Settings
@@ -122,7 +154,7 @@ class Job:
     prompt: str | None = None  # completions: the text as it is (run --raw)
     tenant: str = ""  # whose request: guard.Access.tenant ("" without keys)
     items: asyncio.Queue = field(default_factory=asyncio.Queue)
-    _loop: asyncio.AbstractEventLoop | None = None
+    _mailbox: Mailbox | None = None  # the handler's event loop's (Worker.submit)
     _cancelled: threading.Event = field(default_factory=threading.Event)
 
     def cancel(self) -> None:
@@ -133,8 +165,8 @@ class Job:
         return self._cancelled.is_set()
 
     def _put(self, *items) -> None:
-        """From the worker thread: hand items to the handler's event loop, in order, with one wake-up."""
-        self._loop.call_soon_threadsafe(self._enqueue, items)
+        """From the worker thread: hand items to the handler's event loop, in order."""
+        self._mailbox.post(self._enqueue, items)
 
     def _enqueue(self, items: tuple) -> None:
         for item in items:
@@ -172,6 +204,7 @@ class Worker:
         self._lookup = lookup
         self._request_timeout = request_timeout
         self.n_slots = slots
+        self._mailboxes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> its Mailbox
         self.memories: dict[str, DraftMemory] = {}  # each tenant's earlier prompts and answers, for lookup (drafting/memory.py)
         self.model_records: dict[str, Earned] = {}  # each tenant's draft-model record as its last request ended (policy.carried_model_record)
         self._jobs: queue.Queue[Job | None] = queue.Queue(maxsize=queue_size)
@@ -204,7 +237,9 @@ class Worker:
             raise ShuttingDown("the server is shutting down")
         if self.gone is not None:
             raise Unavailable(self.gone)
-        job._loop = loop
+        job._mailbox = self._mailboxes.get(loop)
+        if job._mailbox is None:
+            job._mailbox = self._mailboxes[loop] = Mailbox(loop)
         try:
             self._jobs.put_nowait(job)
         except queue.Full:

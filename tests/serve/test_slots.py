@@ -99,3 +99,49 @@ def test_a_request_after_one_whose_drafts_all_failed_drafts_less():
         assert carried_model_record(s.worker.model_records[""]) is not None
     finally:
         s.stop()
+
+
+def test_the_mailbox_wakes_the_loop_once_for_calls_posted_before_it_runs():
+    """Mailbox's worked example, with a loop that records its wake-ups, then on a real loop: 4
+    threads x 200 posts each, made before the loop runs, arrive in each thread's order with one wake-up."""
+    import asyncio
+
+    from specdec_cli.serve.worker import Mailbox
+
+    class Recorded:
+        def __init__(self):
+            self.scheduled = []
+
+        def call_soon_threadsafe(self, callback):
+            self.scheduled.append(callback)
+
+    loop, ran = Recorded(), []
+    box = Mailbox(loop)
+    box.post(lambda x: ran.append(("f", x)), 1)
+    box.post(lambda x: ran.append(("g", x)), 2)
+    assert len(loop.scheduled) == 1 and ran == []
+    loop.scheduled[0]()
+    assert ran == [("f", 1), ("g", 2)]
+    box.post(lambda x: ran.append(("h", x)), 3)  # after the loop ran: a wake-up of its own
+    assert len(loop.scheduled) == 2
+
+    real = asyncio.new_event_loop()
+    wakeups, seen = [0], {t: [] for t in range(4)}
+    run = Mailbox._run
+
+    def counted(self):
+        wakeups[0] += 1
+        run(self)
+
+    box = Mailbox(real)
+    box._run = counted.__get__(box)
+    posting = [threading.Thread(target=lambda t=t: [box.post(seen[t].append, i) for i in range(200)]) for t in range(4)]
+    try:
+        [t.start() for t in posting]
+        [t.join(10) for t in posting]
+        real.call_soon_threadsafe(real.stop)
+        real.run_forever()
+    finally:
+        real.close()
+    assert all(seen[t] == list(range(200)) for t in range(4))
+    assert wakeups[0] == 1, wakeups[0]
