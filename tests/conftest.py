@@ -9,9 +9,17 @@ runs in parallel.
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
+
+# A suite started in the background by a shell without job control (`pytest &` in a script)
+# inherits SIGINT ignored, and so would every process it starts: the Ctrl-C tests would send a
+# Ctrl-C that nothing sees, fail, and leave their child decoding beside the rest of the suite.
+# Handled here, exec'd children start with the default again, as under a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config, items):

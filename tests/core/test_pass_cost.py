@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 import numpy as np
+import pytest
 
 from specdec_cli.tuning.pass_cost import PRIOR_ROW_SHARE, PassCost, shares, solve3
 
@@ -20,7 +19,7 @@ def test_the_module_docstring_examples():
 
 def test_solve3_worked_example():
     assert solve3([[2.0, 0.0, 0.0], [0.0, 4.0, 0.0], [1.0, 0.0, 1.0]], [2.0, 8.0, 3.0]) == pytest.approx([1.0, 2.0, 2.0])
-    assert solve3([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 2.0]], [3.0, 5.0, 4.0]) == pytest.approx([5.0, 3.0, 2.0])  # a pivot swap
+    assert solve3([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 2.0]], [3.0, 5.0, 4.0]) == pytest.approx([5.0, 3.0, 2.0])  # zeros on the diagonal
 
 
 def test_the_line_is_the_ridged_weighted_least_squares():
@@ -28,8 +27,8 @@ def test_the_line_is_the_ridged_weighted_least_squares():
     (seed 3) of 1-40 rows over 1-8 sequences, decay 0.98, the default ridge."""
     rng = np.random.default_rng(3)
     cost, decay = PassCost(), 0.98
-    x, t, w = [], [], []
-    for i in range(200):
+    x, t = [], []
+    for _ in range(200):
         rows, sequences = int(rng.integers(1, 41)), int(rng.integers(1, 9))
         seconds = 0.004 + 0.0001 * rows + 0.0003 * sequences + float(rng.normal(0, 0.0005))
         cost.add(rows, sequences, seconds)
