@@ -363,12 +363,10 @@ class AdaptivePolicy:
         """Each source's plan (k, tokens per second). Where a draft model among them beats a plain
         step, the others' plans also pay what their round costs it (`sitting_out`): it stays in
         use, and catches up later on what they drafted. Where it does not, it sits out anyway."""
-        plans = {name: self.plan(name, max_k, curve) for name in sources}
-        models = [plans[name][1] for name in sources if kind(name) in MODEL_KINDS]
-        displaced = self.sitting_out(sources) if models and max(models) > 1.0 / curve[0] else 0.0
-        if displaced > 0.0:
-            plans.update({name: self.plan(name, max_k, curve, displaced) for name in sources if kind(name) not in MODEL_KINDS})
-        return plans
+        models = {name: self.plan(name, max_k, curve) for name in sources if kind(name) in MODEL_KINDS}
+        in_use = any(rate > 1.0 / curve[0] for _, rate in models.values())
+        displaced = self.sitting_out(sources) if in_use else 0.0
+        return {name: models[name] if name in models else self.plan(name, max_k, curve, displaced) for name in sources}
 
     def sitting_out(self, sources: Sequence[str]) -> float:
         """What a round drafted by another proposer costs the draft model among `sources`, by what
