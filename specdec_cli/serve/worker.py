@@ -336,7 +336,7 @@ class Worker:
                 job._put(Failed(exc))
                 continue
             except Exception as exc:
-                self._internal(job, exc)
+                job._put(self._internal(exc))
                 continue
             with self._free:
                 slot = self._choose(ids, job.tenant)
@@ -363,23 +363,28 @@ class Worker:
             if item is None:
                 return
             job, ids = item
+            last = None
             try:
-                self._serve(slot, job, ids)
+                last = self._serve(slot, job, ids)
             finally:
                 with self._free:
                     slot.job = None
                     self._free.notify_all()
+                if last is not None:  # after the slot is free: a client that has its answer sees it idle in GET /slots
+                    job._put(last)
 
-    def _serve(self, slot: Slot, job: Job, ids: list[int]) -> None:
+    def _serve(self, slot: Slot, job: Job, ids: list[int]) -> Done | Failed | None:
+        """The job's last item (None: it was cancelled and nobody listens)."""
         try:
-            self._generate(slot, job, ids)
+            return self._generate(slot, job, ids)
         except Exception as exc:  # a bug of ours: this request fails, the server goes on
-            self._internal(job, exc)
+            failed = self._internal(exc)
             self._reset(slot)
+            return failed
 
-    def _internal(self, job: Job, exc: Exception) -> None:
+    def _internal(self, exc: Exception) -> Failed:
         log.error("internal error while serving a request", exc_info=(type(exc), exc, exc.__traceback__))
-        job._put(Failed(InternalError(f"internal error: {type(exc).__name__}: {exc}")))
+        return Failed(InternalError(f"internal error: {type(exc).__name__}: {exc}"))
 
     def _reset(self, slot: Slot) -> None:
         """Empty a slot's sequence in both models, whose state a failure may have left unknown; `gone` if it cannot be."""
@@ -396,7 +401,7 @@ class Worker:
             with self._free:
                 self._free.notify_all()
 
-    def _generate(self, slot: Slot, job: Job, ids: list[int]) -> None:
+    def _generate(self, slot: Slot, job: Job, ids: list[int]) -> Done | Failed | None:
         pair = slot.pair
         s = job.settings
         try:
@@ -404,13 +409,11 @@ class Worker:
             memory = self.memories.setdefault(job.tenant, DraftMemory())
             engine = pair.engine(drafter=s.drafter, lookup=self._lookup, memory=memory)
         except SpecdecError as exc:
-            job._put(Failed(exc))
-            return
+            return Failed(exc)
         if slot.tenant != job.tenant:
             self._reset(slot)  # another tenant's prefix is never reused, nor reported
             if self.gone is not None:
-                job._put(Failed(Unavailable(self.gone)))
-                return
+                return Failed(Unavailable(self.gone))
             slot.tenant = job.tenant
         job._put(Started(prompt_tokens=len(ids), cached_tokens=common_prefix(pair.target.tokens, ids[:-1])))
         deadline = None if self._request_timeout is None else time.monotonic() + self._request_timeout
@@ -441,16 +444,15 @@ class Worker:
                         job._put(*round_events)
         except _Cancelled:  # consume closed the generator: the engine rolled both caches back
             if self._stopping.is_set():
-                job._put(Failed(ShuttingDown("the server is shutting down; the generation was cancelled")))
-            return
+                return Failed(ShuttingDown("the server is shutting down; the generation was cancelled"))
+            return None
         except SpecdecError as exc:
-            job._put(Failed(exc))
-            return
+            return Failed(exc)
         memory.add(ids + outcome.tokens)
         record = policy.earned().get("model")
         if record is not None:
             self.model_records[job.tenant] = record
-        job._put(Done(outcome))
+        return Done(outcome)
 
     def _policy(self, settings: Settings, pair: LoadedPair, tenant: str) -> DraftPolicy:
         """The job's draft-length policy: a fixed k, or `auto` starting from the costs this server's

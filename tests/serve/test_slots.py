@@ -145,3 +145,30 @@ def test_the_mailbox_wakes_the_loop_once_for_calls_posted_before_it_runs():
         real.close()
     assert all(seen[t] == list(range(200)) for t in range(4))
     assert wakeups[0] == 1, wakeups[0]
+
+
+def test_a_requests_last_item_leaves_after_its_slot_is_free(monkeypatch):
+    """A client that has its answer and asks GET /slots at once must see the slot idle: each job's
+    last item (Done, or Failed) is handed over only once its slot is free. Recorded at the hand-over:
+    the slots busy then, for each of 3 requests in turn (one ends in Failed: max_tokens past the context)."""
+    from specdec_cli.serve import worker as worker_module
+
+    s = Served(toy_pair(), slots=2)
+    busy_at_last = []
+    put = worker_module.Job._put
+
+    def recorded(job, *items):
+        if any(isinstance(item, (worker_module.Done, worker_module.Failed)) for item in items):
+            busy_at_last.append(s.worker.running)
+        put(job, *items)
+
+    monkeypatch.setattr(worker_module.Job, "_put", recorded)
+    try:
+        assert s.worker.ready.wait(10)
+        assert s.post("/v1/completions", {"prompt": "abc", "max_tokens": 5})[0] == 200
+        assert s.post("/v1/completions", {"prompt": "mno", "max_tokens": 3})[0] == 200
+        status, _, _ = s.post("/v1/completions", {"prompt": "abc", "max_tokens": 10**6})
+        assert status == 400
+        assert busy_at_last == [0, 0, 0]
+    finally:
+        s.stop()
