@@ -56,7 +56,13 @@ Fallback and probes. When no k >= 1 beats target-only, and the drafter has been 
 MIN_TRIALS positions (one early rejection must not end drafting), the round is a plain target step;
 after `backoff` such rounds the drafter is tried once more at its best k >= 1, and the
 back-off doubles (8, 16, .. 64 rounds) until drafting pays again. A drafter passed over
-because another one promised more (`model+lookup`) is probed the same way. A draft model's
+because another one promised more (`model+lookup`) is probed the same way. Nor is a draft
+model passed over before its fair trial for a proposer that has not had one either (`unproven`)
+and whose prior is lower (a long match, 0.9, still may):
+a call whose first round of drafts failed at position 1 (a = 0.43 after that one rejection)
+handed its rounds to one- and two-token lookup matches drafting on their priors (0.3, 0.5;
+they kept a quarter), and the draft model, which keeps 90 % of that text, waited for its probe
+(benchmarks/memory_workloads.py, `extract`, deepened pair, T = 0: ten such rounds in one call). A draft model's
 probe first catches up on every token it sat out, which costs per token (on a CPU a good
 part of a target step), so spacing probes out does not make them cheaper; instead such
 catch-ups (the next one predicted from the rounds sat out) may take at most PROBE_BUDGET of
@@ -260,6 +266,12 @@ def best_draft_length(
     return best_k, best_rate
 
 
+def prior_acceptance(name: str) -> float:
+    """A proposer's acceptance before anything is measured: its own entry, else its kind's, else
+    0.6. Example: 'lookup:2' -> 0.5, 'model' -> 0.8, 'cascade:memory:3-5' -> 0.6."""
+    return PRIOR_ACCEPTANCE.get(name, PRIOR_ACCEPTANCE.get(kind(name), 0.6))
+
+
 def kind(name: str) -> str:
     """The drafter behind a proposer's name: 'lookup:3-5' -> 'lookup', 'model' -> 'model'."""
     return name.split(":", 1)[0]
@@ -327,8 +339,7 @@ class AdaptivePolicy:
 
     def record(self, name: str) -> DrafterRecord:
         if name not in self.drafters:
-            prior = PRIOR_ACCEPTANCE.get(name, PRIOR_ACCEPTANCE.get(kind(name), 0.6))
-            rec = DrafterRecord(Acceptance(self.max_k, prior, decay=self.decay), *(WeightedMean(self.decay) for _ in range(3)))
+            rec = DrafterRecord(Acceptance(self.max_k, prior_acceptance(name), decay=self.decay), *(WeightedMean(self.decay) for _ in range(3)))
             if self._seed_draft_step is not None and name == "model":
                 rec.draft_step.add(self._seed_draft_step)
             self.drafters[name] = rec
@@ -340,7 +351,7 @@ class AdaptivePolicy:
         for name, record in earned.items():
             rec = self.record(name)
             rec.acceptance.resume(record.hits, record.trials)
-            if rec.acceptance.trials.sum() >= MIN_TRIALS:  # a fair trial, as `choose` counts it: while it loses, a probe per call or so
+            if not self.unproven(name):  # a fair trial, as `choose` counts it: while it loses, a probe per call or so
                 rec.backoff = RESUMED_BACKOFF
 
     def earned(self) -> dict[str, Earned]:
@@ -405,7 +416,13 @@ class AdaptivePolicy:
             return None, 0  # a plain target step re-measures T_batch(1)
         chosen = best if plans[best][1] > 1.0 / curve[0] else None
         if chosen is None:  # not before a drafter had a fair trial: one early rejection is noise
-            chosen = next((name for name in sources if self.record(name).acceptance.trials.sum() < MIN_TRIALS), None)
+            chosen = next((name for name in sources if self.unproven(name)), None)
+        elif kind(chosen) not in MODEL_KINDS and self.unproven(chosen):
+            # Nor is a draft model displaced before its fair trial by a proposer that has not had one
+            # either, unless that one's prior is the higher (a long match: a passage repeated).
+            chosen = next(
+                (n for n in sources if kind(n) in MODEL_KINDS and self.unproven(n) and prior_acceptance(n) >= prior_acceptance(chosen)), chosen
+            )
         probe = None
         for name in sources:
             rec = self.record(name)
@@ -418,6 +435,11 @@ class AdaptivePolicy:
                 probe, rec.waited, rec.backoff = name, 0, min(2 * rec.backoff, MAX_BACKOFF)
         chosen = probe or chosen
         return (chosen, plans[chosen][0]) if chosen is not None else (None, 0)
+
+    def unproven(self, name: str) -> bool:
+        """Whether a proposer has drafted fewer than MIN_TRIALS positions (exponentially weighted,
+        in this call or carried into it), so that its estimate is still mostly its prior."""
+        return self.record(name).acceptance.trials.sum() < MIN_TRIALS
 
     def first_choice(self, sources: Sequence[str], max_k: int) -> tuple[str | None, int]:
         """Rounds 1 and 2, before any timing: the priors alone (with the acceptance seen so far),

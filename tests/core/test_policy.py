@@ -22,7 +22,7 @@ from specdec_cli.events import Earned, Round, Token
 from specdec_cli.errors import BadInput
 from specdec_cli.tuning.estimates import FIRST_PASS_WEIGHT, Acceptance, BatchCost, WeightedMean, clamp
 from specdec_cli.tuning.policy import AdaptivePolicy, TunedPolicies, DEFAULT_P_MIN, FIRST_BACKOFF, FixedPolicy, PRIOR_DRAFT_WEIGHT, PROBE_BUDGET, REFRESH_MARGIN, REFRESH_ROUNDS, STALE_ROUNDS, best_draft_length, draft_policy, draft_step_seconds
-from specdec_cli.tuning.policy import CARRIED_TRIALS, MIN_TRIALS, carried_model_record
+from specdec_cli.tuning.policy import CARRIED_TRIALS, MIN_TRIALS, carried_model_record, prior_acceptance
 from specdec_cli.maths.sampling import GREEDY, SamplingParams, probabilities, sample
 
 from fakes import MarkovModel, random_markov
@@ -763,3 +763,40 @@ def test_lookup_displaces_the_draft_model_only_where_it_pays_the_models_catch_up
     idle.record("model").draft_step.add(0.030, 100.0)
     assert idle.plans(sources, 1, idle.curve())["model"][1] < 1.0 / (10 * MS)
     assert idle.choose(sources, 8) == ("lookup:3-5", 1)
+
+
+def test_an_unproven_draft_model_is_not_displaced_by_an_unproven_lookup_match():
+    """The draft model's first round failed at position 1 (one trial: a_1 = 1 - 3 / (1 + 2 / 0.467)
+    = 0.43, pooled (0 + 2 x 0.8) / 3); lookup:2 has never drafted (its prior, 0.5). T_batch = 10,
+    11, 12 ms; the model steps 2 ms, catches up in 4: its best plan, k = 1, makes 1.43 / 15 =
+    0.095 tokens/ms (below a plain step's 0.1); lookup:2's, k = 2, 1.75 / 12.2 = 0.143. Before
+    either had MIN_TRIALS positions the model keeps the round; a lookup match that proved itself,
+    or a draft model that had its trial and lost, lets lookup take it."""
+    sources = ["lookup:2", "model"]
+
+    def policy(lookup_trials: float = 0.0, model_trials: float = 1.0) -> AdaptivePolicy:
+        p = AdaptivePolicy(max_k=2, costs=CostCurve(0.002, (0.010, 0.011, 0.012)), learn_costs=False)
+        model = p.record("model")
+        model.acceptance.resume([0.0], [model_trials])
+        model.draft_step.add(0.002)
+        model.catch_up.add(0.004)
+        lookup = p.record("lookup:2")
+        lookup.acceptance.resume([lookup_trials / 2, lookup_trials / 4], [lookup_trials, lookup_trials / 2])
+        lookup.draft_step.add(0.0001)
+        return p
+
+    fresh = policy()
+    assert [round(r, 2) for r in fresh.record("model").acceptance.rates()[:1]] == [0.43]  # the premises
+    assert [round(r, 2) for r in fresh.record("lookup:2").acceptance.rates()] == [0.5, 0.5]
+    plans = fresh.plans(sources, 2, fresh.curve())
+    assert plans["model"] == (1, pytest.approx(1.43 / (15 * MS), rel=0.01))
+    assert plans["lookup:2"] == (2, pytest.approx(1.75 / (12.2 * MS), rel=0.01))
+    assert fresh.choose(sources, 8) == ("model", 1)
+    assert policy(lookup_trials=8.0).choose(sources, 8) == ("lookup:2", 2)  # 6 + 2 positions tried, a = 0.5 each: proven
+    assert policy(model_trials=6.0).choose(sources, 8) == ("lookup:2", 2)  # the model failed 6 times: it had its trial
+    # A match whose prior is above the model's (a passage repeated) may take it from the start.
+    assert [prior_acceptance(n) for n in ("lookup:2", "model", "cascade:memory:3-5", "lookup:6+")] == [0.5, 0.8, 0.6, 0.9]
+    long = policy()
+    long.drafters["lookup:6+"] = long.drafters.pop("lookup:2")
+    long.record("lookup:6+").acceptance.prior = 0.5  # the same plan as above, under a long match's name
+    assert long.choose(["lookup:6+", "model"], 8) == ("lookup:6+", 2)
