@@ -57,8 +57,8 @@ MIN_TRIALS positions (one early rejection must not end drafting), the round is a
 after `backoff` such rounds the drafter is tried once more at its best k >= 1, and the
 back-off doubles (8, 16, .. 64 rounds) until drafting pays again. A drafter passed over
 because another one promised more (`model+lookup`) is probed the same way. Nor is a draft
-model passed over before its fair trial for a proposer that has not had one either (`unproven`)
-and whose prior is lower (a long match, 0.9, still may):
+model passed over before its fair trial for a match of one or two tokens that has not had one
+either (`unproven`; their priors, 0.3 and 0.5, say they are mostly wrong: MOSTLY_WRONG):
 a call whose first round of drafts failed at position 1 (a = 0.43 after that one rejection)
 handed its rounds to one- and two-token lookup matches drafting on their priors (0.3, 0.5;
 they kept a quarter), and the draft model, which keeps 90 % of that text, waited for its probe
@@ -160,6 +160,7 @@ AUTO_MAX_K = 16  # longest draft `auto` considers
 PRIOR_ACCEPTANCE = {"model": 0.8, "lookup:1": 0.3, "lookup:2": 0.5, "lookup:3-5": 0.7, "lookup:6+": 0.9,
                     "lookup:memory:3-5": 0.7, "lookup:memory:6+": 0.9,
                     "lookup:memory:16+": 0.95, "cascade:1": 0.8, "cascade:2": 0.8, "cascade:3-5": 0.8, "cascade:6+": 0.8}  # fmt: skip
+MOSTLY_WRONG = 0.5  # a prior at or below this (lookup:1, lookup:2) does not displace an unproven draft model (`choose`)
 PRIOR_DRAFT_COST = {"model": 0.2, "lookup": 0.01, "cascade": 0.05}  # T_draft / T_batch(1) before measuring
 MODEL_KINDS = ("model", "cascade")  # proposers whose drafts take draft-model passes (and catch up after rounds they sat out)
 PRIOR_DRAFT_WEIGHT = 0.25  # the prior draft cost counts as a quarter of a measured round
@@ -339,11 +340,21 @@ class AdaptivePolicy:
 
     def record(self, name: str) -> DrafterRecord:
         if name not in self.drafters:
-            rec = DrafterRecord(Acceptance(self.max_k, prior_acceptance(name), decay=self.decay), *(WeightedMean(self.decay) for _ in range(3)))
+            rec = DrafterRecord(Acceptance(self.max_k, self.prior(name), decay=self.decay), *(WeightedMean(self.decay) for _ in range(3)))
             if self._seed_draft_step is not None and name == "model":
                 rec.draft_step.add(self._seed_draft_step)
             self.drafters[name] = rec
         return self.drafters[name]
+
+    def prior(self, name: str) -> float:
+        """A new record's prior acceptance: prior_acceptance, except for a memory match the draft
+        model drafts on from ("model:" + the match's name, drafting/combined.py), whose first drafts
+        are the match's: at most what the match's record makes of its first position now. Example:
+        'model:lookup:memory:6+' while 'lookup:memory:6+' has a_1 = 0.3 -> 0.3; with a_1 = 0.95 -> 0.8."""
+        match = name.split(":", 1)[1] if kind(name) == "model" and ":" in name else None
+        if match not in self.drafters:
+            return prior_acceptance(name)
+        return min(prior_acceptance(name), self.drafters[match].acceptance.rates()[0])
 
     def resume(self, earned: Mapping[str, Earned]) -> None:
         """Start each named proposer's acceptance from what earlier calls earned (see the module's
@@ -417,12 +428,9 @@ class AdaptivePolicy:
         chosen = best if plans[best][1] > 1.0 / curve[0] else None
         if chosen is None:  # not before a drafter had a fair trial: one early rejection is noise
             chosen = next((name for name in sources if self.unproven(name)), None)
-        elif kind(chosen) not in MODEL_KINDS and self.unproven(chosen):
-            # Nor is a draft model displaced before its fair trial by a proposer that has not had one
-            # either, unless that one's prior is the higher (a long match: a passage repeated).
-            chosen = next(
-                (n for n in sources if kind(n) in MODEL_KINDS and self.unproven(n) and prior_acceptance(n) >= prior_acceptance(chosen)), chosen
-            )
+        elif kind(chosen) not in MODEL_KINDS and self.unproven(chosen) and prior_acceptance(chosen) <= MOSTLY_WRONG:
+            # Nor is a draft model displaced before its fair trial by a one- or two-token match that has not had one either.
+            chosen = next((name for name in sources if kind(name) in MODEL_KINDS and self.unproven(name)), chosen)
         probe = None
         for name in sources:
             rec = self.record(name)

@@ -765,7 +765,7 @@ def test_lookup_displaces_the_draft_model_only_where_it_pays_the_models_catch_up
     assert idle.choose(sources, 8) == ("lookup:3-5", 1)
 
 
-def test_an_unproven_draft_model_is_not_displaced_by_an_unproven_lookup_match():
+def test_an_unproven_draft_model_is_not_displaced_by_an_unproven_short_match():
     """The draft model's first round failed at position 1 (one trial: a_1 = 1 - 3 / (1 + 2 / 0.467)
     = 0.43, pooled (0 + 2 x 0.8) / 3); lookup:2 has never drafted (its prior, 0.5). T_batch = 10,
     11, 12 ms; the model steps 2 ms, catches up in 4: its best plan, k = 1, makes 1.43 / 15 =
@@ -794,9 +794,21 @@ def test_an_unproven_draft_model_is_not_displaced_by_an_unproven_lookup_match():
     assert fresh.choose(sources, 8) == ("model", 1)
     assert policy(lookup_trials=8.0).choose(sources, 8) == ("lookup:2", 2)  # 6 + 2 positions tried, a = 0.5 each: proven
     assert policy(model_trials=6.0).choose(sources, 8) == ("lookup:2", 2)  # the model failed 6 times: it had its trial
-    # A match whose prior is above the model's (a passage repeated) may take it from the start.
-    assert [prior_acceptance(n) for n in ("lookup:2", "model", "cascade:memory:3-5", "lookup:6+")] == [0.5, 0.8, 0.6, 0.9]
-    long = policy()
-    long.drafters["lookup:6+"] = long.drafters.pop("lookup:2")
-    long.record("lookup:6+").acceptance.prior = 0.5  # the same plan as above, under a long match's name
-    assert long.choose(["lookup:6+", "model"], 8) == ("lookup:6+", 2)
+    # A longer match (prior 0.7 or more: a passage repeated) may take it from the start.
+    assert [prior_acceptance(n) for n in ("lookup:2", "model", "cascade:memory:3-5", "lookup:3-5")] == [0.5, 0.8, 0.6, 0.7]
+    longer = policy()
+    longer.drafters["lookup:3-5"] = longer.drafters.pop("lookup:2")
+    longer.record("lookup:3-5").acceptance.prior = 0.5  # the same plan as above, under a longer match's name
+    assert longer.choose(["lookup:3-5", "model"], 8) == ("lookup:3-5", 2)
+
+
+def test_a_memory_match_drafted_on_by_the_model_starts_from_the_matchs_first_position():
+    """AdaptivePolicy.prior's worked example: 'model:lookup:memory:6+' starts at most where its
+    match's a_1 is (0.3 -> 0.3; 0.95 -> the model's 0.8); without a record of the match, at the model's."""
+    policy = AdaptivePolicy(max_k=2)
+    assert policy.prior("model:lookup:memory:6+") == 0.8
+    policy.record("lookup:memory:6+").acceptance.rates = lambda: [0.3, 0.3]
+    assert policy.prior("model:lookup:memory:6+") == pytest.approx(0.3)
+    policy.record("lookup:memory:6+").acceptance.rates = lambda: [0.95, 0.9]
+    assert policy.prior("model:lookup:memory:6+") == 0.8
+    assert policy.prior("lookup:memory:6+") == 0.9 and policy.prior("cascade:memory:6+") == 0.6  # others: prior_acceptance
