@@ -340,21 +340,11 @@ class AdaptivePolicy:
 
     def record(self, name: str) -> DrafterRecord:
         if name not in self.drafters:
-            rec = DrafterRecord(Acceptance(self.max_k, self.prior(name), decay=self.decay), *(WeightedMean(self.decay) for _ in range(3)))
+            rec = DrafterRecord(Acceptance(self.max_k, prior_acceptance(name), decay=self.decay), *(WeightedMean(self.decay) for _ in range(3)))
             if self._seed_draft_step is not None and name == "model":
                 rec.draft_step.add(self._seed_draft_step)
             self.drafters[name] = rec
         return self.drafters[name]
-
-    def prior(self, name: str) -> float:
-        """A new record's prior acceptance: prior_acceptance, except for a memory match the draft
-        model drafts on from ("model:" + the match's name, drafting/combined.py), whose first drafts
-        are the match's: at most what the match's record makes of its first position now. Example:
-        'model:lookup:memory:6+' while 'lookup:memory:6+' has a_1 = 0.3 -> 0.3; with a_1 = 0.95 -> 0.8."""
-        match = name.split(":", 1)[1] if kind(name) == "model" and ":" in name else None
-        if match not in self.drafters:
-            return prior_acceptance(name)
-        return min(prior_acceptance(name), self.drafters[match].acceptance.rates()[0])
 
     def resume(self, earned: Mapping[str, Earned]) -> None:
         """Start each named proposer's acceptance from what earlier calls earned (see the module's

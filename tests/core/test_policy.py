@@ -800,15 +800,3 @@ def test_an_unproven_draft_model_is_not_displaced_by_an_unproven_short_match():
     longer.drafters["lookup:3-5"] = longer.drafters.pop("lookup:2")
     longer.record("lookup:3-5").acceptance.prior = 0.5  # the same plan as above, under a longer match's name
     assert longer.choose(["lookup:3-5", "model"], 8) == ("lookup:3-5", 2)
-
-
-def test_a_memory_match_drafted_on_by_the_model_starts_from_the_matchs_first_position():
-    """AdaptivePolicy.prior's worked example: 'model:lookup:memory:6+' starts at most where its
-    match's a_1 is (0.3 -> 0.3; 0.95 -> the model's 0.8); without a record of the match, at the model's."""
-    policy = AdaptivePolicy(max_k=2)
-    assert policy.prior("model:lookup:memory:6+") == 0.8
-    policy.record("lookup:memory:6+").acceptance.rates = lambda: [0.3, 0.3]
-    assert policy.prior("model:lookup:memory:6+") == pytest.approx(0.3)
-    policy.record("lookup:memory:6+").acceptance.rates = lambda: [0.95, 0.9]
-    assert policy.prior("model:lookup:memory:6+") == 0.8
-    assert policy.prior("lookup:memory:6+") == 0.9 and policy.prior("cascade:memory:6+") == 0.6  # others: prior_acceptance
