@@ -58,11 +58,11 @@ after `backoff` such rounds the drafter is tried once more at its best k >= 1, a
 back-off doubles (8, 16, .. 64 rounds) until drafting pays again. A drafter passed over
 because another one promised more (`model+lookup`) is probed the same way. Nor is a draft
 model passed over before its fair trial for a match of one or two tokens that has not had one
-either (`unproven`; their priors, 0.3 and 0.5, say they are mostly wrong: MOSTLY_WRONG):
-a call whose first round of drafts failed at position 1 (a = 0.43 after that one rejection)
-handed its rounds to one- and two-token lookup matches drafting on their priors (0.3, 0.5;
-they kept a quarter), and the draft model, which keeps 90 % of that text, waited for its probe
-(benchmarks/memory_workloads.py, `extract`, deepened pair, T = 0: ten such rounds in one call). A draft model's
+either (`unproven`; their priors, 0.3 and 0.5, say they are mostly wrong: MOSTLY_WRONG). A
+call whose first round of drafts failed at position 1 (a = 0.43 after that one rejection) did
+hand its rounds to such matches drafting on their priors (they kept a quarter) while the draft
+model, which keeps 90 % of that text, waited for its probe: ten rounds in one call of
+benchmarks/memory_workloads.py's `extract` (deepened pair, T = 0). A draft model's
 probe first catches up on every token it sat out, which costs per token (on a CPU a good
 part of a target step), so spacing probes out does not make them cheaper; instead such
 catch-ups (the next one predicted from the rounds sat out) may take at most PROBE_BUDGET of
