@@ -792,7 +792,7 @@ def test_an_unproven_draft_model_is_not_displaced_by_an_unproven_short_match():
     assert plans["model"] == (1, pytest.approx(1.43 / (15 * MS), rel=0.01))
     assert plans["lookup:2"] == (2, pytest.approx(1.75 / (12.2 * MS), rel=0.01))
     assert fresh.choose(sources, 8) == ("model", 1)
-    assert policy(lookup_trials=8.0).choose(sources, 8) == ("lookup:2", 2)  # 6 + 2 positions tried, a = 0.5 each: proven
+    assert policy(lookup_trials=8.0).choose(sources, 8) == ("lookup:2", 2)  # 8 + 4 positions tried, half kept: proven
     assert policy(model_trials=6.0).choose(sources, 8) == ("lookup:2", 2)  # the model failed 6 times: it had its trial
     # A longer match (prior 0.7 or more: a passage repeated) may take it from the start.
     assert [prior_acceptance(n) for n in ("lookup:2", "model", "cascade:memory:3-5", "lookup:3-5")] == [0.5, 0.8, 0.6, 0.7]
