@@ -233,7 +233,7 @@ def carried_model_record(earned: Earned | None) -> Earned | None:
     if earned is None:
         return None
     trials = sum(earned.trials)
-    if trials <= 0 or sum(earned.hits) / trials >= PRIOR_ACCEPTANCE["model"]:
+    if trials <= 0 or sum(earned.hits) / trials >= prior_acceptance("model"):
         return None
     scale = min(1.0, CARRIED_TRIALS / trials)
     return Earned(tuple(h * scale for h in earned.hits), tuple(t * scale for t in earned.trials))
@@ -271,6 +271,12 @@ def prior_acceptance(name: str) -> float:
     """A proposer's acceptance before anything is measured: its own entry, else its kind's, else
     0.6. Example: 'lookup:2' -> 0.5, 'model' -> 0.8, 'cascade:memory:3-5' -> 0.6."""
     return PRIOR_ACCEPTANCE.get(name, PRIOR_ACCEPTANCE.get(kind(name), 0.6))
+
+
+def prior_draft_cost(name: str) -> float:
+    """A proposer's draft step before one is measured, in units of T_batch(1): its kind's entry,
+    else 0.2. Example: 'lookup:3-5' -> 0.01, 'cascade:memory:6+' -> 0.05, 'model' -> 0.2."""
+    return PRIOR_DRAFT_COST.get(kind(name), 0.2)
 
 
 def kind(name: str) -> str:
@@ -366,7 +372,7 @@ class AdaptivePolicy:
         if rec.draft_step.value is None:
             # The prior counts as a fraction of a first sample, so one slow first measurement cannot
             # lock drafting out, while the first real ones soon outweigh it.
-            rec.draft_step.add(PRIOR_DRAFT_COST.get(kind(name), 0.2) * curve[0], PRIOR_DRAFT_WEIGHT)
+            rec.draft_step.add(prior_draft_cost(name) * curve[0], PRIOR_DRAFT_WEIGHT)
         # The catch-up replaces the first step; it costs more when it evaluates two tokens.
         overhead = max(rec.catch_up.value - rec.draft_step.value, 0.0) if rec.catch_up.value is not None else 0.0
         return best_draft_length(rec.acceptance.rates(), rec.draft_step.value, curve, max_k, min_k=1, draft_overhead=overhead + sitting_out)
@@ -446,7 +452,7 @@ class AdaptivePolicy:
         2 drafts to measure a first batch size, from which T_batch(1) is estimated."""
         unit = [1.0 + PRIOR_BATCH_SLOPE * n for n in range(max_k + 1)]
         plans = {
-            name: best_draft_length(self.record(name).acceptance.rates(), PRIOR_DRAFT_COST.get(kind(name), 0.2), unit, max_k)
+            name: best_draft_length(self.record(name).acceptance.rates(), prior_draft_cost(name), unit, max_k)
             for name in sources
         }
         best = max(sources, key=lambda name: plans[name][1])

@@ -22,7 +22,7 @@ from specdec_cli.events import Earned, Round, Token
 from specdec_cli.errors import BadInput
 from specdec_cli.tuning.estimates import FIRST_PASS_WEIGHT, Acceptance, BatchCost, WeightedMean, clamp
 from specdec_cli.tuning.policy import AdaptivePolicy, TunedPolicies, DEFAULT_P_MIN, FIRST_BACKOFF, FixedPolicy, PRIOR_DRAFT_WEIGHT, PROBE_BUDGET, REFRESH_MARGIN, REFRESH_ROUNDS, STALE_ROUNDS, best_draft_length, draft_policy, draft_step_seconds
-from specdec_cli.tuning.policy import CARRIED_TRIALS, MIN_TRIALS, carried_model_record, prior_acceptance
+from specdec_cli.tuning.policy import CARRIED_TRIALS, MIN_TRIALS, carried_model_record, prior_acceptance, prior_draft_cost
 from specdec_cli.maths.sampling import GREEDY, SamplingParams, probabilities, sample
 
 from fakes import MarkovModel, random_markov
@@ -796,6 +796,7 @@ def test_an_unproven_draft_model_is_not_displaced_by_an_unproven_short_match():
     assert policy(model_trials=6.0).choose(sources, 8) == ("lookup:2", 2)  # the model failed 6 times: it had its trial
     # A longer match (prior 0.7 or more: a passage repeated) may take it from the start.
     assert [prior_acceptance(n) for n in ("lookup:2", "model", "cascade:memory:3-5", "lookup:3-5")] == [0.5, 0.8, 0.6, 0.7]
+    assert [prior_draft_cost(n) for n in ("lookup:3-5", "cascade:memory:6+", "model")] == [0.01, 0.05, 0.2]  # its docstring's example
     longer = policy()
     longer.drafters["lookup:3-5"] = longer.drafters.pop("lookup:2")
     longer.record("lookup:3-5").acceptance.prior = 0.5  # the same plan as above, under a longer match's name
