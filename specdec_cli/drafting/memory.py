@@ -16,22 +16,23 @@ Three levels: within a call (the context itself, in lookup.py), across calls of 
 memory kept in the worker). The memory holds at most `max_tokens` tokens; the oldest
 sequences go first.
 
-The memory also keeps what lookup's proposals earned (`earned`: hits and trials per draft
-position, by the policy's names "lookup:2", "lookup:memory:6+", "cascade:memory:3-5", ..;
-events.Earned). The engine starts each call's policy from it and writes back what the call
-learnt, so lookup's proposals, in the call's context and in the memory, compete with the draft
-model on what they were worth in earlier calls: a short call does not spend its first rounds
-trying each class of match on its prior again (an extraction's one- and two-token matches
-mostly fail, call after call). The draft model's record is not kept (`recalled`): how far its
-drafts go depends on the text, and carried from call to call it made the model draft longer on
-texts unlike the last one (the suite's prompts, 0.95x at T = 0; docs/benchmarks.md).
+The memory also keeps what the proposals earned (`earned`: hits and trials per draft position,
+by the policy's names "model", "lookup:2", "lookup:memory:6+", "cascade:memory:3-5", ..; and
+the draft step's cost where a call timed it; events.Earned). The engine starts each call's
+policy from it and writes back what the call learnt, so lookup's proposals, in the call's
+context and in the memory, compete with the draft model on what they were worth in earlier
+calls: a short call does not spend its first rounds trying each class of match on its prior
+again (an extraction's one- and two-token matches mostly fail, call after call), nor climbing
+to the draft model's long drafts on a text it drafts well (tuning/policy.py, "What earlier
+calls earned", says how much the model's record weighs). The cascade's draft-model rounds
+("cascade:2") are not kept (`recalled`).
 
 A match proposes what followed it in an earlier call only as far as the earlier occurrences
 that agree with the context about as long (RIVAL_SHARE) went on alike: after an extraction's
 frame (`{"name": "`) every earlier call wrote another value, so none is proposed.
 
     memory.earned["lookup:memory:6+"] = Earned(hits=(1.2,), trials=(9.5,))   # a losing source
-    recalled({"model": Earned((0.9,), (1.0,)), "lookup:memory:6+": Earned((1.2,), (9.5,))})  # -> the second only
+    recalled({"cascade:2": Earned((0.9,), (1.0,)), "lookup:memory:6+": Earned((1.2,), (9.5,))})  # -> the second only
 
 The cache file is untrusted input. It is JSON with a format name, a version, a fingerprint
 of the tokenizer that wrote it, the sequences and the earned record; `load` refuses a file
@@ -64,9 +65,9 @@ from ..events import MAX_DRAFT_TOKENS, Earned
 from .ngram import PLACES, RECALL_TOKENS, NgramTable, longest
 
 FORMAT = "specdec-draft-cache"
-VERSION = 2  # 2: the earned record per proposer; a version 1 file is refused (and rebuilt)
+VERSION = 3  # 2: the earned record per proposer; 3: with the draft model's, and each one's draft cost. Older files are refused (and rebuilt)
 MAX_EARNED = 256  # proposer names a file's record may hold (the policy's names are a few dozen)
-EARNED_BYTES = MAX_EARNED * MAX_DRAFT_TOKENS * 2 * 16  # the most JSON such a record takes (rounded counts)
+EARNED_BYTES = MAX_EARNED * (MAX_DRAFT_TOKENS * 2 + 1) * 16  # the most JSON such a record takes (rounded counts, a cost)
 NGRAM = 3  # the index's key: a sequence's last NGRAM tokens (shorter at its start)
 DEFAULT_MAX_TOKENS = 200_000  # --draft-cache-size
 
@@ -160,7 +161,7 @@ class DraftMemory:
     # -- the cache file ---------------------------------------------------------------------
 
     def to_json(self, fingerprint: str) -> dict:
-        earned = {name: {"hits": [round(h, 4) for h in e.hits], "trials": [round(x, 4) for x in e.trials]} for name, e in sorted(self.earned.items())}
+        earned = {name: _record_json(e) for name, e in sorted(self.earned.items())}
         return {"format": FORMAT, "version": VERSION, "tokenizer": fingerprint, "sequences": list(self.sequences), "earned": earned}
 
     @classmethod
@@ -187,27 +188,37 @@ class DraftMemory:
         return memory
 
 
+def _record_json(e: Earned) -> dict:
+    record = {"hits": [round(h, 4) for h in e.hits], "trials": [round(x, 4) for x in e.trials]}
+    if e.draft_cost is not None:
+        record["draft_cost"] = round(e.draft_cost, 4)
+    return record
+
+
 def recalled(earned: Mapping[str, Earned]) -> dict[str, Earned]:
-    """The records the memory keeps from call to call: those of lookup's proposals, in the call's
-    own context and in the memory ("lookup:2", "lookup:memory:6+"), and of the cascade's guesses
-    from the memory ("cascade:memory:3-5"); lookup.py and cascade.py name them. Not the draft
-    model's, nor the cascade's other rounds (the draft model's sample): see the module's docstring."""
-    return {name: record for name, record in earned.items() if name.startswith("lookup:") or name.split(":")[1:2] == ["memory"]}
+    """The records the memory keeps from call to call: the draft model's ("model"), those of
+    lookup's proposals, in the call's own context and in the memory ("lookup:2",
+    "lookup:memory:6+"), and of the cascade's guesses from the memory ("cascade:memory:3-5");
+    lookup.py and cascade.py name them. Not the cascade's other rounds ("cascade:2": the draft
+    model's sample after a guess, whose record is not the model's own)."""
+    return {name: record for name, record in earned.items() if name == "model" or name.startswith("lookup:") or name.split(":")[1:2] == ["memory"]}
 
 
 def read_earned(data, name: str) -> dict[str, Earned]:
-    """A file's earned record ({proposer: {"hits": [..], "trials": [..]}}), or BadCache saying what
-    is wrong with it: counts must be finite, 0 <= hits <= trials, at most MAX_DRAFT_TOKENS positions.
-    Example: {"model": {"hits": [0.9], "trials": [1.9]}} -> {"model": Earned((0.9,), (1.9,))}."""
+    """A file's earned record ({proposer: {"hits": [..], "trials": [..], "draft_cost": x}}), or
+    BadCache saying what is wrong with it: counts must be finite, 0 <= hits <= trials, at most
+    MAX_DRAFT_TOKENS positions; a draft cost, where there is one, a number as counts are.
+    Example: {"model": {"hits": [0.9], "trials": [1.9], "draft_cost": 0.4}} -> {"model": Earned((0.9,), (1.9,), 0.4)}."""
     if not isinstance(data, dict) or len(data) > MAX_EARNED:
         raise BadCache(f"draft cache {name} holds no record of what each drafter earned (or too large a one)")
     out = {}
     for source, entry in data.items():
-        hits, trials = (entry.get(key) if isinstance(entry, dict) else None for key in ("hits", "trials"))
+        hits, trials, cost = (entry.get(key) if isinstance(entry, dict) else None for key in ("hits", "trials", "draft_cost"))
         counts = isinstance(hits, list) and isinstance(trials, list) and len(hits) == len(trials) <= MAX_DRAFT_TOKENS
-        if not counts or len(source) > 64 or not all(_count(h) and _count(x) and h <= x for h, x in zip(hits, trials)):
+        counts = counts and all(_count(h) and _count(x) and h <= x for h, x in zip(hits, trials)) and (cost is None or _count(cost))
+        if not counts or len(source) > 64:
             raise BadCache(f"draft cache {name} holds a malformed record for drafter {source[:64]!r}")
-        out[source] = Earned(tuple(float(h) for h in hits), tuple(float(x) for x in trials))
+        out[source] = Earned(tuple(float(h) for h in hits), tuple(float(x) for x in trials), None if cost is None else float(cost))
     return out
 
 

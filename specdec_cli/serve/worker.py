@@ -28,11 +28,12 @@ with Retry-After). A job whose client went away is `cancel()`ed: its slot sees i
 next event, at most one round later, and closes the engine's generator, whose `finally`
 rolls its sequence back to the accepted prefix in both models as Ctrl-C does in `specdec run`;
 the slot is free for the next pass. A drafting memory (drafting/memory.py) keeps every finished
-request's prompt and answer, which lookup drafts from for the requests after it.
+request's prompt and answer, which lookup drafts from for the requests after it, and what each
+proposer (the draft model among them) earned, which the next request's policy starts from
+(tuning/policy.py, "What earlier calls earned").
 
 Tenants (a job's `tenant`: its API key, guard.py) never see each other's text. Each has its
-own drafting memory and its own draft-model record (a losing one starts its next request:
-tuning/policy.carried_model_record), and a job reuses a slot's cache only when the slot's last job was its own
+own drafting memory, and a job reuses a slot's cache only when the slot's last job was its own
 tenant's: otherwise the slot's sequence is emptied first, so `cached_tokens` (and the time a
 prefill takes) tells a client only about its own key's requests.
 
@@ -72,9 +73,9 @@ from ..drafting.kv_sync import common_prefix
 from ..drafting.lookup import LookupOptions
 from ..drafting.memory import DraftMemory
 from ..errors import BadInput, SpecdecError
-from ..events import AUTO, DraftPolicy, Earned, Event, Rejected, Round, Token
+from ..events import AUTO, DraftPolicy, Event, Rejected, Round, Token
 from ..session import LoadedPair
-from ..tuning.policy import AUTO_MAX_K, carried_model_record, draft_policy
+from ..tuning.policy import AUTO_MAX_K, draft_policy
 from .types import Settings
 
 log = logging.getLogger("specdec")
@@ -206,7 +207,6 @@ class Worker:
         self.n_slots = slots
         self._mailboxes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> its Mailbox
         self.memories: dict[str, DraftMemory] = {}  # each tenant's earlier prompts and answers, for lookup (drafting/memory.py)
-        self.model_records: dict[str, Earned] = {}  # each tenant's draft-model record as its last request ended (policy.carried_model_record)
         self._jobs: queue.Queue[Job | None] = queue.Queue(maxsize=queue_size)
         self._thread = threading.Thread(target=self._main, name="specdec-worker", daemon=True)
         self._free = threading.Condition()  # a slot became free, or the worker is stopping
@@ -435,7 +435,7 @@ class Worker:
                 raise EndEarly("time_limit")
 
         try:
-            policy = self._policy(s, pair, job.tenant)
+            policy = self._policy(s, pair)
             with self.batcher.joined():
                 try:
                     outcome = consume(engine.generate(ids, config, policy), hand_over)
@@ -449,26 +449,18 @@ class Worker:
         except SpecdecError as exc:
             return Failed(exc)
         memory.add(ids + outcome.tokens)
-        record = policy.earned().get("model")
-        if record is not None:
-            self.model_records[job.tenant] = record
         return Done(outcome)
 
-    def _policy(self, settings: Settings, pair: LoadedPair, tenant: str) -> DraftPolicy:
+    def _policy(self, settings: Settings, pair: LoadedPair) -> DraftPolicy:
         """The job's draft-length policy: a fixed k, or `auto` starting from the costs this server's
         passes measured for a sequence at the batch size it joins (Batcher.cost_curve), which
         its own rounds then refine, with the draft model left out where it cannot pay, or where
-        the slot's draft model lags too far behind for the tokens left (BatchedPolicy); and from
-        the draft model's record of the tenant's last request where that record lost
-        (policy.carried_model_record)."""
+        the slot's draft model lags too far behind for the tokens left (BatchedPolicy). (The
+        engine starts it from what the tenant's memory holds: Engine's `earned`.)"""
         if settings.draft_tokens != AUTO:
             return draft_policy(settings.draft_tokens, settings.p_min)
         curve = self.batcher.cost_curve(self.batcher.active, AUTO_MAX_K + 1)
-        policy = BatchedPolicy(draft_policy(AUTO, settings.p_min, curve), self.batcher, lag=pair.draft_lag)
-        carried = carried_model_record(self.model_records.get(tenant))
-        if carried is not None:
-            policy.resume({"model": carried})
-        return policy
+        return BatchedPolicy(draft_policy(AUTO, settings.p_min, curve), self.batcher, lag=pair.draft_lag)
 
     def _fit(self, ids: list[int], settings: Settings):
         """The request's config with its token budget checked against the context (the numbers

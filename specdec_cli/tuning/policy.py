@@ -79,25 +79,28 @@ it. Without that, lookup's and the memory's rounds looked free of the catch-up t
 
 What earlier calls earned. A policy is fresh for each generation, and a short call ends before
 it has learnt much; with the drafting memory on (`--draft-cache`, the server's memory) the
-engine hands it, at the start, the hits and trials per position of lookup's proposals (in the
-call's context and in the memory) as the previous call ended them (events.Earned, kept by
-drafting/memory.py), and takes them back at the end. So matches that lost in earlier calls
-(one-token matches in an extraction's text) start with their losing record, are not chosen, and
-are only probed as above, the first time after RESUMED_BACKOFF rounds, not FIRST_BACKOFF (each
-class that lost, probed every 8 rounds in every short call, cost the suite's calls about one
-round in six); those that won start trusted. The draft model starts from its priors, as
-without the memory. The record is acceptance only: costs are this machine's, measured anew.
-
-A draft model that lost. The server starts each request of a tenant from the draft model's
-record at the end of that tenant's last request where that record is below the prior
-(`carried_model_record`), scaled to CARRIED_TRIALS trials, fewer than MIN_TRIALS: a request
-after requests whose drafts failed gives up on the draft model within a few one-token trials
-instead of some ten rounds of drafts from the priors (with a draft that never agrees, 1.4 rows
-per pass against speculation off's 1.1, at one client of 48-token answers, docs/serving.md),
-while one whose text drafts well is back to long drafts after a few hits. A record at or above
-the prior is not carried: how far drafts go depends on the text, and a high record carried
-made the draft model draft long on texts unlike the last one (model+lookup on the bench's
-suite, 0.95x at T = 0, when `specdec run`'s memory carried it).
+engine hands it, at the start, what each proposer earned as the previous call ended
+(events.Earned, kept by drafting/memory.py): the hits and trials per position of lookup's
+proposals (in the call's context and in the memory) and of the draft model, and the draft
+model's step in units of T_batch(1) where a call timed both; at the end it takes them back. So
+matches that lost in earlier calls (one-token matches in an extraction's text) start with their
+losing record, are not chosen, and are only probed as above, the first time after
+RESUMED_BACKOFF rounds, not FIRST_BACKOFF (each class that lost, probed every 8 rounds in every
+short call, cost the suite's calls about one round in six); those that won start trusted.
+The draft model's record weighs CARRIED_TRIALS trials at most (`carried_record`), fewer than
+MIN_TRIALS: how far its drafts go depends on the text, so a call's own rounds soon outweigh it.
+A call after calls whose drafts went far starts with long drafts instead of climbing from k = 3
+through a short answer's few rounds (the deepened pair's extractions: k = 3, 7, 15, 16 in
+every call, so the memory's opening round more often added a round than saved one); one after
+calls whose drafts failed gives the draft model up within a few one-token trials instead of
+some ten rounds of drafts from the priors (with a draft that never agrees, 1.4 rows per pass
+against speculation off's 1.1, at one client of 48-token answers, docs/serving.md). Rounds 1
+and 2, which draft before the call has timed anything, take the carried step (`unit_draft_cost`)
+in place of the prior 0.2: the built-in pair's Q4_1 draft costs 0.6-0.7 of its F32 target's step
+on a 2-core CPU, and a high record carried with the prior's cost drafted long there (the
+suite's prompts with the memory, 0.95x at T = 0). The server starts each request of a tenant
+from the draft model's record at the end of that tenant's last request the same way; its costs
+come from its batches (decoding/batch.py).
 
 Across calls on the same models. A fresh policy spends a short call's first rounds learning:
 k = 3 on the priors in round 1, a first batch size in round 2, a plain target step soon after
@@ -172,7 +175,7 @@ REFRESH_MARGIN = 2.0  # unless drafting promises at least this factor over targe
 STALE_ROUNDS = 64  # then when it is older than this many
 MAX_BACKOFF = 64
 RESUMED_BACKOFF = 32  # a proposer whose record from earlier calls holds MIN_TRIALS: its first probe, while it loses
-CARRIED_TRIALS = 4.0  # a losing draft-model record handed to the next request weighs this many trials at most (< MIN_TRIALS)
+CARRIED_TRIALS = 4.0  # a draft model's record handed to the next call weighs this many trials at most (< MIN_TRIALS)
 
 
 def draft_policy(draft_tokens: DraftTokens, p_min: float | None = None, costs: "CostCurve | None" = None) -> DraftPolicy:
@@ -225,18 +228,16 @@ class TunedPolicies:
         return policy
 
 
-def carried_model_record(earned: Earned | None) -> Earned | None:
-    """What the next request's draft model starts from, given its record at the end of the last
-    request (see "A draft model that lost"): that record scaled to CARRIED_TRIALS trials where it
-    accepted less than the prior, else None (the priors). Example: hits (0.5, 0.0), trials (6.0,
-    2.0): 0.5 of 8 < 0.8, so hits (0.25, 0.0), trials (3.0, 1.0)."""
-    if earned is None:
-        return None
+def carried_record(name: str, earned: Earned) -> Earned:
+    """What a call starts a proposer's acceptance from, given its record at the end of an earlier
+    call (see "What earlier calls earned"): a draft model's scaled to CARRIED_TRIALS trials where
+    it holds more, lookup's as it is. Example: 'model', hits (0.5, 0.0), trials (6.0, 2.0) ->
+    hits (0.25, 0.0), trials (3.0, 1.0); 'lookup:2' with the same counts: as it is."""
     trials = sum(earned.trials)
-    if trials <= 0 or sum(earned.hits) / trials >= prior_acceptance("model"):
-        return None
-    scale = min(1.0, CARRIED_TRIALS / trials)
-    return Earned(tuple(h * scale for h in earned.hits), tuple(t * scale for t in earned.trials))
+    if kind(name) not in MODEL_KINDS or trials <= CARRIED_TRIALS:
+        return earned
+    scale = CARRIED_TRIALS / trials
+    return Earned(tuple(h * scale for h in earned.hits), tuple(t * scale for t in earned.trials), earned.draft_cost)
 
 
 # -- the maths ------------------------------------------------------------------------
@@ -292,6 +293,8 @@ class DrafterRecord:
     draft_step: WeightedMean = field(default_factory=WeightedMean)
     catch_up: WeightedMean = field(default_factory=WeightedMean)  # the draft model's catch-up per round
     backlog_per_round: WeightedMean = field(default_factory=WeightedMean)  # catch-up per round sat out
+    carried_cost: float | None = None  # T_draft / T_batch(1) as an earlier call measured it (Earned.draft_cost)
+    steps_timed: int = 0  # draft steps this run timed (draft_step holds no more than a prior before the first)
     backoff: int = FIRST_BACKOFF  # rounds passed over before the next probe
     waited: int = 0  # rounds passed over since it last drafted
     last_round: int = 0  # the round it last drafted in
@@ -356,14 +359,24 @@ class AdaptivePolicy:
         """Start each named proposer's acceptance from what earlier calls earned (see the module's
         docstring); a proposer this call also drafts with then learns on from there."""
         for name, record in earned.items():
-            rec = self.record(name)
+            rec, record = self.record(name), carried_record(name, record)
             rec.acceptance.resume(record.hits, record.trials)
+            rec.carried_cost = record.draft_cost
             if not self.unproven(name):  # a fair trial, as `choose` counts it: while it loses, a probe per call or so
                 rec.backoff = RESUMED_BACKOFF
 
     def earned(self) -> dict[str, Earned]:
-        """Each proposer's acceptance counts now, for the next call (those never tried left out)."""
-        return {name: Earned(*rec.acceptance.counts()) for name, rec in self.drafters.items() if rec.acceptance.trials.any()}
+        """Each proposer's acceptance counts now, for the next call (those never tried left out),
+        and its draft step in units of T_batch(1) where this run timed both, else the one it was
+        resumed with. Not from a T_batch(1) estimated from larger batches: a line through sizes 15
+        and 17 put a draft step at 1.15 target steps (measured: 0.17), and a draft model carried
+        as that dear drafts k = 1, whose step its catch-up hides, so no later call corrected it."""
+        yardstick = self.curve()[0] if self.batch.measured else None
+        return {
+            name: Earned(*rec.acceptance.counts(), rec.draft_step.value / yardstick if yardstick and rec.steps_timed else rec.carried_cost)
+            for name, rec in self.drafters.items()
+            if rec.acceptance.trials.any()
+        }
 
     def plan(self, name: str, max_k: int, curve: Sequence[float], sitting_out: float = 0.0) -> tuple[int, float]:
         """The best k >= 1 for this drafter under the current estimates, and its tokens per second;
@@ -372,7 +385,7 @@ class AdaptivePolicy:
         if rec.draft_step.value is None:
             # The prior counts as a fraction of a first sample, so one slow first measurement cannot
             # lock drafting out, while the first real ones soon outweigh it.
-            rec.draft_step.add(prior_draft_cost(name) * curve[0], PRIOR_DRAFT_WEIGHT)
+            rec.draft_step.add(self.unit_draft_cost(name) * curve[0], PRIOR_DRAFT_WEIGHT)
         # The catch-up replaces the first step; it costs more when it evaluates two tokens.
         overhead = max(rec.catch_up.value - rec.draft_step.value, 0.0) if rec.catch_up.value is not None else 0.0
         return best_draft_length(rec.acceptance.rates(), rec.draft_step.value, curve, max_k, min_k=1, draft_overhead=overhead + sitting_out)
@@ -440,6 +453,12 @@ class AdaptivePolicy:
         chosen = probe or chosen
         return (chosen, plans[chosen][0]) if chosen is not None else (None, 0)
 
+    def unit_draft_cost(self, name: str) -> float:
+        """A proposer's draft step in units of T_batch(1) before this run timed one: what an
+        earlier call measured (`resume`), else the prior (prior_draft_cost)."""
+        carried = self.record(name).carried_cost
+        return prior_draft_cost(name) if carried is None else carried
+
     def unproven(self, name: str) -> bool:
         """Whether a proposer has drafted fewer than MIN_TRIALS positions (exponentially weighted,
         in this call or carried into it), so that its estimate is still mostly its prior."""
@@ -452,7 +471,7 @@ class AdaptivePolicy:
         2 drafts to measure a first batch size, from which T_batch(1) is estimated."""
         unit = [1.0 + PRIOR_BATCH_SLOPE * n for n in range(max_k + 1)]
         plans = {
-            name: best_draft_length(self.record(name).acceptance.rates(), prior_draft_cost(name), unit, max_k)
+            name: best_draft_length(self.record(name).acceptance.rates(), self.unit_draft_cost(name), unit, max_k)
             for name in sources
         }
         best = max(sources, key=lambda name: plans[name][1])
@@ -510,6 +529,7 @@ class AdaptivePolicy:
             step = draft_step_seconds(event)
             if step is not None:
                 rec.draft_step.add(clamp(step, rec.draft_step.value))
+                rec.steps_timed += 1
             if event.draft_catch_up_seconds > 0.0 and lagging:
                 self.backlog_seconds += event.draft_catch_up_seconds
                 rec.backlog_per_round.add(event.draft_catch_up_seconds / max(sat_out, 1))

@@ -22,7 +22,7 @@ from specdec_cli.events import Earned, Round, Token
 from specdec_cli.errors import BadInput
 from specdec_cli.tuning.estimates import FIRST_PASS_WEIGHT, Acceptance, BatchCost, WeightedMean, clamp
 from specdec_cli.tuning.policy import AdaptivePolicy, TunedPolicies, DEFAULT_P_MIN, FIRST_BACKOFF, FixedPolicy, PRIOR_DRAFT_WEIGHT, PROBE_BUDGET, REFRESH_MARGIN, REFRESH_ROUNDS, STALE_ROUNDS, best_draft_length, draft_policy, draft_step_seconds
-from specdec_cli.tuning.policy import CARRIED_TRIALS, MIN_TRIALS, carried_model_record, prior_acceptance, prior_draft_cost
+from specdec_cli.tuning.policy import CARRIED_TRIALS, MIN_TRIALS, carried_record, prior_acceptance, prior_draft_cost
 from specdec_cli.maths.sampling import GREEDY, SamplingParams, probabilities, sample
 
 from fakes import MarkovModel, random_markov
@@ -711,13 +711,46 @@ def test_auto_is_greedy_exact():
     assert sum(r.drafted for r in events if isinstance(r, Round)) > 0
 
 
-def test_a_losing_draft_model_record_is_carried_scaled_and_a_winning_one_is_not():
-    # the docstring's example: 0.5 of 8 trials < the prior 0.8 -> scaled to 4 trials
-    assert carried_model_record(Earned((0.5, 0.0), (6.0, 2.0))) == Earned((0.25, 0.0), (3.0, 1.0))
-    assert CARRIED_TRIALS < MIN_TRIALS  # the next request still tries the draft model before it gives up
-    assert carried_model_record(Earned((0.5,), (2.0,))) == Earned((0.5,), (2.0,))  # fewer trials than the cap: as it is
-    assert carried_model_record(Earned((9.0, 7.0), (10.0, 8.0))) is None  # 16 of 18: at or above the prior, the priors
-    assert carried_model_record(None) is None and carried_model_record(Earned((), ())) is None
+def test_a_draft_models_record_is_carried_scaled_and_lookups_as_it_is():
+    # the docstring's example: 8 trials -> scaled to 4, the draft cost kept
+    assert carried_record("model", Earned((0.5, 0.0), (6.0, 2.0), 0.4)) == Earned((0.25, 0.0), (3.0, 1.0), 0.4)
+    assert carried_record("lookup:2", Earned((0.5, 0.0), (6.0, 2.0))) == Earned((0.5, 0.0), (6.0, 2.0))
+    assert CARRIED_TRIALS < MIN_TRIALS  # the next call still tries the draft model before it gives up
+    assert carried_record("model", Earned((0.5,), (2.0,))) == Earned((0.5,), (2.0,))  # fewer trials than the cap: as it is
+    assert carried_record("cascade:3-5", Earned((6.0, 2.0), (6.0, 2.0))) == Earned((3.0, 1.0), (3.0, 1.0))  # a winning one too
+    assert carried_record("model", Earned((), ())) == Earned((), ())
+
+
+def test_the_first_rounds_draft_on_a_carried_draft_cost():
+    """Rounds 1 and 2 choose k from the priors in units of T_batch(1) (a = 0.8, T_batch(n) = 1 +
+    0.05 (n - 1)) and the draft step: the prior 0.2 gives k = 3 (E(3) / C(3) = 2.952 / 1.75 = 1.687
+    against 3.362 / 2.0 = 1.681 at k = 4); a step an earlier call measured at 0.6 gives k = 1
+    (1.8 / 1.65 = 1.091 against 2.44 / 2.3 = 1.061), at 0.05 k = 6 (3.951 / 1.6 = 2.469)."""
+    assert AdaptivePolicy().choose(["model"], 16) == ("model", 3)
+    for cost, k in ((0.6, 1), (0.05, 6)):
+        policy = AdaptivePolicy()
+        policy.resume({"model": Earned((), (), cost)})
+        assert policy.choose(["model"], 16) == ("model", k), cost
+
+
+def test_earned_hands_on_the_draft_step_measured_in_units_of_a_plain_step():
+    """Round 1 teaches no costs; round 2, a plain step, measures T_batch(1) = 10 ms; round 3 drafts
+    4 tokens in 8 ms (2 ms a step, no catch-up): 0.2 of a plain step. Nothing is handed on where
+    T_batch(1) was only estimated (no plain step); where no step was timed, the cost the policy
+    was resumed with."""
+    policy = AdaptivePolicy()
+    plain = Round(drafted=0, accepted=0, draft_seconds=0.0, draft_decode_seconds=0.0, target_seconds=0.01, seconds=0.01, drafter="", k=0)
+    policy.observe(plain)
+    policy.observe(plain)
+    policy.observe(Round(drafted=4, accepted=4, draft_seconds=0.008, draft_decode_seconds=0.008, target_seconds=0.012, seconds=0.02, drafter="model", k=4))
+    assert policy.earned()["model"].draft_cost == pytest.approx(0.2)
+    drafting = AdaptivePolicy()
+    for seconds in (0.02, 0.02, 0.022):
+        drafting.observe(Round(drafted=4, accepted=4, draft_seconds=0.008, draft_decode_seconds=0.008, target_seconds=0.012, seconds=seconds, drafter="model", k=4))
+    assert drafting.earned()["model"].draft_cost is None and drafting.drafters["model"].steps_timed == 2
+    resumed = AdaptivePolicy()
+    resumed.resume({"model": Earned((1.0,), (1.0,), 0.3)})
+    assert resumed.earned()["model"].draft_cost == 0.3
 
 
 # -- a round the draft model sits out ---------------------------------------------------

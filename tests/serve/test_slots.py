@@ -74,11 +74,10 @@ def test_slots_shows_each_key_only_its_own_slots_figures():
 def test_a_request_after_one_whose_drafts_all_failed_drafts_less():
     """A draft that never agrees (its greedy choice after letter i is i + 2, the target's i + 1),
     and costs half a target pass: the second request starts from the first one's losing record
-    (tuning/policy.carried_model_record), so it gives the draft model up sooner. Counted from
+    (kept by the tenant's memory: tuning/policy.carried_record), so it gives the draft model up sooner. Counted from
     each answer's rounds (timings.draft_n)."""
     from fakes import ToyModel, successor_table
     from specdec_cli.session import LoadedPair
-    from specdec_cli.tuning.policy import carried_model_record
 
     target = ToyModel(successor_table(), seconds_per_decode=0.004)
     draft = ToyModel(successor_table({i: (i + 2) % 26 for i in range(26)}), seconds_per_decode=0.002)
@@ -96,7 +95,7 @@ def test_a_request_after_one_whose_drafts_all_failed_drafts_less():
         # in round 1; from a carried record of CARRIED_TRIALS (4) it needs a few one-token trials.
         # (Without the carry the second request drafted 10 against the first's 11.)
         assert drafted[0] > 0 and drafted[0] - drafted[1] >= 4, drafted
-        assert carried_model_record(s.worker.model_records[""]) is not None
+        assert sum(s.worker.memories[""].earned["model"].hits) == 0.0  # the record it started from: the first request's, all failed
     finally:
         s.stop()
 
