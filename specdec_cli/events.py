@@ -103,7 +103,7 @@ class Earned:
     a call ended. The drafting memory (drafting/memory.py) keeps one per proposer name, so that the
     next call starts from them. Example: hits (0.9, 0.0), trials (1.9, 0.9): position 1 gave a
     token in about half its trials, position 2 in none. `draft_cost`: its draft step as measured,
-    in units of a plain target step (T_draft / T_batch(1)), None where no step was timed; the
+    in units of a plain target step (T_draft / T_batch(1)), None where a call measured none; the
     next call chooses its first rounds' k from it instead of the prior (0.2 for a draft model)."""
 
     hits: tuple[float, ...]
