@@ -230,11 +230,13 @@ class TunedPolicies:
 
 def carried_record(name: str, earned: Earned) -> Earned:
     """What a call starts a proposer's acceptance from, given its record at the end of an earlier
-    call (see "What earlier calls earned"): a draft model's scaled to CARRIED_TRIALS trials where
-    it holds more, lookup's as it is. Example: 'model', hits (0.5, 0.0), trials (6.0, 2.0) ->
-    hits (0.25, 0.0), trials (3.0, 1.0); 'lookup:2' with the same counts: as it is."""
+    call (see "What earlier calls earned"): the draft model's ("model") scaled to CARRIED_TRIALS
+    trials where it holds more; every other's as it is (lookup's matches, the cascade's guesses
+    from the memory: "cascade:memory:3-5" is a match's record, not the draft model's). Example:
+    'model', hits (0.5, 0.0), trials (6.0, 2.0) -> hits (0.25, 0.0), trials (3.0, 1.0); 'lookup:2'
+    with the same counts: as it is."""
     trials = sum(earned.trials)
-    if kind(name) not in MODEL_KINDS or trials <= CARRIED_TRIALS:
+    if name != "model" or trials <= CARRIED_TRIALS:
         return earned
     scale = CARRIED_TRIALS / trials
     return Earned(tuple(h * scale for h in earned.hits), tuple(t * scale for t in earned.trials), earned.draft_cost)

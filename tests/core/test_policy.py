@@ -717,7 +717,8 @@ def test_a_draft_models_record_is_carried_scaled_and_lookups_as_it_is():
     assert carried_record("lookup:2", Earned((0.5, 0.0), (6.0, 2.0))) == Earned((0.5, 0.0), (6.0, 2.0))
     assert CARRIED_TRIALS < MIN_TRIALS  # the next call still tries the draft model before it gives up
     assert carried_record("model", Earned((0.5,), (2.0,))) == Earned((0.5,), (2.0,))  # fewer trials than the cap: as it is
-    assert carried_record("cascade:3-5", Earned((6.0, 2.0), (6.0, 2.0))) == Earned((3.0, 1.0), (3.0, 1.0))  # a winning one too
+    assert carried_record("model", Earned((6.0, 2.0), (6.0, 2.0))) == Earned((3.0, 1.0), (3.0, 1.0))  # a winning one too
+    assert carried_record("cascade:memory:3-5", Earned((6.0, 2.0), (6.0, 2.0))) == Earned((6.0, 2.0), (6.0, 2.0))  # a match's, as lookup's
     assert carried_record("model", Earned((), ())) == Earned((), ())
 
 
