@@ -457,9 +457,19 @@ class AdaptivePolicy:
 
     def unit_draft_cost(self, name: str) -> float:
         """A proposer's draft step in units of T_batch(1) before this run timed one: what an
-        earlier call measured (`resume`), else the prior (prior_draft_cost)."""
+        earlier call measured (`resume`), else the prior (prior_draft_cost). A cascade's guessed
+        round, whose record is not carried, runs the draft model too: where the draft model's own
+        step was carried, its prior scales as that step does against the model's prior, so that
+        a measured dear step does not make the cascade's guesses look cheap beside it (the
+        suite's prompts with the memory: 0.96x without this, 1.04x with it). Example: 'model'
+        carried at 0.6 -> 'cascade:3-5' 0.05 x 0.6 / 0.2 = 0.15; 'lookup:3-5' stays 0.01."""
         carried = self.record(name).carried_cost
-        return prior_draft_cost(name) if carried is None else carried
+        if carried is not None:
+            return carried
+        model = self.drafters.get("model")
+        if kind(name) in MODEL_KINDS and model is not None and model.carried_cost is not None:
+            return prior_draft_cost(name) * model.carried_cost / prior_draft_cost("model")
+        return prior_draft_cost(name)
 
     def unproven(self, name: str) -> bool:
         """Whether a proposer has drafted fewer than MIN_TRIALS positions (exponentially weighted,
