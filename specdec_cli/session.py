@@ -162,7 +162,7 @@ class LoadedPair:
         if self.vocab_map is not None:
             by_model = CrossVocabDrafter.for_models(self.draft, self.target, self.vocab_map)
         else:
-            by_model = ModelDrafter(self.draft, self.vocab_limit)
+            by_model = ModelDrafter(self.draft, self.vocab_limit, is_end=self.target.is_end_of_generation)
         if drafter == "cascade" and self.vocab_map is None:
             return Engine(self.target, CascadeDrafter(by_model, by_lookup), vocab_limit=self.vocab_limit, earned=earned)
         chosen = by_model if drafter in ("model", "cascade") else ModelAndLookup(by_model, by_lookup)  # cascade: not across vocabularies

@@ -89,13 +89,13 @@ class CascadeDrafter(ModelAndLookup):
                 out.tokens.append(x)
                 if q is not None:
                     out.q_rows.append(q)
-                if i == len(guess) or x != guess[i]:
+                if i == len(guess) or x != guess[i] or drafter.is_end(x):
                     break
                 kept += 1
         finally:
             model.rewind(len(own) + kept)  # the cache holds the sample but its last token, as ModelDrafter leaves it
         out.decode_seconds = out.catch_up_seconds = clock.now() - t0
-        if len(out.tokens) < k:
+        if len(out.tokens) < k and not drafter.is_end(out.tokens[-1]):
             t0 = clock.now()
             row = model.decode(out.tokens[-1:], 1)[0]
             out.decode_seconds += clock.now() - t0

@@ -150,8 +150,8 @@ class CrossVocabDrafter(ModelDrafter):
     """Drafts target ids with a model of another vocabulary, over the shared tokens: the
     ModelDrafter loop, with the context translated by a TextMirror and q restricted."""
 
-    def __init__(self, model: CausalModel, vocab: VocabMap, mirror: TextMirror) -> None:
-        super().__init__(model)
+    def __init__(self, model: CausalModel, vocab: VocabMap, mirror: TextMirror, is_end: Callable[[int], bool] | None = None) -> None:
+        super().__init__(model, is_end=is_end)
         self.vocab = vocab
         self.mirror = mirror
 
@@ -166,7 +166,7 @@ class CrossVocabDrafter(ModelDrafter):
             byte_tokens(*draft.vocab_table),
             prefix=[draft.vocab.bos] if draft.vocab.add_bos else [],
         )
-        return cls(draft, vocab, mirror)
+        return cls(draft, vocab, mirror, is_end=target.is_end_of_generation)
 
     def own_context(self, context: Sequence[int]) -> list[int]:
         """The draft's tokens for the same text (TextMirror)."""

@@ -14,7 +14,7 @@ Left out: verification (maths/speculative.py), another vocabulary (cross_vocab.p
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -34,10 +34,11 @@ class ModelDrafter:
 
     name = "model"
 
-    def __init__(self, model: CausalModel, vocab_limit: int | None = None) -> None:
+    def __init__(self, model: CausalModel, vocab_limit: int | None = None, is_end: Callable[[int], bool] | None = None) -> None:
         self.model = model
         # Ids at or beyond the shared vocabulary are never proposed (compat.PairReport.shared_vocab, checked by session.check_pair).
         self.vocab_limit = vocab_limit or model.n_vocab
+        self.is_end = is_end or (lambda token: False)  # the target's end of generation, of a proposed (target) id
 
     def own_context(self, context: Sequence[int]) -> list[int]:
         """The draft model's tokens for the engine's context: the same ids."""
@@ -83,7 +84,10 @@ class ModelDrafter:
 
     def extend(self, out: Proposal, row: np.ndarray, k: int, params: SamplingParams, rng: np.random.Generator, p_min: float) -> None:
         """Draft on, one step at a time, from `row` (the draft's logits after its cache) until `out`
-        holds k tokens or the early stop; the last draft is never evaluated here (the target does that)."""
+        holds k tokens, the early stop, or an end of generation (nothing after it can be emitted,
+        so drafts past it cost a draft step and a target row each for nothing; like p_min's stop
+        it depends on the draft's own tokens only, which keeps the law); the last draft is never
+        evaluated here (the target does that)."""
         while len(out.tokens) < k:
             picked = self.pick(row, params, rng, p_min)
             if picked is None:
@@ -92,10 +96,11 @@ class ModelDrafter:
             if q is not None:
                 out.q_rows.append(q)
             out.tokens.append(x)
-            if len(out.tokens) < k:
-                t0 = clock.now()
-                row = self.model.decode([d], 1)[0]
-                out.decode_seconds += clock.now() - t0
+            if len(out.tokens) == k or self.is_end(x):
+                break
+            t0 = clock.now()
+            row = self.model.decode([d], 1)[0]
+            out.decode_seconds += clock.now() - t0
 
     def sync(self, context: Sequence[int]) -> None:
         self.model.rewind(common_prefix(self.model.tokens, self.own_context(context)))

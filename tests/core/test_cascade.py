@@ -112,3 +112,22 @@ def test_a_guessed_round_is_one_draft_batch_and_its_sample_is_the_drafts_own():
     assert out.tokens == [3, 4, 5, 0] and out.q_rows is None
     assert draft.calls[calls_before:] == [(4, 4), (1, 1)]  # [2, 3, 4, 1]: one batch, four rows; then [5]
     assert draft.tokens == context + [3, 4, 5]  # the cache holds the sample but its last token
+
+
+def test_a_guessed_round_stops_at_an_end_of_generation():
+    """The draft's greedy chain after 2 is 3, 4, 5, 0, and 4 ends generation: the sample keeps the
+    guessed 3 and 4 and stops there, from the one draft call of the guess, with no step after it
+    (nothing after an end of generation can be emitted); the cache holds the sample but its last
+    token. Without the end (is_end absent) the same round drafts on to k = 4 as above."""
+    table = np.zeros((VOCAB, VOCAB), dtype=np.float32)
+    for a, b in ((1, 2), (2, 3), (3, 4), (4, 5), (5, 0), (0, 1)):
+        table[a, b] = 8.0
+    context = [1, 2, 3, 4, 1, 2]
+    for is_end, tokens, calls in ((lambda t: t == 4, [3, 4], [(4, 4)]), (None, [3, 4, 5, 0], [(4, 4), (1, 1)])):
+        draft = MarkovModel(table)
+        drafter = CascadeDrafter(ModelDrafter(draft, is_end=is_end), LookupDrafter())
+        drafter.prefill(context[:-1])
+        calls_before = len(draft.calls)
+        out = drafter.candidates(context)[0].propose(context, 4, GREEDY, np.random.default_rng(0))
+        assert out.tokens == tokens and draft.calls[calls_before:] == calls
+        assert draft.tokens == context + tokens[:-1]

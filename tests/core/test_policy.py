@@ -646,6 +646,24 @@ def test_p_min_stops_before_an_unsure_token():
     assert drafter.propose([1], 4, PLAIN, rng, p_min=0.5).tokens == []  # unsure at once: nothing
 
 
+def test_the_draft_model_stops_drafting_at_an_end_of_generation():
+    """Greedy chain 0 -> 1 -> 2 -> 3 -> 0 with 2 the end of generation: k = 5 drafts [1, 2] and
+    evaluates one token after the context (1), not [1, 2, 3, 0, 1] with four; at T = 1 the q rows
+    stop with the tokens. Without is_end it drafts all five."""
+    table = np.full((4, 4), -8.0, dtype=np.float32)
+    for a, b in ((0, 1), (1, 2), (2, 3), (3, 0)):
+        table[a, b] = 8.0
+    for is_end, tokens in ((lambda t: t == 2, [1, 2]), (None, [1, 2, 3, 0, 1])):
+        model = MarkovModel(table)
+        drafter = ModelDrafter(model, is_end=is_end)
+        drafter.prefill([0])
+        decoded = model.decoded
+        assert drafter.propose([0, 0], 5, GREEDY, np.random.default_rng(0)).tokens == tokens
+        assert model.decoded - decoded == len(tokens)  # the catch-up of the context's last token, then a step per draft but the last
+    sampled = ModelDrafter(MarkovModel(table), is_end=lambda t: t == 2).propose([0], 5, PLAIN, np.random.default_rng(0))
+    assert sampled.tokens == [1, 2] and len(sampled.q_rows) == 2
+
+
 # -- exactness on toy models ------------------------------------------------------------
 
 N_TOKENS = 30_000
