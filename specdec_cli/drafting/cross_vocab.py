@@ -48,7 +48,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..maths.sampling import Distribution, SamplingParams, proposal, sample
+from ..maths.sampling import Distribution, SamplingParams, proposal, sample, softmax_at
 from .kv_sync import CausalModel, common_prefix
 from .model import ModelDrafter
 from .vocab_map import VocabMap, byte_tokens
@@ -188,9 +188,3 @@ class CrossVocabDrafter(ModelDrafter):
             return None
         x = sample(q, rng)
         return x, int(self.vocab.target_to_draft[x]), q
-
-
-def softmax_at(row: np.ndarray, index: int) -> float:
-    """softmax(row)[index] at temperature 1. Example: [0, 0], 1 -> 0.5."""
-    z = row.astype(np.float64) - float(row.max())
-    return float(np.exp(z[index]) / np.exp(z).sum())

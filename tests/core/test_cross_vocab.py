@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 from fakes import LongestMatchTokenizer, MarkovModel, random_markov
-from specdec_cli.drafting.cross_vocab import CrossVocabDrafter, TextMirror, softmax_at, utf8_runs
+from specdec_cli.drafting.cross_vocab import CrossVocabDrafter, TextMirror, utf8_runs
 from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.events import Round, Token
 from specdec_cli.tuning.policy import draft_policy
-from specdec_cli.maths.sampling import Distribution, GREEDY, SamplingParams, probabilities
+from specdec_cli.maths.sampling import Distribution, GREEDY, SamplingParams, probabilities, softmax_at
 from specdec_cli.drafting.vocab_map import build, byte_tokens, index_by_bytes
 from stat_checks import ALPHA, PLAIN, PROCESSED, chi_square_pvalue, first_two_law, first_two_pvalue
 
