@@ -1,7 +1,8 @@
 """The draft model: a small GGUF model that samples each draft token from its processed distribution q.
 
 With `p_min > 0` it stops early, before drawing a token whose draft confidence (max of q, or
-of the raw softmax at temperature 0) is below p_min (llama.cpp's --draft-p-min).
+of the raw softmax at temperature 0) is below p_min (llama.cpp's --draft-p-min). Given the
+target's `is_end`, it stops after a draft that ends generation.
 
     drafter = ModelDrafter(LlamaModel("tiny.gguf"))
     drafter.propose([1, 2, 3], 4, GREEDY, rng).tokens   # e.g. [4, 5, 6, 7]
