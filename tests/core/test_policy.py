@@ -664,6 +664,34 @@ def test_the_draft_model_stops_drafting_at_an_end_of_generation():
     assert sampled.tokens == [1, 2] and len(sampled.q_rows) == 2
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("params, seed", [(PLAIN, 91), (PROCESSED, 92)], ids=["t1", "processed"])
+def test_drafts_that_stop_at_an_end_of_generation_keep_the_law(params, seed):
+    """The first two tokens of generations (the end of generation counted as a token, so a
+    generation that ends at once is "(end,)") follow the target's exact law when the draft model
+    stops at the end: a 5-token toy pair whose token 2 ends generation and is made likely, k = 4;
+    over a tenth of the first rounds must stop there (counted from their drafts; none do without
+    the stop). N = 20,000 generations per case, chi-square at false-failure stat_checks.ALPHA
+    (1e-4), fixed seeds."""
+    from stat_checks import ALPHA as CHI_ALPHA, first_two_law, first_two_pvalue
+
+    rng = np.random.default_rng(seed)
+    table = random_markov(5, rng, scale=1.0)
+    table[:, 2] += 1.0
+    target, draft = MarkovModel(table, eos=2), MarkovModel(table + (rng.standard_normal(table.shape) * 0.5).astype(np.float32))
+    engine = Engine(target, ModelDrafter(draft, is_end=target.is_end_of_generation))
+    samples, stopped = [], 0
+    for s in range(20_000):
+        events = list(engine.generate([0], GenerationConfig(max_tokens=5, sampling=params, seed=s), policy=draft_policy(4)))
+        first = next(e for e in events if isinstance(e, Round))
+        stopped += first.drafted < 4
+        fin = events[-1]
+        samples.append(list(fin.tokens) + ([2] if fin.reason == "eog" else []))
+    assert stopped > 2_000  # the stop was exercised: first rounds that drafted the end and no further
+    law = first_two_law(lambda prefix: probabilities(table[([0] + list(prefix))[-1]], params), 20_000, is_end=lambda t: t == 2)
+    assert first_two_pvalue(samples, law) > CHI_ALPHA
+
+
 # -- exactness on toy models ------------------------------------------------------------
 
 N_TOKENS = 30_000
