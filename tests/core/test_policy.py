@@ -26,7 +26,7 @@ from specdec_cli.tuning.policy import CARRIED_TRIALS, MIN_TRIALS, carried_record
 from specdec_cli.maths.sampling import GREEDY, SamplingParams, probabilities, sample
 
 from fakes import MarkovModel, random_markov
-from stat_checks import PLAIN, PROCESSED
+from stat_checks import ALPHA as CHI_ALPHA, PLAIN, PROCESSED, first_two_law, first_two_pvalue
 from transitions import transition_test
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -673,8 +673,6 @@ def test_drafts_that_stop_at_an_end_of_generation_keep_the_law(params, seed):
     over a tenth of the first rounds must stop there (counted from their drafts; none do without
     the stop). N = 20,000 generations per case, chi-square at false-failure stat_checks.ALPHA
     (1e-4), fixed seeds."""
-    from stat_checks import ALPHA as CHI_ALPHA, first_two_law, first_two_pvalue
-
     rng = np.random.default_rng(seed)
     table = random_markov(5, rng, scale=1.0)
     table[:, 2] += 1.0
