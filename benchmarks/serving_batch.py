@@ -15,7 +15,12 @@ within minutes, falls on all of them alike:
   - specdec-off:   the same with `--drafter none` (speculation off: what it must never lose to);
   - llama-server:  llama.cpp's server with `-np N` (N = the client count), the draft
                    (`-md`, `--spec-type draft-simple`, `--spec-draft-sampling probabilistic`,
-                   `--spec-draft-n-max` --n-max) and without it (`--spec-type none`, no -md).
+                   `--spec-draft-n-max` --n-max) and without it (`--spec-type none`, no -md);
+  - llama-server-same-nodraft: --llama-server-same, a llama-server built from the llama.cpp
+                   that the installed llama-cpp-python vendors (the kernels specdec runs),
+                   without a draft: the gap between specdec's plain batched path and llama.cpp
+                   b11434's splits into what the llama.cpp version gives and what specdec's
+                   own serving costs.
 
 Reported per row: aggregate tokens/s (completion tokens over the wall time of the load),
 latency p50 and p99 (nearest rank), and for specdec the mean sequences and rows per target
@@ -115,23 +120,23 @@ def specdec_row(name: str, url: str, args, temperature: float, clients: int, rep
     return {"server": name, "temperature": temperature, "repeat": repeat, **row}
 
 
-def llama_row(name: str, args, draft: Path | None, target: Path, temperature: float, clients: int, repeat: int, logs: Path) -> dict:
+def llama_row(name: str, args, binary: Path, draft: Path | None, target: Path, temperature: float, clients: int, repeat: int, logs: Path) -> dict:
     """One load on a llama-server started for it (its slots, -np, are fixed at start)."""
     extra = ["-np", str(clients), "-c", str(args.ctx * clients), "-t", str(args.threads), "--no-webui"]
     if draft is not None:
         extra += ["--spec-type", "draft-simple", "--spec-draft-sampling", "probabilistic", "--spec-draft-n-max", str(args.n_max)]
-    with LlamaServer(args.llama_server, draft, target, extra, logs / f"{name}-{temperature}-{clients}.log") as server:
+    with LlamaServer(binary, draft, target, extra, logs / f"{name}-{temperature}-{clients}.log") as server:
         load(server.url, 1, 1, temperature, 8)
         row = load(server.url, clients, args.requests, temperature, args.max_tokens)
     log(f"{name} T={temperature} clients={clients} #{repeat}: {row['tokens_per_s']:.1f} tok/s p50 {row['p50_s']:.2f} s")
     return {"server": name, "temperature": temperature, "repeat": repeat, **row}
 
 
-def rows_at(temperature: float, specdec: dict[str, tuple[Path, list[str]]], llama: dict[str, Path | None], args, logs: Path, target: Path) -> list[dict]:
+def rows_at(temperature: float, specdec: dict[str, tuple[Path, list[str]]], llama: dict[str, tuple[Path, Path | None]], args, logs: Path, target: Path) -> list[dict]:
     """Every server at one temperature: the specdec ones (name: (checkout, flags)) started
     together, each idle while another serves; for each client count and each repeat, each of them
-    in turn (every other repeat in reverse order), then each llama-server (name: its draft or
-    None), so that the machine's drift falls on all of them alike."""
+    in turn (every other repeat in reverse order), then each llama-server (name: (binary, its
+    draft or None)), so that the machine's drift falls on all of them alike."""
     rows = []
     with contextlib.ExitStack() as stack:
         urls = {}
@@ -143,18 +148,27 @@ def rows_at(temperature: float, specdec: dict[str, tuple[Path, list[str]]], llam
             for repeat in range(args.repeats):
                 for name in list(urls) if repeat % 2 == 0 else list(urls)[::-1]:
                     rows.append(specdec_row(name, urls[name], args, temperature, clients, repeat))
-                for name, draft in llama.items():
-                    rows.append(llama_row(name, args, draft, target, temperature, clients, repeat, logs))
+                for name, (binary, draft) in llama.items():
+                    rows.append(llama_row(name, args, binary, draft, target, temperature, clients, repeat, logs))
     return rows
 
 
-SERVERS = ("before", "specdec", "specdec-off", "llama-server", "llama-server-nodraft")
+SERVERS = ("before", "specdec", "specdec-off", "llama-server", "llama-server-nodraft", "llama-server-same-nodraft")
+# The ratios printed at the end, where both servers ran: specdec against what it must not lose to,
+# and the split of specdec's gap to llama-server without a draft (its own serving, the llama.cpp version).
+RATIOS = (
+    ("specdec", "specdec-off"),
+    ("specdec", "llama-server-nodraft"),
+    ("specdec-off", "llama-server-same-nodraft"),
+    ("llama-server-same-nodraft", "llama-server-nodraft"),
+)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--before", type=Path, help="a checkout of specdec before slots (git worktree add DIR COMMIT); needed for 'before'")
     parser.add_argument("--llama-server", type=Path, help="llama.cpp b11434's llama-server (its two servers are skipped when not given)")
+    parser.add_argument("--llama-server-same", type=Path, help="a llama-server built from the llama.cpp the installed llama-cpp-python vendors (docs/serving.md, 'Reproduce'); its server is skipped when not given")
     parser.add_argument("--servers", nargs="+", choices=SERVERS, default=list(SERVERS), help="which servers (default: all)")
     parser.add_argument("--repeats", type=int, default=1, help="measure every server this many times per client count (the specdec ones in turns)")
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 2, 4, 8])
@@ -186,7 +200,8 @@ def main() -> int:
         "specdec-off": (ROOT, pair_flags + slots + ["--drafter", "none"]),
     }
     chosen = {name: specdec_servers[name] for name in args.servers if name in specdec_servers}
-    llama = {name: d for name, d in (("llama-server", draft), ("llama-server-nodraft", None)) if args.llama_server and name in args.servers}
+    binaries = {"llama-server": (args.llama_server, draft), "llama-server-nodraft": (args.llama_server, None), "llama-server-same-nodraft": (args.llama_server_same, None)}
+    llama = {name: (binary, d) for name, (binary, d) in binaries.items() if binary and name in args.servers}
     rows = []
     for t in args.temperatures:
         rows += rows_at(t, chosen, llama, args, logs, target)
@@ -194,19 +209,20 @@ def main() -> int:
     for r in rows:
         extra = f"  seq/pass {r['sequences_per_pass']:.2f} rows/pass {r['rows_per_pass']:.1f}" if "sequences_per_pass" in r else ""
         print(f"{r['server']:22} T={r['temperature']:.1f} c={r['clients']} #{r['repeat']}: {r['tokens_per_s']:7.1f} tok/s  p50 {r['p50_s']:.2f}  p99 {r['p99_s']:.2f}  answered {r['answered']}{extra}")
-    for other in ("specdec-off", "llama-server-nodraft"):
-        if "specdec" in chosen and (other in chosen or other in llama):
-            print(against(rows, other))
+    present = {r["server"] for r in rows}
+    for mine, other in RATIOS:
+        if mine in present and other in present:
+            print(against(rows, mine, other))
     return 0
 
 
-def against(rows: list[dict], other: str) -> str:
-    """specdec / another server per temperature and client count: each repeat's ratio (the two
-    measured minutes apart at most), and their median."""
+def against(rows: list[dict], mine: str, other: str) -> str:
+    """One server's tokens/s over another's per temperature and client count: each repeat's ratio
+    (the two measured minutes apart at most), and their median."""
     rate = {(r["server"], r["temperature"], r["clients"], r["repeat"]): r["tokens_per_s"] for r in rows}
-    lines = [f"specdec / {other} (each repeat; median):"]
+    lines = [f"{mine} / {other} (each repeat; median):"]
     for t, clients in sorted({(r["temperature"], r["clients"]) for r in rows}, key=lambda k: (-k[0], k[1])):
-        ratios = [rate[("specdec", t, clients, i)] / rate[(other, t, clients, i)] for s, tt, c, i in rate if (s, tt, c) == ("specdec", t, clients)]
+        ratios = [rate[(mine, t, clients, i)] / rate[(other, t, clients, i)] for s, tt, c, i in rate if (s, tt, c) == (mine, t, clients)]
         lines.append(f"  T={t} clients={clients}: {', '.join(f'{x:.2f}' for x in ratios)}; median {statistics.median(ratios):.2f}")
     return "\n".join(lines)
 
