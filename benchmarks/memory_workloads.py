@@ -46,6 +46,7 @@ Produces docs/benchmarks.md, "Drafters on repetitive workloads, and the drafting
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -137,6 +138,24 @@ def memory_ratios(speeds: dict[str, float]) -> dict[str, float]:
     return {name: speeds[name + MEMORY] / speeds[name] for name in speeds if name + MEMORY in speeds and speeds[name] > 0}
 
 
+def same_text_ratios(calls: dict[str, list[RunStats]], texts: dict[str, list[str]]) -> dict[str, tuple[float, int]]:
+    """Per drafter, the memory on against off over only the calls whose two texts agree, and how
+    many calls were left out. At T = 0 a near-tie between the target's two likeliest tokens,
+    which the batch shapes of a round decide, can make one text differ from the other; that call
+    then measures another text (a longer answer, drafted better or worse), not the memory.
+    Example: lookup's calls ran at 10 and 10 tokens/s off, 12 and 30 on, the second call's
+    texts differ -> {"lookup": (1.2, 1)}."""
+    out = {}
+    for name in calls:
+        if name + MEMORY not in calls:
+            continue
+        same = [i for i, (a, b) in enumerate(zip(texts[name], texts[name + MEMORY])) if a == b]
+        off, on = (functools.reduce(RunStats.merge, (calls[n][i] for i in same), RunStats()) for n in (name, name + MEMORY))
+        if off.tokens_per_second > 0:
+            out[name] = (on.tokens_per_second / off.tokens_per_second, len(calls[name]) - len(same))
+    return out
+
+
 def tally(event, drafting: dict) -> None:
     """Draft seconds and drafted tokens by kind of round: 'model' (step by step), 'guessed' (a
     cascade round that scored a lookup guess in one batch), 'lookup' (copied, no model)."""
@@ -161,12 +180,15 @@ def side_by_side(configs: list) -> list:
     return sorted(configs, key=place)
 
 
-def run_workload(pair, prompts: list[str], configs: list, max_tokens: int, args: argparse.Namespace, repeat: int, drafting: dict, texts: dict) -> dict:
+def run_workload(
+    pair, prompts: list[str], configs: list, max_tokens: int, args: argparse.Namespace, repeat: int, drafting: dict, texts: dict, calls: dict
+) -> dict:
     """Every call of one workload by every configuration in turn (side_by_side, every other call
     in reverse order, so that drift hits the memory on and off alike), each memory starting
     empty: RunStats per configuration. At temperature > 0 call i is seeded i + 1000 x repeat (each
     repeat samples other texts, so text luck averages out over repeats). Each configuration's
-    drafting is tallied into drafting[name] and its texts appended to texts[name]."""
+    drafting is tallied into drafting[name], its texts appended to texts[name] and each call's
+    RunStats to calls[name]."""
     memories = {name: DraftMemory(places=1 if name.endswith(LATEST) else PLACES) for name, _, with_memory in configs if with_memory}
     totals = {name: RunStats() for name, _, _ in configs}
     order = side_by_side(configs)
@@ -181,6 +203,7 @@ def run_workload(pair, prompts: list[str], configs: list, max_tokens: int, args:
             outcome = consume(engine.generate(ids, config, draft_policy("auto") if drafter else None), lambda e, d=drafting[name]: tally(e, d))
             totals[name] = totals[name].merge(outcome.stats)
             texts[name].append(outcome.text)
+            calls[name].append(outcome.stats)
             if memory is not None:
                 memory.add(ids + outcome.tokens)
     return totals
@@ -217,15 +240,18 @@ def measure(args: argparse.Namespace) -> dict:
             totals = {name: RunStats() for name, _, _ in configs}
             drafting: dict[str, dict] = {name: {} for name, _, _ in configs}  # kind of round -> [draft seconds, drafted tokens]
             texts: dict[str, list[str]] = {name: [] for name, _, _ in configs}
+            calls: dict[str, list[RunStats]] = {name: [] for name, _, _ in configs}
             by_repeat = []
             for repeat in range(args.repeats):
-                once = run_workload(pair, prompts, configs, max_tokens, args, repeat, drafting, texts)
+                once = run_workload(pair, prompts, configs, max_tokens, args, repeat, drafting, texts, calls)
                 by_repeat.append(memory_ratios({name: t.tokens_per_second for name, t in once.items()}))
                 totals = {name: totals[name].merge(t) for name, t in once.items()}
             rows = rows_of(configs, totals, drafting, texts, args.temperature)
             results[workload] = {"calls": len(prompts), "max_tokens": max_tokens, "repeats": args.repeats, "rows": rows,
                                  "memory_on_off": memory_ratios({name: row["tokens_per_second"] for name, row in rows.items()}),
                                  "memory_on_off_by_repeat": by_repeat}  # fmt: skip
+            if args.temperature == 0:
+                results[workload]["memory_on_off_same_text"] = same_text_ratios(calls, texts)
     return results
 
 
@@ -264,6 +290,10 @@ def main(argv=None) -> int:
     ratios = [(ratio, workload, name) for workload, r in results.items() for name, ratio in r["memory_on_off"].items()]
     if ratios:
         print("worst: {:.2f}x ({}, {})".format(*min(ratios)))
+    if any(r.get("memory_on_off_same_text") for r in results.values()):
+        print("memory on / off over the calls whose texts agree (calls left out):")
+        for workload, r in results.items():
+            print(f"  {workload:<8} " + "  ".join(f"{name} {ratio:.2f}x ({left})" for name, (ratio, left) in r["memory_on_off_same_text"].items()))
     print(f"({time.perf_counter() - start:.0f} s)")
     if args.out:
         args.out.write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k != "out"}, "results": results}, indent=1, default=str))
