@@ -24,7 +24,8 @@ within minutes, falls on all of them alike:
 
 Reported per row: aggregate tokens/s (completion tokens over the wall time of the load),
 latency p50 and p99 (nearest rank), and for specdec the mean sequences and rows per target
-pass (from GET /slots, counted by the batcher), and at the end specdec / specdec-off and
+pass, the share of the load's wall time the models spent in passes and the mean time between
+two passes (from GET /slots, counted and timed by the batcher), and at the end specdec / specdec-off and
 specdec / llama-server without a draft per repeat, and their medians.
 
     flock /tmp/llama.lock python3 benchmarks/serving_batch.py --before /tmp/before \\
@@ -96,15 +97,18 @@ def load(url: str, clients: int, requests: int, temperature: float, max_tokens: 
             "p99_s": percentile(latencies, 99), "answered": len(latencies), "errors": errors}  # fmt: skip
 
 
-def passes(url: str) -> tuple[int, int, int, dict] | None:
+def passes(url: str) -> tuple[int, int, int, dict, float, int, float] | None:
     """(target passes, sequences summed over them, rows, the drafting switch's figures by batch
-    size) from /slots; None for a server without it."""
+    size, seconds in passes of both models, spans between passes and their seconds) from /slots;
+    None for a server without it."""
     try:
         report = get(url + "/slots")
     except Exception:
         return None
     held = report["target_passes"]
-    return sum(held.values()), sum(int(n) * c for n, c in held.items()), report.get("target_rows", 0), report.get("drafting", {})
+    between = report.get("between_passes", {"spans": 0, "seconds": 0.0})
+    return (sum(held.values()), sum(int(n) * c for n, c in held.items()), report.get("target_rows", 0), report.get("drafting", {}),
+            sum(report.get("busy_seconds", {}).values()), between["spans"], between["seconds"])  # fmt: skip
 
 
 def specdec_row(name: str, url: str, args, temperature: float, clients: int, repeat: int) -> dict:
@@ -116,6 +120,9 @@ def specdec_row(name: str, url: str, args, temperature: float, clients: int, rep
         row["sequences_per_pass"] = (after[1] - before[1]) / (after[0] - before[0])
         row["rows_per_pass"] = (after[2] - before[2]) / (after[0] - before[0])
         row["drafting"] = after[3]
+        row["busy_share"] = (after[4] - before[4]) / row["wall_s"]  # of the load's wall time, in passes of either model
+        if after[5] > before[5]:
+            row["ms_between_passes"] = 1e3 * (after[6] - before[6]) / (after[5] - before[5])
     log(f"{name} T={temperature} clients={clients} #{repeat}: {row['tokens_per_s']:.1f} tok/s p50 {row['p50_s']:.2f} s")
     return {"server": name, "temperature": temperature, "repeat": repeat, **row}
 
@@ -208,6 +215,8 @@ def main() -> int:
         args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}, indent=1))
     for r in rows:
         extra = f"  seq/pass {r['sequences_per_pass']:.2f} rows/pass {r['rows_per_pass']:.1f}" if "sequences_per_pass" in r else ""
+        if "ms_between_passes" in r:
+            extra += f"  in passes {r['busy_share']:.1%}, {r['ms_between_passes']:.2f} ms between"
         print(f"{r['server']:22} T={r['temperature']:.1f} c={r['clients']} #{r['repeat']}: {r['tokens_per_s']:7.1f} tok/s  p50 {r['p50_s']:.2f}  p99 {r['p99_s']:.2f}  answered {r['answered']}{extra}")
     present = {r["server"] for r in rows}
     for mine, other in RATIOS:

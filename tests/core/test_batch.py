@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -139,6 +140,37 @@ def test_every_pass_of_both_models_runs_on_one_thread_none_of_the_sequences():
     threads = {ident for _, ident in seen}
     assert len(threads) == 1, f"passes ran on {len(threads)} threads"
     assert len(callers) > 1 and not threads & callers  # the sequences took turns arriving last; none computed
+
+
+def test_the_log_times_the_passes_and_the_spans_between_them():
+    """PassLog.busy and .between against the fakes' own timing: each model's passes took at least
+    what the model measured inside them, one span lies between each two passes while the
+    sequences stay joined, and passes and spans, disjoint, fit in the run's wall time."""
+    batcher, target, draft = shared_pair()
+    timed = {"target": 0.0, "draft": 0.0}
+    for name, model in (("target", target), ("draft", draft)):
+        own = model.decode_rows
+
+        def slow(parts, own=own, name=name):
+            start = time.perf_counter()
+            time.sleep(0.001)
+            out = own(parts)
+            timed[name] += time.perf_counter() - start
+            return out
+
+        model.decode_rows = slow
+    runs = [[(p, GenerationConfig(max_tokens=12, sampling=GREEDY), "model", 3)] for p in prompts(3)]
+    start = time.perf_counter()
+    outputs, errors = together(batcher, target, draft, runs)
+    wall = time.perf_counter() - start
+    assert errors == [None] * 3 and all(outputs)
+    passes = len(target.passes) + len(draft.passes)  # counted by the fakes
+    spans, between = batcher.log.between
+    assert spans == passes - 1 and between > 0
+    for name, seconds in timed.items():
+        assert batcher.log.busy[name] >= seconds > 0
+    assert sum(batcher.log.busy.values()) + between <= wall
+    assert batcher.active == 0 and batcher._last_end is None  # all left: the idle time after is no span
 
 
 def test_caches_end_exact_per_sequence():
