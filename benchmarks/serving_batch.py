@@ -25,8 +25,9 @@ within minutes, falls on all of them alike:
 Reported per row: aggregate tokens/s (completion tokens over the wall time of the load),
 latency p50 and p99 (nearest rank), and for specdec the mean sequences and rows per target
 pass, the share of the load's wall time the models spent in passes and the mean time between
-two passes (from GET /slots, counted and timed by the batcher), and at the end specdec / specdec-off and
-specdec / llama-server without a draft per repeat, and their medians.
+two passes (from GET /slots, counted and timed by the batcher), and at the end, per repeat and
+their medians, the ratios in RATIOS of the servers that ran: specdec against speculation off and
+against llama-server without a draft, and that gap's two parts.
 
     flock /tmp/llama.lock python3 benchmarks/serving_batch.py --before /tmp/before \\
         --llama-server /tmp/b11434/llama.cpp/build/bin/llama-server --out serving_batch.json
@@ -120,8 +121,8 @@ def specdec_row(name: str, url: str, args, temperature: float, clients: int, rep
         row["sequences_per_pass"] = (after[1] - before[1]) / (after[0] - before[0])
         row["rows_per_pass"] = (after[2] - before[2]) / (after[0] - before[0])
         row["drafting"] = after[3]
-        row["busy_share"] = (after[4] - before[4]) / row["wall_s"]  # of the load's wall time, in passes of either model
-        if after[5] > before[5]:
+        if after[5] > before[5]:  # a server that times its passes (one before that reports neither)
+            row["busy_share"] = (after[4] - before[4]) / row["wall_s"]  # of the load's wall time, in passes of either model
             row["ms_between_passes"] = 1e3 * (after[6] - before[6]) / (after[5] - before[5])
     log(f"{name} T={temperature} clients={clients} #{repeat}: {row['tokens_per_s']:.1f} tok/s p50 {row['p50_s']:.2f} s")
     return {"server": name, "temperature": temperature, "repeat": repeat, **row}
