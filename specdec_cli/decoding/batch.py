@@ -110,15 +110,16 @@ class _Request:
 class PassLog:
     """What the passes held: per model role, how many passes had N sequences, the rows and the
     seconds the passes took (the compute thread's, from hand-over to return); and the time between
-    one pass's end and the next one's start while sequences were joined throughout (`between`:
-    how many such spans, their seconds): the sequences' own rounds (sampling, verification, events)
-    and the hand-overs, during which no model computes. Example: passes of 30 ms with 1.5 ms
-    between them -> busy 95 % of the time."""
+    one pass's end and the next one's start while sequences were joined throughout (`spans`, and
+    their seconds `between`): the sequences' own rounds (sampling, verification, events) and the
+    hand-overs, during which no model computes. Example: passes of 30 ms with 1.5 ms between
+    them -> busy 95 % of the time."""
 
     sequences: dict[str, collections.Counter] = field(default_factory=lambda: collections.defaultdict(collections.Counter))
     rows: collections.Counter = field(default_factory=collections.Counter)
     busy: collections.Counter = field(default_factory=collections.Counter)
-    between: list = field(default_factory=lambda: [0, 0.0])
+    spans: int = 0
+    between: float = 0.0
 
 
 class Batcher:
@@ -138,7 +139,7 @@ class Batcher:
         self._joined = threading.local()
         self._views: dict[tuple[int, int], SharedSequence] = {}
         self._drafting_together: float | None = None  # sequences per draft pass, a decaying mean
-        self._last_end: float | None = None  # when the last pass ended, if sequences stayed joined since (PassLog.between)
+        self._last_end: float | None = None  # when the last pass ended, if sequences stayed joined since (PassLog.spans)
         self.switch = DraftingSwitch()  # with several joined: whether drafting pays, measured (tuning/switch.py)
 
     def sequence(self, model: SharedModel, seq: int) -> "SharedSequence":
@@ -284,8 +285,8 @@ class Batcher:
         self._running = True
         start = time.perf_counter()
         if self._last_end is not None:
-            self.log.between[0] += 1
-            self.log.between[1] += start - self._last_end
+            self.log.spans += 1
+            self.log.between += start - self._last_end
         self._cond.release()
         try:
             results, seconds = self._decode(model, planned)

@@ -272,8 +272,9 @@ class Worker:
     def slot_report(self, tenant: str) -> dict:
         """For the page: each slot's state, and for the asking tenant's own slots their cached tokens
         and this job's tokens per pass; how many sequences the target passes held, and their rows;
-        each model's seconds in passes and the time between passes (decoding/batch.PassLog); per batch size, the whole server's tokens per second with the draft model drafting and
-        without (tuning/switch.py), none of it any one tenant's."""
+        each model's seconds in passes and the time between passes (decoding/batch.PassLog); per
+        batch size, the whole server's tokens per second with the draft model drafting and without
+        (tuning/switch.py), none of it any one tenant's."""
         log = self.batcher.log if self.batcher is not None else None
         slots = []
         for s in self.slots:
@@ -285,7 +286,7 @@ class Worker:
             "target_passes": dict(sorted(log.sequences["target"].items())) if log is not None else {},
             "target_rows": log.rows["target"] if log is not None else 0,
             "busy_seconds": dict(log.busy) if log is not None else {},  # per model, its passes' seconds
-            "between_passes": {"spans": log.between[0], "seconds": log.between[1]} if log is not None else {"spans": 0, "seconds": 0.0},
+            "between_passes": {"spans": log.spans, "seconds": log.between} if log is not None else {"spans": 0, "seconds": 0.0},
             "drafting": self.batcher.drafting_report() if self.batcher is not None else {},
         }
 

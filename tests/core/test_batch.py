@@ -165,11 +165,10 @@ def test_the_log_times_the_passes_and_the_spans_between_them():
     wall = time.perf_counter() - start
     assert errors == [None] * 3 and all(outputs)
     passes = len(target.passes) + len(draft.passes)  # counted by the fakes
-    spans, between = batcher.log.between
-    assert spans == passes - 1 and between > 0
+    assert batcher.log.spans == passes - 1 and batcher.log.between > 0
     for name, seconds in timed.items():
         assert batcher.log.busy[name] >= seconds > 0
-    assert sum(batcher.log.busy.values()) + between <= wall
+    assert sum(batcher.log.busy.values()) + batcher.log.between <= wall
     assert batcher.active == 0 and batcher._last_end is None  # all left: the idle time after is no span
 
 

@@ -244,6 +244,8 @@ def test_the_slots_panel_shows_each_slot_and_the_sequences_each_target_pass_held
     assert len(report["slots"]) == 4 and not any(s["busy"] for s in report["slots"])
     passes = {int(n): count for n, count in report["target_passes"].items()}
     assert max(passes) >= 2, f"the two requests never shared a target pass: {passes}"
+    # the batcher's timings: the target's passes took time, and two requests' rounds made spans between passes
+    assert report["busy_seconds"]["target"] > 0 and report["between_passes"]["spans"] > 0 and report["between_passes"]["seconds"] > 0
 
     browser.get(base + "/")
     WebDriverWait(browser, 20).until(lambda d: text_of(d, "passes") != "")
