@@ -46,6 +46,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -98,18 +99,28 @@ def load(url: str, clients: int, requests: int, temperature: float, max_tokens: 
             "p99_s": percentile(latencies, 99), "answered": len(latencies), "errors": errors}  # fmt: skip
 
 
-def passes(url: str) -> tuple[int, int, int, dict, float, int, float] | None:
-    """(target passes, sequences summed over them, rows, the drafting switch's figures by batch
-    size, seconds in passes of both models, spans between passes and their seconds) from /slots;
-    None for a server without it."""
+class Passes(NamedTuple):
+    """What a specdec server's batcher counted and timed so far (GET /slots)."""
+
+    target: int  # target passes
+    sequences: int  # sequences summed over them
+    rows: int
+    drafting: dict  # the drafting switch's figures by batch size
+    busy: float  # seconds in passes, both models
+    spans: int  # spans between passes while sequences were joined
+    between: float  # their seconds
+
+
+def passes(url: str) -> Passes | None:
+    """The server's counts from /slots; None for a server without it."""
     try:
         report = get(url + "/slots")
     except Exception:
         return None
     held = report["target_passes"]
     between = report.get("between_passes", {"spans": 0, "seconds": 0.0})
-    return (sum(held.values()), sum(int(n) * c for n, c in held.items()), report.get("target_rows", 0), report.get("drafting", {}),
-            sum(report.get("busy_seconds", {}).values()), between["spans"], between["seconds"])  # fmt: skip
+    return Passes(sum(held.values()), sum(int(n) * c for n, c in held.items()), report.get("target_rows", 0), report.get("drafting", {}),
+                  sum(report.get("busy_seconds", {}).values()), between["spans"], between["seconds"])  # fmt: skip
 
 
 def specdec_row(name: str, url: str, args, temperature: float, clients: int, repeat: int) -> dict:
@@ -117,13 +128,13 @@ def specdec_row(name: str, url: str, args, temperature: float, clients: int, rep
     before = passes(url)
     row = load(url, clients, args.requests, temperature, args.max_tokens)
     after = passes(url)
-    if before is not None and after is not None and after[0] > before[0]:
-        row["sequences_per_pass"] = (after[1] - before[1]) / (after[0] - before[0])
-        row["rows_per_pass"] = (after[2] - before[2]) / (after[0] - before[0])
-        row["drafting"] = after[3]
-        if after[5] > before[5]:  # a server that times its passes (one before that reports neither)
-            row["busy_share"] = (after[4] - before[4]) / row["wall_s"]  # of the load's wall time, in passes of either model
-            row["ms_between_passes"] = 1e3 * (after[6] - before[6]) / (after[5] - before[5])
+    if before is not None and after is not None and after.target > before.target:
+        row["sequences_per_pass"] = (after.sequences - before.sequences) / (after.target - before.target)
+        row["rows_per_pass"] = (after.rows - before.rows) / (after.target - before.target)
+        row["drafting"] = after.drafting
+        if after.spans > before.spans:  # a server that times its passes (one before that reports neither)
+            row["busy_share"] = (after.busy - before.busy) / row["wall_s"]  # of the load's wall time, in passes of either model
+            row["ms_between_passes"] = 1e3 * (after.between - before.between) / (after.spans - before.spans)
     log(f"{name} T={temperature} clients={clients} #{repeat}: {row['tokens_per_s']:.1f} tok/s p50 {row['p50_s']:.2f} s")
     return {"server": name, "temperature": temperature, "repeat": repeat, **row}
 
