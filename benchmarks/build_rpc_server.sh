@@ -18,7 +18,7 @@ binary="$cache/ggml-rpc-server"
 if [ -x "$binary" ]; then echo "$binary"; exit 0; fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-python3 -m pip download --quiet --no-deps --no-binary :all: --dest "$work" "llama-cpp-python==$version" >&2
+python3 -m pip download --quiet --no-deps --no-binary llama-cpp-python --dest "$work" "llama-cpp-python==$version" >&2
 tar -xzf "$work"/llama_cpp_python-*.tar.gz -C "$work"
 src=$(echo "$work"/llama_cpp_python-*/vendor/llama.cpp)
 # shellcheck disable=SC2086  # CMAKE_ARGS is a list of flags, as pip takes it

@@ -38,7 +38,7 @@ for n in ("pydantic", "pydantic-core", "annotated-types", "typing-inspection", "
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$DEST/wheels"
-python3 -m pip download -q --no-deps --no-binary :all: -d "$work" "llama-cpp-python==$VERSION"
+python3 -m pip download -q --no-deps --no-binary llama-cpp-python -d "$work" "llama-cpp-python==$VERSION"
 tar -xzf "$work"/llama_cpp_python-"$VERSION".tar.gz -C "$work"
 src="$work/llama_cpp_python-$VERSION"
 for path in "${TRIM[@]}"; do rm -rf "${src:?}/$path"; done
