@@ -7,7 +7,9 @@ asyncio queue, in this order:
     Started(prompt_tokens, cached_tokens)   the prompt fits: the answer can begin
     Prefill, Token, Rejected, Round, ...    the engine's own events (events.py), a round's
                                             Rejected and Tokens handed over with its Round
-                                            (one wake-up of the handler's loop per round)
+                                            (one wake-up of the handler's loop per round; for
+                                            a whole answer, stream false, only until its first
+                                            token, then the rest at the end)
     Done(outcome)                           stats.Outcome: text, counters, timings
   or, at any point before Done:
     Failed(error)                           a SpecdecError (BadInput: the client's fault;
@@ -423,16 +425,22 @@ class Worker:
         slot.rounds = slot.tokens = 0
 
         round_events: list[Event] = []  # a round's Rejected and Tokens, handed over with its Round
+        held = False  # a whole answer's rounds after its first token wait for the end
 
         def hand_over(event: Event) -> None:
+            nonlocal held
             if job.cancelled:
                 raise _Cancelled
             if isinstance(event, Round):
                 slot.rounds += 1
                 slot.tokens += event.accepted + 1
             round_events.append(event)
-            if not isinstance(event, (Token, Rejected)):  # the round is whole (or the prefill, the end): one wake-up of the handler's loop
+            # A round is whole (or the prefill, the end): one wake-up of the handler's loop. A
+            # streamed answer goes out round by round; a whole one (stream false) is read at its end,
+            # so once its first token went out (time to first token) its rounds go with the last.
+            if not isinstance(event, (Token, Rejected)) and not held:
                 job._put(*round_events)
+                held = not s.stream and any(isinstance(e, Token) for e in round_events)
                 round_events.clear()
             if deadline is not None and time.monotonic() > deadline:
                 raise EndEarly("time_limit")
@@ -443,7 +451,7 @@ class Worker:
                 try:
                     outcome = consume(engine.generate(ids, config, policy), hand_over)
                 finally:
-                    if round_events and not job.cancelled:  # the tokens of a round the time limit or an error cut
+                    if round_events and not job.cancelled:  # a whole answer's held rounds; a round the time limit or an error cut
                         job._put(*round_events)
         except _Cancelled:  # consume closed the generator: the engine rolled both caches back
             if self._stopping.is_set():

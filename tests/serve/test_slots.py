@@ -171,3 +171,36 @@ def test_a_requests_last_item_leaves_after_its_slot_is_free(monkeypatch):
         assert busy_at_last == [0, 0, 0]
     finally:
         s.stop()
+
+
+def test_a_whole_answer_wakes_the_handler_for_its_first_token_and_at_its_end(monkeypatch):
+    """A streamed answer is handed over round by round; a whole one (stream false) round by round
+    only until its first token, then everything else with the end: counted at the hand-over, the
+    hand-overs that hold a Round, and every Token they carried, in order."""
+    from specdec_cli.events import Round, Token
+    from specdec_cli.serve import worker as worker_module
+
+    s = Served(toy_pair(), slots=1)
+    puts = []
+    put = worker_module.Job._put
+
+    def recorded(job, *items):
+        puts.append((job.settings.stream, items))
+        put(job, *items)
+
+    monkeypatch.setattr(worker_module.Job, "_put", recorded)
+    try:
+        assert s.worker.ready.wait(10)
+        whole = s.post("/v1/completions", {"prompt": "abc", "max_tokens": 12})[2]["choices"][0]["text"]
+        chunks = s.client().completions.create(model="toy", prompt="abc", max_tokens=12, stream=True)
+        streamed = "".join(c.choices[0].text for c in chunks if c.choices)
+        for stream, text in ((False, whole), (True, streamed)):
+            mine = [items for flag, items in puts if flag is stream]
+            with_round = [items for items in mine if any(isinstance(i, Round) for i in items)]
+            rounds = sum(isinstance(i, Round) for items in mine for i in items)
+            tokens = "".join(i.text for items in mine for i in items if isinstance(i, Token))
+            assert rounds >= 3, rounds  # several rounds, so that holding them shows
+            assert len(with_round) == (2 if not stream else rounds), (stream, [len(items) for items in with_round])
+            assert tokens == text == GREEDY_TEXT[2:14]
+    finally:
+        s.stop()
