@@ -7,10 +7,11 @@
 Each sequence is prefilled with --prompt tokens, then --steps passes each add --rows tokens to
 every sequence, each with its logits (one llama_decode through LlamaModel.decode_rows, as
 decoding/batch.py issues them; R rows are a round's last token and R - 1 drafts to verify);
-reported: tokens per second (rows that were in the passes) and milliseconds per pass. This is the ceiling of a server whose
-every pass is plain: what `specdec serve --drafter none` and llama-server without a draft serve
-at N clients falls short of it by their own time around the passes (docs/serving.md compares the
-three, as llama.cpp's llama-batched-bench measures its "TG" phase).
+reported: tokens per second (the rows the passes held) and milliseconds per pass. With one row
+this is the ceiling of a server whose every pass is plain: what `specdec serve --drafter none`
+and llama-server without a draft serve at N clients falls short of it by their own time around
+the passes (docs/serving.md compares the three, as llama.cpp's llama-batched-bench measures its
+"TG" phase).
 """
 
 from __future__ import annotations
