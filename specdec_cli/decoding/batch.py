@@ -62,7 +62,7 @@ from .. import clock
 from ..errors import check_context
 from ..events import DraftPolicy, Earned, Round
 from ..tuning.cost_curve import CostCurve
-from ..tuning.pass_cost import PassCost, shares
+from ..tuning.pass_cost import PassCost, prompt_seconds, shares
 from ..tuning.policy import MODEL_KINDS, AdaptivePolicy, kind
 from ..tuning.switch import DraftingSwitch
 from .compute_thread import run_on_compute_thread
@@ -156,6 +156,7 @@ class Batcher:
         assert not getattr(self._joined, "yes", False), "a thread joins once"
         with self._cond:
             self._active += 1
+            self.switch.turn()
         self._joined.yes = True
         try:
             yield
@@ -163,6 +164,7 @@ class Batcher:
             self._joined.yes = False
             with self._cond:
                 self._active -= 1
+                self.switch.turn()
                 if self._active == 0:
                     self._last_end = None  # idle until the next sequence joins: not time between passes
                 self._cond.notify_all()
@@ -305,7 +307,11 @@ class Batcher:
             for (r, take), share in zip(served, shares(seconds, [take for _, take in served], line)):
                 r.charged += share * stalled
         if index == len(self.models) - 1 and index > 0:
-            self.switch.after_pass(self._active, len(planned) == self._active, time.perf_counter())
+            prompts = 0.0
+            if seconds is not None:  # the rows that want no logits: a prompt's, which either way costs alike
+                logits = [r.n_logits if r.done + take == len(r.tokens) else 0 for r, take in served]
+                prompts = prompt_seconds(seconds, [take for _, take in served], logits, line)
+            self.switch.after_pass(self._active, len(planned) == self._active, time.perf_counter(), prompts)
         if index == 0 and len(self.models) > 1:
             seen = self._drafting_together
             self._drafting_together = len(planned) if seen is None else 0.9 * seen + 0.1 * len(planned)

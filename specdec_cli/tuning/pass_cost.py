@@ -97,3 +97,18 @@ def shares(seconds: float, rows: Sequence[int], line: tuple[float, float, float]
     if whole <= 0:
         return [seconds / n] * n
     return [seconds * (a / n + c + b * r) / whole for r in rows]
+
+
+def prompt_seconds(seconds: float, rows: Sequence[int], logit_rows: Sequence[int], line: tuple[float, float, float]) -> float:
+    """What a pass spent on rows that want no logits (a prompt's prefill): its seconds less what,
+    by the line, the pass would have cost with only its rows that want logits (nothing where none
+    do). Example: 64 ms for rows [1, 8, 8, 10] of which [1, 1, 1, 1] want logits, under (20, 1.5,
+    2) ms -> 64 x (1 - (20 + 2 x 4 + 1.5 x 4) / (20 + 2 x 4 + 1.5 x 27)) = 32.2 ms; a pass of a
+    prompt's middle chunk alone, all of it."""
+    a, b, c = line
+    kept = [r for r in logit_rows if r > 0]
+    whole = a + c * len(rows) + b * sum(rows)
+    if whole <= 0:
+        return 0.0
+    without = a + c * len(kept) + b * sum(kept) if kept else 0.0
+    return max(seconds * (1.0 - without / whole), 0.0)

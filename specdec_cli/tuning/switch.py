@@ -41,8 +41,15 @@ in an epoch ends in that epoch's passes, so each round's tokens are credited to 
 way was read in (`credit`, with the epoch's id), also when they are counted a moment after the
 epoch ended. An epoch's rate is recorded at the first pass after it, once those last rounds
 are counted, so the choice of the next epoch reads the epochs before the last one. A sequence
-that joins or leaves ends the epoch: one that had run for half its length or more is recorded at
-the batch size it ran at, a shorter one is dropped. With answers of a few seconds, sequences join
+that joins or leaves ends the epoch at the next pass (`turn`), also where one leaves as another
+joins and N stays: one that had run for half its length or more is recorded at the batch size it
+ran at, a shorter one is dropped. The time between an answer's end and the next request's prompt
+is no way's: at four clients sending answers of equal length they end together, and where that
+fell inside an epoch its rate read little more than half of its neighbours' (a single pair then moved
+the gain by 0.5-0.6, in one served run, and drafting was chosen at 1.1-1.2x paired ahead while
+the server served 0.94x of speculation off). For the same reason an epoch's time leaves out what
+its target passes spent on prompts (pass_cost.prompt_seconds), which is the same either way: an
+epoch is EPOCH_SECONDS of generating. With answers of a few seconds, sequences join
 and leave every half second or so at four clients, and what a join costs the way that runs (the
 joiner's prompt into the draft model, where it drafts) falls in the epochs a join or leave ends:
 dropping those kept the dear drafting epochs out of the record (at four sequences, T = 0, pairs
@@ -100,10 +107,16 @@ class Epoch:
     tokens: int = 0
     credited_by: set = field(default_factory=set)  # the sequences whose rounds gave its tokens
     trying: bool = False  # it ran its way to try it (exploring, a probe), not as the choice
+    prompts: float = 0.0  # seconds its target passes spent on prompts (the same either way): not counted
+    turns: int = 0  # joins and leaves before it began (DraftingSwitch.turns)
+
+    def seconds(self, now: float | None = None) -> float:
+        """Its time up to `now` (or its end) less its prompts'."""
+        return (self.end if now is None else now) - self.start - self.prompts
 
     @property
     def rate(self) -> float:
-        return self.tokens / max(self.end - self.start, 1e-9)
+        return self.tokens / max(self.seconds(), 1e-9)
 
 
 @dataclass
@@ -127,6 +140,12 @@ class DraftingSwitch:
     _seconds: float = 0.0  # of the epochs ended so far, at every N
     _tried_cost: float = 0.0  # seconds lost by the epochs that tried a way, against their pairs' other epoch
     _last_pass: float = -math.inf  # when the last target pass ended
+    turns: int = 0  # sequences that joined or left so far (`turn`)
+
+    def turn(self) -> None:
+        """A sequence joined or left. One that leaves as another joins keeps N, but the time between
+        (the answer's end, the next prompt) is no way's: the epoch ends at the next pass."""
+        self.turns += 1
 
     def drafting(self, n: int, now: float = math.inf) -> tuple[bool, int | None]:
         """(whether the draft model drafts, the epoch to credit the round's tokens to) for a round
@@ -170,10 +189,11 @@ class DraftingSwitch:
                 epoch.credited_by.add(sequence)
                 return
 
-    def after_pass(self, n: int, held_all: bool, now: float) -> None:
-        """A target pass ended at `now` with n sequences joined; held_all: it held all of them.
-        Every round of a closed epoch ended by now, and the sequences that made them have since
-        chosen again (which waits for their tokens to be counted): their rates are recorded."""
+    def after_pass(self, n: int, held_all: bool, now: float, prompts: float = 0.0) -> None:
+        """A target pass ended at `now` with n sequences joined; held_all: it held all of them;
+        `prompts`: its seconds spent on prompts (pass_cost.prompt_seconds). Every round of a closed
+        epoch ended by now, and the sequences that made them have since chosen again (which waits
+        for their tokens to be counted): their rates are recorded."""
         for epoch in self.closed:
             self._record(epoch)
         self.closed = []
@@ -183,19 +203,21 @@ class DraftingSwitch:
             self.epoch = None  # open across a time without passes (the last requests ended together): it measured nothing
         self._last_pass = now
         epoch = self.epoch
-        if epoch is not None and epoch.n != n:  # a sequence joined or left
-            if now - epoch.start >= self.epoch_seconds / 2:  # what it cost so far counts, at the N it ran at
+        if epoch is not None:
+            epoch.prompts += prompts
+        if epoch is not None and (epoch.n != n or epoch.turns != self.turns):  # a sequence joined or left
+            if epoch.seconds(now) >= self.epoch_seconds / 2:  # what it cost so far counts, at the N it ran at
                 self._close(epoch, now)
             self.epoch = epoch = None
         if not held_all or n < 2:
             return
-        if epoch is not None and now - epoch.start < self.epoch_seconds:
+        if epoch is not None and epoch.seconds(now) < self.epoch_seconds:
             return
         if epoch is not None:
             self._close(epoch, now)
         self._ids += 1
         way, trying = self._next_way(n, begin=True)
-        self.epoch = Epoch(self._ids, n, way, start=now, trying=trying)
+        self.epoch = Epoch(self._ids, n, way, start=now, trying=trying, turns=self.turns)
 
     def report(self) -> dict[int, dict]:
         """Per batch size seen: the measured tokens per second drafting and not (None before an
@@ -217,7 +239,7 @@ class DraftingSwitch:
         epoch.end = now
         self.closed.append(epoch)
         self.tried[epoch.n, epoch.drafting] += 1
-        self._seconds += now - epoch.start
+        self._seconds += epoch.seconds()
 
     def _record(self, epoch: Epoch) -> None:
         if len(epoch.credited_by) < epoch.n or epoch.tokens == 0:
@@ -229,7 +251,7 @@ class DraftingSwitch:
             self.gain[epoch.n].add(math.log(on.rate / off.rate))
             slower, faster = (on, off) if on.rate < off.rate else (off, on)
             if slower.trying:
-                self._tried_cost += (slower.end - slower.start) * (1.0 - slower.rate / faster.rate)
+                self._tried_cost += slower.seconds() * (1.0 - slower.rate / faster.rate)
                 slower.trying = False  # counted once, also where it pairs with both neighbours
         self._last[epoch.n] = epoch
 

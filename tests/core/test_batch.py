@@ -444,6 +444,36 @@ def test_a_long_prompt_goes_in_chunks_beside_the_generating_sequences():
     assert sum(p[1] for p in beside) >= 59 - 8 and all(p[1] <= 8 for p in beside), beside
 
 
+class RecordingSwitch(DraftingSwitch):
+    """Records what every target pass told it: the sequences joined and the seconds spent on prompts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.told: list[tuple[int, float]] = []
+
+    def after_pass(self, n: int, held_all: bool, now: float, prompts: float = 0.0) -> None:
+        self.told.append((n, prompts))
+        super().after_pass(n, held_all, now, prompts)
+
+
+def test_the_switch_is_told_each_join_and_leave_and_what_each_pass_spent_on_prompts():
+    """Two sequences, one with a prompt of 60 tokens that goes in chunks of 8 beside the other's
+    rounds: every target pass that held a row wanting no logits (a prompt's) tells the switch
+    some seconds for it, and only those; two joins and two leaves make four turns."""
+    batcher, target, draft = shared_pair()
+    batcher.switch = switch = RecordingSwitch()
+    batcher.costs[-1].line = lambda: (0.010, 0.001, 0.001)  # the fakes' passes take microseconds: a line fixed, not fitted to noise
+    ps = [prompts(1)[0], list(np.random.default_rng(5).integers(0, V, size=60))]
+    greedy = GenerationConfig(max_tokens=20, sampling=GREEDY)
+    outputs, errors = together(batcher, target, draft, [[(p, greedy, "model", 2)] for p in ps])
+    assert errors == [None, None] and outputs == [[alone(p, greedy)] for p in ps]
+    assert len(switch.told) == len(target.passes)
+    for held, (_, spent) in zip(target.passes, switch.told):
+        assert (spent > 0) == any(rows > n_logits for _, rows, n_logits in held), (held, spent)
+    assert sum(1 for held in target.passes if any(rows > n for _, rows, n in held)) >= 60 // 8
+    assert switch.turns == 4
+
+
 def test_auto_starts_from_the_costs_a_sequence_pays_at_its_batch_size():
     batcher, target, draft = shared_pair()
     assert batcher.cost_curve(2, 4) is None  # nothing timed yet

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdec_cli.tuning.pass_cost import PRIOR_ROW_SHARE, PassCost, shares, solve3
+from specdec_cli.tuning.pass_cost import PRIOR_ROW_SHARE, PassCost, prompt_seconds, shares, solve3
 
 
 def test_the_module_docstring_examples():
@@ -15,6 +15,13 @@ def test_the_module_docstring_examples():
     assert cost.line() == pytest.approx((0.0095, 0.0005, 0.002), abs=1e-6)
     assert shares(0.020, [1, 9], (0.0095, 0.0005, 0.0)) == pytest.approx([0.00724, 0.01276], abs=1e-5)
     assert shares(0.020, [5], (0.0095, 0.0005, 0.002)) == pytest.approx([0.020])  # alone: the whole pass
+
+
+def test_prompt_seconds_worked_examples():
+    line = (0.020, 0.0015, 0.002)
+    assert prompt_seconds(0.064, [1, 8, 8, 10], [1, 1, 1, 1], line) == pytest.approx(0.0322336, abs=1e-6)
+    assert prompt_seconds(0.055, [8], [0], line) == pytest.approx(0.055)  # a prompt's middle chunk alone: all of it
+    assert prompt_seconds(0.030, [1, 3, 1], [1, 3, 1], line) == 0.0  # every row wants logits: no prompt
 
 
 def test_solve3_worked_example():

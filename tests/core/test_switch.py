@@ -166,6 +166,41 @@ def test_an_epoch_that_a_join_or_leave_ends_late_counts_at_its_batch_size_and_pa
     assert mode is True and switch.gain[4].weight > 1.0
 
 
+def test_an_answer_that_ends_as_the_next_request_joins_ends_the_epoch_at_one_n():
+    """At 4 clients an answer ends and its client's next request joins between two passes: N
+    stays 2 at every pass, but the time between (the end, the next prompt's prefill) is no way's.
+    The epoch (0.2 s of its 0.3 when "b" left and "c" joined) ends at the next pass, counted at
+    N = 2; the new one begins at the first pass after that which holds both."""
+    switch = DraftingSwitch(epoch_seconds=0.3)
+    switch.after_pass(2, True, 0.0)
+    _, first = switch.drafting(2)
+    switch.credit(first, 10, "a")
+    switch.credit(first, 10, "b")
+    switch.turn()  # "b" left
+    switch.turn()  # "c" joined
+    switch.after_pass(2, False, 0.2)  # "c"'s prompt alone
+    assert switch.epoch is None and switch.tried[2, True] == 1
+    switch.after_pass(2, True, 0.25)  # holds both: the next epoch begins
+    assert switch.epoch is not None and switch.epoch.start == 0.25
+    assert switch.rates[2, True].value == pytest.approx(20 / 0.2)
+
+
+def test_what_the_passes_spent_on_prompts_is_no_ways_time():
+    """An epoch of 0.4 s, 0.1 s of it a joiner's prompt chunks beside the others' rows: it lasts
+    until 0.3 s of generating, and its rate is its tokens over those 0.3 s."""
+    switch = DraftingSwitch(epoch_seconds=0.3)
+    switch.after_pass(2, True, 0.0)
+    _, first = switch.drafting(2)
+    switch.after_pass(2, True, 0.2, prompts=0.1)
+    assert switch.epoch.id == first  # 0.1 s of generating: not over
+    switch.after_pass(2, True, 0.4)
+    assert switch.epoch.id != first
+    switch.credit(first, 15, "a")
+    switch.credit(first, 15, "b")
+    switch.after_pass(2, True, 0.45)  # recorded
+    assert switch.rates[2, True].value == pytest.approx(30 / 0.3)
+
+
 def test_an_epoch_open_while_no_pass_ran_is_dropped():
     """The last two requests of a load end in one pass, and the next load starts with three
     sequences 5 s later: the epoch open at N = 2 measured nothing and is not recorded."""
