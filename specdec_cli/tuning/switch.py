@@ -20,9 +20,14 @@ probe and each of its neighbours), in case the text or the load changed.
 Each probe costs what the losing way loses for an epoch (and, into drafting, the draft model's
 catch-up), so where a probe left the choice as it was and the ways differ clearly (by
 CLEAR_GAIN, 10 %, or more), the next one waits twice as long, up to MAX_PROBE_EVERY epochs (19 s
-of epochs of 0.3 s); one that turned it starts the count afresh. Where the ways are close the
-probes stay every PROBE_EVERY-th epoch: a choice made on a pair or two (drafting ahead by 4 % at
-four sequences, in one served run) must not hold for long (it then lost by half).
+of epochs of 0.3 s); one that turned it starts the count afresh. Where drafting is ahead but
+close the probes stay every PROBE_EVERY-th epoch: a choice made on a pair or two (drafting ahead
+by 4 % at four sequences, in one served run) must not hold for long (it then lost by half). Where
+not drafting is ahead, close or not, each probe that leaves it so doubles the wait as well: a
+probe into drafting first pays the catch-up, which on a CPU outweighs the few percent a close
+choice could be wrong by (at four sequences, T = 0, with the ways within 5 % and a probe every
+8th epoch, loads with probes served 0.90-0.92 of speculation off, in one served run), and the
+server with speculation must not serve less than without it.
 What the trying costs is also measured and capped: an epoch that ran a way to try it (exploring,
 a probe) and was the slower of a pair lost its seconds times (1 - its rate / the other's), and a
 probe begins only while those losses, at every N together, are at most PROBE_SHARE (3 %) of the
@@ -276,7 +281,7 @@ class DraftingSwitch:
         if begin:
             self._chosen[n] = 0 if probe else self._chosen[n] + 1
             if probe:  # from the second probe on, each one that finds a clear choice as it was doubles the wait
-                clear = n in self._probed_for and gain is not None and abs(gain) >= CLEAR_GAIN
+                clear = n in self._probed_for and gain is not None and (abs(gain) >= CLEAR_GAIN or gain <= 0)
                 self._probe_every[n] = min(2 * every, MAX_PROBE_EVERY) if clear else self.probe_every
                 self._probed_for[n] = best
         return ((not best), True) if probe else (best, False)

@@ -48,13 +48,22 @@ def test_the_switch_explores_then_keeps_the_faster_mode_and_probes_the_other():
     assert sum(modes[4:]) == 4  # only the probes drafted (the next one waits 64 epochs)
 
 
-def test_where_the_ways_are_close_the_probes_stay_every_8th_epoch():
-    """Not drafting ahead by 5 % (less than CLEAR_GAIN): each probe leaves the choice as it was,
-    but the evidence is thin, so the next one still comes 8 epochs later."""
+def test_where_drafting_is_ahead_but_close_the_probes_stay_every_8th_epoch():
+    """Drafting ahead by 5 % (less than CLEAR_GAIN): each probe of not drafting leaves the choice
+    as it was, but the evidence is thin, so the next one still comes 8 epochs later."""
     switch = DraftingSwitch(epoch_seconds=0.3, explore=2, probe_every=8)
-    modes, _ = run(switch, 2, 6 * 60, {True: 100.0, False: 105.0})
-    probes = [i for i, mode in enumerate(modes) if mode][2:]
+    modes, _ = run(switch, 2, 6 * 60, {True: 105.0, False: 100.0})
+    probes = [i for i, mode in enumerate(modes) if not mode][2:]
     assert len(probes) >= 5 and all(b - a == 8 for a, b in zip(probes, probes[1:])), probes
+
+
+def test_where_not_drafting_is_ahead_even_closely_each_probe_into_drafting_doubles_the_wait():
+    """Not drafting ahead by 5 %: a probe into drafting costs its catch-up, so from the second
+    probe on each one that leaves the choice as it was waits twice as long: 8, 16, 32 epochs."""
+    switch = DraftingSwitch(epoch_seconds=0.3, explore=2, probe_every=8)
+    modes, _ = run(switch, 2, 6 * 80, {True: 100.0, False: 105.0})
+    probes = [i for i, mode in enumerate(modes) if mode][2:]
+    assert [b - a for a, b in zip(probes, probes[1:])][:3] == [8, 16, 32], probes
 
 
 def test_a_probe_that_turns_the_choice_brings_the_probes_back_to_every_8th_epoch():
