@@ -309,7 +309,7 @@ class Batcher:
         if index == len(self.models) - 1 and index > 0:
             prompts = 0.0
             if seconds is not None:  # the rows that want no logits: a prompt's, which either way costs alike
-                logits = [r.n_logits if r.done + take == len(r.tokens) else 0 for r, take in served]
+                logits = [self._logit_rows(r, take) for r, take in served]
                 prompts = prompt_seconds(seconds, [take for _, take in served], logits, line)
             self.switch.after_pass(self._active, len(planned) == self._active, time.perf_counter(), prompts)
         if index == 0 and len(self.models) > 1:
@@ -378,9 +378,13 @@ class Batcher:
             return results, None
 
     @staticmethod
-    def _part(r: _Request, take: int) -> Part:
-        last = r.done + take == len(r.tokens)
-        return Part(r.view.seq, len(r.view.tokens), r.tokens[r.done : r.done + take], r.n_logits if last else 0)
+    def _logit_rows(r: _Request, take: int) -> int:
+        """How many of the `take` rows from r.done want logits: the request's, in its last chunk only."""
+        return r.n_logits if r.done + take == len(r.tokens) else 0
+
+    @classmethod
+    def _part(cls, r: _Request, take: int) -> Part:
+        return Part(r.view.seq, len(r.view.tokens), r.tokens[r.done : r.done + take], cls._logit_rows(r, take))
 
 
 class BatchedPolicy:

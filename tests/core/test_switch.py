@@ -176,8 +176,9 @@ def test_an_epoch_that_a_join_or_leave_ends_late_counts_at_its_batch_size_and_pa
 
 
 def test_an_answer_that_ends_as_the_next_request_joins_ends_the_epoch_at_one_n():
-    """At 4 clients an answer ends and its client's next request joins between two passes: N
-    stays 2 at every pass, but the time between (the end, the next prompt's prefill) is no way's.
+    """An answer ends and its client's next request joins between two passes (as at 4 clients
+    with answers of one length): N stays 2 at every pass, but the time between (the end, the
+    next prompt's prefill) is no way's.
     The epoch (0.2 s of its 0.3 when "b" left and "c" joined) ends at the next pass, counted at
     N = 2; the new one begins at the first pass after that which holds both."""
     switch = DraftingSwitch(epoch_seconds=0.3)
