@@ -88,12 +88,19 @@ def solve3(m: list[list[float]], y: list[float]) -> list[float]:
     ]
 
 
+def by_line(rows: Sequence[int], line: tuple[float, float, float]) -> float:
+    """A pass of these rows per sequence by the line: a + c N + b R.
+    Example: rows [1, 9] under (9.5, 0.5, 2) ms -> 9.5 + 2 x 2 + 0.5 x 10 = 18.5 ms."""
+    a, b, c = line
+    return a + c * len(rows) + b * sum(rows)
+
+
 def shares(seconds: float, rows: Sequence[int], line: tuple[float, float, float]) -> list[float]:
     """What each sequence of a pass is charged: seconds * (a / N + c + b r_i) / (a + c N + b R).
     Example (the module's): 20 ms for rows [1, 9] under (9.5, 0.5, 0) ms -> [5.25, 9.25] / 14.5 * 20 ms."""
     a, b, c = line
-    n, total = len(rows), sum(rows)
-    whole = a + c * n + b * total
+    n = len(rows)
+    whole = by_line(rows, line)
     if whole <= 0:
         return [seconds / n] * n
     return [seconds * (a / n + c + b * r) / whole for r in rows]
@@ -105,10 +112,9 @@ def prompt_seconds(seconds: float, rows: Sequence[int], logit_rows: Sequence[int
     do). Example: 64 ms for rows [1, 8, 8, 10] of which [1, 1, 1, 1] want logits, under (20, 1.5,
     2) ms -> 64 x (1 - (20 + 2 x 4 + 1.5 x 4) / (20 + 2 x 4 + 1.5 x 27)) = 32.2 ms; a pass of a
     prompt's middle chunk alone, all of it."""
-    a, b, c = line
-    kept = [r for r in logit_rows if r > 0]
-    whole = a + c * len(rows) + b * sum(rows)
+    whole = by_line(rows, line)
     if whole <= 0:
         return 0.0
-    without = a + c * len(kept) + b * sum(kept) if kept else 0.0
+    kept = [r for r in logit_rows if r > 0]
+    without = by_line(kept, line) if kept else 0.0  # no rows that want logits: the pass was the prompt's alone
     return max(seconds * (1.0 - without / whole), 0.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdec_cli.tuning.pass_cost import PRIOR_ROW_SHARE, PassCost, prompt_seconds, shares, solve3
+from specdec_cli.tuning.pass_cost import PRIOR_ROW_SHARE, PassCost, by_line, prompt_seconds, shares, solve3
 
 
 def test_the_module_docstring_examples():
@@ -15,6 +15,10 @@ def test_the_module_docstring_examples():
     assert cost.line() == pytest.approx((0.0095, 0.0005, 0.002), abs=1e-6)
     assert shares(0.020, [1, 9], (0.0095, 0.0005, 0.0)) == pytest.approx([0.00724, 0.01276], abs=1e-5)
     assert shares(0.020, [5], (0.0095, 0.0005, 0.002)) == pytest.approx([0.020])  # alone: the whole pass
+
+
+def test_by_line_worked_example():
+    assert by_line([1, 9], (0.0095, 0.0005, 0.002)) == pytest.approx(0.0185)
 
 
 def test_prompt_seconds_worked_examples():
