@@ -62,7 +62,7 @@ from .. import clock
 from ..errors import check_context
 from ..events import DraftPolicy, Earned, Round
 from ..tuning.cost_curve import CostCurve
-from ..tuning.pass_cost import PassCost, prompt_seconds, shares
+from ..tuning.pass_cost import PassCost, aside_seconds, shares
 from ..tuning.policy import MODEL_KINDS, AdaptivePolicy, kind
 from ..tuning.switch import DraftingSwitch
 from .compute_thread import run_on_compute_thread
@@ -306,12 +306,14 @@ class Batcher:
             stalled = max(self._active, len(served)) / len(served)
             for (r, take), share in zip(served, shares(seconds, [take for _, take in served], line)):
                 r.charged += share * stalled
+        if seconds is not None and len(self.models) > 1:  # what the switch sets aside (tuning/switch.py)
+            takes = [take for _, take in served]
+            if index == 0:  # the draft model's rows beyond a round's last draft and its bonus: a catch-up
+                self.switch.catch_up(aside_seconds(seconds, takes, [min(take, CATCH_UP_FREE) for take in takes], line))
+            elif index == len(self.models) - 1:  # the target's rows that want no logits: a prompt's, alike either way
+                self.switch.set_aside(aside_seconds(seconds, takes, [self._logit_rows(r, take) for r, take in served], line))
         if index == len(self.models) - 1 and index > 0:
-            prompts = 0.0
-            if seconds is not None:  # the rows that want no logits: a prompt's, which either way costs alike
-                logits = [self._logit_rows(r, take) for r, take in served]
-                prompts = prompt_seconds(seconds, [take for _, take in served], logits, line)
-            self.switch.after_pass(self._active, len(planned) == self._active, time.perf_counter(), prompts)
+            self.switch.after_pass(self._active, len(planned) == self._active, time.perf_counter())
         if index == 0 and len(self.models) > 1:
             seen = self._drafting_together
             self._drafting_together = len(planned) if seen is None else 0.9 * seen + 0.1 * len(planned)
@@ -408,9 +410,8 @@ class BatchedPolicy:
     @property
     def prefill_draft(self) -> bool:
         """A prompt goes into the draft model up front only alone, where it may draft. Beside others
-        it catches up when it first drafts, inside an epoch, so that the drafting switch counts
-        that cost (outside any epoch, as a join is, it would count for neither way), and only
-        where the tokens left repay it (Batcher.draft_model_drafts)."""
+        it catches up when it first drafts, and only where the tokens left repay that
+        (Batcher.draft_model_drafts)."""
         return self.batcher.active <= 1 and self.batcher.draft_model_drafts()[0]
 
     def resume(self, earned: Mapping[str, Earned]) -> None:

@@ -106,15 +106,16 @@ def shares(seconds: float, rows: Sequence[int], line: tuple[float, float, float]
     return [seconds * (a / n + c + b * r) / whole for r in rows]
 
 
-def prompt_seconds(seconds: float, rows: Sequence[int], logit_rows: Sequence[int], line: tuple[float, float, float]) -> float:
-    """What a pass spent on rows that want no logits (a prompt's prefill): its seconds less what,
-    by the line, the pass would have cost with only its rows that want logits (nothing where none
-    do). Example: 64 ms for rows [1, 8, 8, 10] of which [1, 1, 1, 1] want logits, under (20, 1.5,
-    2) ms -> 64 x (1 - (20 + 2 x 4 + 1.5 x 4) / (20 + 2 x 4 + 1.5 x 27)) = 32.2 ms; a pass of a
-    prompt's middle chunk alone, all of it."""
+def aside_seconds(seconds: float, rows: Sequence[int], kept: Sequence[int], line: tuple[float, float, float]) -> float:
+    """What a pass spent on rows beyond the `kept` rows of each sequence (a target pass's prompt
+    rows beyond those that want logits; a draft pass's catch-up rows): its seconds less what, by
+    the line, the pass would have cost with only the kept rows (nothing where none are kept).
+    Example: 64 ms for rows [1, 8, 8, 10] of which [1, 1, 1, 1] are kept, under (20, 1.5, 2) ms ->
+    64 x (1 - (20 + 2 x 4 + 1.5 x 4) / (20 + 2 x 4 + 1.5 x 27)) = 32.2 ms; a pass of a prompt's
+    middle chunk alone, all of it."""
     whole = by_line(rows, line)
     if whole <= 0:
         return 0.0
-    kept = [r for r in logit_rows if r > 0]
-    without = by_line(kept, line) if kept else 0.0  # no rows that want logits: the pass was the prompt's alone
+    left = [r for r in kept if r > 0]
+    without = by_line(left, line) if left else 0.0  # nothing kept: the whole pass was set aside
     return max(seconds * (1.0 - without / whole), 0.0)

@@ -15,7 +15,7 @@ epochs at the same N, one of each way: each pair gives log(drafting rate / plain
 `gain` is a decaying mean of those logs. At each N the ways take turns for EXPLORE epochs each
 (one: a single pair, since on a CPU each exploring epoch that drafts first catches the draft
 model up with all the text it missed, and the probes go on measuring); then the draft model
-drafts while gain > 0, and the other way runs every PROBE_EVERY-th epoch (two more pairs: the
+drafts while gain > MARGIN (below), and the other way runs every PROBE_EVERY-th epoch (two more pairs: the
 probe and each of its neighbours), in case the text or the load changed.
 Each probe costs what the losing way loses for an epoch (and, into drafting, the draft model's
 catch-up), so where a probe left the choice as it was and the ways differ clearly (by
@@ -45,32 +45,39 @@ An epoch starts and ends after a target pass that held every joined sequence: ev
 in an epoch ends in that epoch's passes, so each round's tokens are credited to the epoch its
 way was read in (`credit`, with the epoch's id), also when they are counted a moment after the
 epoch ended. An epoch's rate is recorded at the first pass after it, once those last rounds
-are counted, so the choice of the next epoch reads the epochs before the last one. A sequence
-that joins or leaves ends the epoch at the next pass (`turn`), also where one leaves as another
-joins and N stays: one that had run for half its length or more is recorded at the batch size it
-ran at, a shorter one is dropped. The time between an answer's end and the next request's prompt
-is no way's: at four clients sending answers of equal length they end together, and where that
-fell inside an epoch its rate read little more than half of its neighbours' (a single pair then moved
-the gain by 0.5-0.6, in one served run, and drafting was chosen at 1.1-1.2x paired ahead while
-the server served 0.94x of speculation off). For the same reason an epoch's time leaves out what
-its target passes spent on prompts (pass_cost.prompt_seconds), which is the same either way: an
-epoch is EPOCH_SECONDS of generating. With answers of a few seconds, sequences join
-and leave every half second or so at four clients, and what a join costs the way that runs (the
-joiner's prompt into the draft model, where it drafts) falls in the epochs a join or leave ends:
-dropping those kept the dear drafting epochs out of the record (at four sequences, T = 0, pairs
-read drafting 1.03-1.31x ahead while the server drafting served 0.61-0.89x of speculation off,
-in one served run). For the same reason a pair is two epochs at one N that follow each other
-within an epoch's length, a moment at another N between them or not. An epoch is also dropped
-when some sequence in it credited nothing (a request with a fixed k or no drafter), or when no
-target pass ran for IDLE_SECONDS (the last requests of a load ended together). The time the
-draft model spends catching up with text it did not see while it was not drafting (an epoch
-without drafting, a prompt that joined the batch: batch.BatchedPolicy.prefill_draft) stays in
-the epoch's time: what drafting costs after a switch is part of what it costs, so where the two
-ways are close the switch leans to not drafting. And a sequence whose catch-up would cost more
-than drafting can save over its tokens left (`saving_per_token`) does not draft even in an epoch
-of drafting (batch.Batcher.draft_model_drafts): the drafting way is drafting where it pays. What
-decides (epochs already timed) is fixed before a round's draws, so the output stays exact
-(policy.py, "Why the output stays exact").
+are counted, so the choice of the next epoch reads the epochs before the last one.
+
+An epoch measures one way's steady generating, nothing else:
+- A sequence that joins or leaves ends the epoch at the next pass (`turn`), also where one leaves
+  as another joins and N stays, and that epoch is dropped. Answers end, and the next requests'
+  prompts begin, at moments that have nothing to do with the way (at four clients sending
+  answers of equal length they end within a pass or two): an epoch holding such a moment read
+  0.7-0.8 of its neighbours, and its pairs log ratios of 0.18-0.32 (a served run at four
+  sequences, T = 0.8). Servers with speculation off, both ways alike, paired "drafting"
+  0.92-1.07x ahead of itself while these epochs counted, 0.95-1.02x once they were dropped.
+- What its target passes spent on prompts (pass_cost.aside_seconds: the same either way), and
+  what the draft model spent catching up with text it did not see (`catch_up`: a prompt that
+  joined beside others, batch.BatchedPolicy.prefill_draft, or the rounds of an epoch without
+  drafting) are set aside: an epoch is EPOCH_SECONDS of generating. A catch-up is paid once per
+  sequence and switch, not per epoch: in the first epoch of drafting after plain ones it is
+  the most of what the epoch spent (on a deepened pair at four sequences, T = 0, pairs with it
+  counted read drafting 0.65-0.96x of not drafting, while a server drafting at every epoch served
+  1.05x and 1.08x of speculation off in two runs; with it set aside they read 0.93-1.03x, and
+  what else holds them below the steady way there is not found). Whether a catch-up pays is
+  decided per sequence instead: one whose catch-up would cost more than drafting saves over its
+  tokens left (`saving_per_token`) does not draft even in an epoch of drafting
+  (batch.Batcher.draft_model_drafts), so the drafting way is drafting where it pays. What a probe into drafting spent catching up
+  counts against the probes' share (PROBE_SHARE) where the probe lost.
+- A pair is two epochs at one N that follow each other within an epoch's length, a moment at
+  another N between them or not. An epoch is also dropped when some sequence in it credited
+  nothing (a request with a fixed k or no drafter), or when no target pass ran for IDLE_SECONDS
+  (the last requests of a load ended together).
+
+Drafting is chosen only where paired MARGIN (5 %) ahead: that is about what the pairs read
+where both ways are the same, and a wrong choice of drafting costs more than a wrong choice of
+not drafting (catch-ups, and draft steps that give nothing back). What decides (epochs already
+timed) is fixed before a round's draws, so the output stays exact (policy.py, "Why the output
+stays exact").
 
 Example, at N = 2 with EXPLORE = 2 (tests/core/test_switch.py): epochs 1 to 4 draft, do not,
 draft, do not, at 100, 120, 100 and 120 tokens/s: three pairs, each log(100 / 120) = -0.18, so
@@ -92,6 +99,7 @@ EPOCH_SECONDS = 0.3  # an epoch lasts at least this long (at least a few rounds 
 EXPLORE = 1  # epochs of each way at a batch size before gain chooses (a pair; the probes go on measuring)
 PROBE_EVERY = 8  # after exploring, every 8th epoch at a batch size runs the other way,
 MAX_PROBE_EVERY = 64  # then every 16th, 32nd, .. while the probes leave a clear choice as it was
+MARGIN = math.log(1.05)  # drafting is chosen where paired 5 % or more ahead
 CLEAR_GAIN = math.log(1.1)  # a clear choice: one way 10 % ahead of the other, paired
 PROBE_SHARE = 0.03  # trying the other way (exploring, probes) may lose at most this share of the batched time
 IDLE_SECONDS = 2.0  # no target pass for this long: the server was idle (or stalled), and the open epoch measured nothing
@@ -112,12 +120,13 @@ class Epoch:
     tokens: int = 0
     credited_by: set = field(default_factory=set)  # the sequences whose rounds gave its tokens
     trying: bool = False  # it ran its way to try it (exploring, a probe), not as the choice
-    prompts: float = 0.0  # seconds its target passes spent on prompts (the same either way): not counted
+    aside: float = 0.0  # seconds not counted: its target passes' on prompts (the same either way), the draft model's catch-ups
+    catch_up: float = 0.0  # of those, the draft model's catch-ups
     turns: int = 0  # joins and leaves before it began (DraftingSwitch.turns)
 
     def seconds(self, now: float | None = None) -> float:
-        """Its time up to `now` (or its end) less its prompts'."""
-        return (self.end if now is None else now) - self.start - self.prompts
+        """Its time up to `now` (or its end) less what was set aside."""
+        return (self.end if now is None else now) - self.start - self.aside
 
     @property
     def rate(self) -> float:
@@ -194,9 +203,20 @@ class DraftingSwitch:
                 epoch.credited_by.add(sequence)
                 return
 
-    def after_pass(self, n: int, held_all: bool, now: float, prompts: float = 0.0) -> None:
-        """A target pass ended at `now` with n sequences joined; held_all: it held all of them;
-        `prompts`: its seconds spent on prompts (pass_cost.prompt_seconds). Every round of a closed
+    def set_aside(self, seconds: float) -> None:
+        """The pass about to end (after_pass) spent `seconds` on prompts (pass_cost.aside_seconds): no way's time."""
+        if self.epoch is not None:
+            self.epoch.aside += seconds
+
+    def catch_up(self, seconds: float) -> None:
+        """A draft pass spent `seconds` catching the draft model up with text it did not see."""
+        if self.epoch is not None:
+            self.epoch.aside += seconds
+            self.epoch.catch_up += seconds
+
+    def after_pass(self, n: int, held_all: bool, now: float) -> None:
+        """A target pass ended at `now` with n sequences joined; held_all: it held all of them
+        (what it spent on prompts was told first: `set_aside`). Every round of a closed
         epoch ended by now, and the sequences that made them have since chosen again (which waits
         for their tokens to be counted): their rates are recorded."""
         for epoch in self.closed:
@@ -208,11 +228,7 @@ class DraftingSwitch:
             self.epoch = None  # open across a time without passes (the last requests ended together): it measured nothing
         self._last_pass = now
         epoch = self.epoch
-        if epoch is not None:
-            epoch.prompts += prompts
-        if epoch is not None and (epoch.n != n or epoch.turns != self.turns):  # a sequence joined or left
-            if epoch.seconds(now) >= self.epoch_seconds / 2:  # what it cost so far counts, at the N it ran at
-                self._close(epoch, now)
+        if epoch is not None and (epoch.n != n or epoch.turns != self.turns):  # a sequence joined or left: dropped
             self.epoch = epoch = None
         if not held_all or n < 2:
             return
@@ -256,7 +272,7 @@ class DraftingSwitch:
             self.gain[epoch.n].add(math.log(on.rate / off.rate))
             slower, faster = (on, off) if on.rate < off.rate else (off, on)
             if slower.trying:
-                self._tried_cost += slower.seconds() * (1.0 - slower.rate / faster.rate)
+                self._tried_cost += slower.seconds() * (1.0 - slower.rate / faster.rate) + slower.catch_up
                 slower.trying = False  # counted once, also where it pairs with both neighbours
         self._last[epoch.n] = epoch
 
@@ -269,7 +285,7 @@ class DraftingSwitch:
         if (on < self.explore or off < self.explore) and not (loses_below and gain is None):
             return on <= off, True  # in turns, drafting first
         if gain is not None:
-            best = gain > 0
+            best = gain > MARGIN
         elif loses_below:  # more sequences only make a draft dearer against a pass: start where a smaller batch ended
             best = False
         else:  # no two adjacent epochs recorded yet (joins between them): the ways' own rates
@@ -281,7 +297,7 @@ class DraftingSwitch:
         if begin:
             self._chosen[n] = 0 if probe else self._chosen[n] + 1
             if probe:  # from the second probe on, each one that finds a clear choice as it was doubles the wait
-                clear = n in self._probed_for and gain is not None and (abs(gain) >= CLEAR_GAIN or gain <= 0)
+                clear = n in self._probed_for and gain is not None and (abs(gain) >= CLEAR_GAIN or not best)
                 self._probe_every[n] = min(2 * every, MAX_PROBE_EVERY) if clear else self.probe_every
                 self._probed_for[n] = best
         return ((not best), True) if probe else (best, False)

@@ -445,24 +445,39 @@ def test_a_long_prompt_goes_in_chunks_beside_the_generating_sequences():
 
 
 class RecordingSwitch(DraftingSwitch):
-    """Records what every target pass told it: the sequences joined and the seconds spent on prompts."""
+    """Records what every target pass told it (the sequences joined, the seconds set aside for
+    prompts) and every draft pass (the seconds of catch-up)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.told: list[tuple[int, float]] = []
+        self.caught: list[float] = []
+        self._aside = 0.0
 
-    def after_pass(self, n: int, held_all: bool, now: float, prompts: float = 0.0) -> None:
-        self.told.append((n, prompts))
-        super().after_pass(n, held_all, now, prompts)
+    def set_aside(self, seconds: float) -> None:
+        self._aside += seconds
+        super().set_aside(seconds)
+
+    def catch_up(self, seconds: float) -> None:
+        self.caught.append(seconds)
+        super().catch_up(seconds)
+
+    def after_pass(self, n: int, held_all: bool, now: float) -> None:
+        self.told.append((n, self._aside))
+        self._aside = 0.0
+        super().after_pass(n, held_all, now)
 
 
-def test_the_switch_is_told_each_join_and_leave_and_what_each_pass_spent_on_prompts():
+def test_the_switch_is_told_each_join_and_leave_what_each_pass_spent_on_prompts_and_on_catch_ups():
     """Two sequences, one with a prompt of 60 tokens that goes in chunks of 8 beside the other's
     rounds: every target pass that held a row wanting no logits (a prompt's) tells the switch
-    some seconds for it, and only those; two joins and two leaves make four turns."""
+    some seconds for it, and only those; every draft pass that held more than CATCH_UP_FREE rows
+    of a sequence (the long prompt's catch-up when it first drafts) tells some seconds of
+    catch-up, and only those; two joins and two leaves make four turns."""
     batcher, target, draft = shared_pair()
     batcher.switch = switch = RecordingSwitch()
-    batcher.costs[-1].line = lambda: (0.010, 0.001, 0.001)  # the fakes' passes take microseconds: a line fixed, not fitted to noise
+    batcher.costs[-1].line = lambda: (0.010, 0.001, 0.001)  # the fakes' passes take microseconds: lines fixed, not fitted to noise
+    batcher.costs[0].line = lambda: (0.002, 0.0005, 0.0005)
     ps = [prompts(1)[0], list(np.random.default_rng(5).integers(0, V, size=60))]
     greedy = GenerationConfig(max_tokens=20, sampling=GREEDY)
     outputs, errors = together(batcher, target, draft, [[(p, greedy, "model", 2)] for p in ps])
@@ -471,6 +486,10 @@ def test_the_switch_is_told_each_join_and_leave_and_what_each_pass_spent_on_prom
     for held, (_, spent) in zip(target.passes, switch.told):
         assert (spent > 0) == any(rows > n_logits for _, rows, n_logits in held), (held, spent)
     assert sum(1 for held in target.passes if any(rows > n for _, rows, n in held)) >= 60 // 8
+    assert len(switch.caught) == len(draft.passes)
+    for held, spent in zip(draft.passes, switch.caught):
+        assert (spent > 0) == any(rows > CATCH_UP_FREE for _, rows, _ in held), (held, spent)
+    assert any(seq == 1 and rows >= 59 for held in draft.passes for seq, rows, _ in held)  # the long prompt caught up
     assert switch.turns == 4
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdec_cli.tuning.pass_cost import PRIOR_ROW_SHARE, PassCost, by_line, prompt_seconds, shares, solve3
+from specdec_cli.tuning.pass_cost import PRIOR_ROW_SHARE, PassCost, aside_seconds, by_line, shares, solve3
 
 
 def test_the_module_docstring_examples():
@@ -21,11 +21,14 @@ def test_by_line_worked_example():
     assert by_line([1, 9], (0.0095, 0.0005, 0.002)) == pytest.approx(0.0185)
 
 
-def test_prompt_seconds_worked_examples():
+def test_aside_seconds_worked_examples():
     line = (0.020, 0.0015, 0.002)
-    assert prompt_seconds(0.064, [1, 8, 8, 10], [1, 1, 1, 1], line) == pytest.approx(0.0322336, abs=1e-6)
-    assert prompt_seconds(0.055, [8], [0], line) == pytest.approx(0.055)  # a prompt's middle chunk alone: all of it
-    assert prompt_seconds(0.030, [1, 3, 1], [1, 3, 1], line) == 0.0  # every row wants logits: no prompt
+    assert aside_seconds(0.064, [1, 8, 8, 10], [1, 1, 1, 1], line) == pytest.approx(0.0322336, abs=1e-6)
+    assert aside_seconds(0.055, [8], [0], line) == pytest.approx(0.055)  # a prompt's middle chunk alone: all of it
+    assert aside_seconds(0.030, [1, 3, 1], [1, 3, 1], line) == 0.0  # every row kept: nothing set aside
+    # a draft pass: one sequence catching up 41 rows beside two drafting steps, each keeping at most 2
+    # -> 80 x (1 - (4 + 3 x 1 + 5 x 3) / (4 + 3 x 1 + 44 x 3)) = 67.34 ms
+    assert aside_seconds(0.080, [2, 41, 1], [2, 2, 1], (0.004, 0.003, 0.001)) == pytest.approx(0.080 * (1 - 22 / 139))
 
 
 def test_solve3_worked_example():

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from specdec_cli.tuning.switch import PROBE_SHARE, DraftingSwitch
+from specdec_cli.tuning.switch import MARGIN, PROBE_SHARE, DraftingSwitch
 
 PASS = 0.05  # seconds per target pass in these scripted batches
 
@@ -49,10 +49,10 @@ def test_the_switch_explores_then_keeps_the_faster_mode_and_probes_the_other():
 
 
 def test_where_drafting_is_ahead_but_close_the_probes_stay_every_8th_epoch():
-    """Drafting ahead by 5 % (less than CLEAR_GAIN): each probe of not drafting leaves the choice
-    as it was, but the evidence is thin, so the next one still comes 8 epochs later."""
+    """Drafting ahead by 8 % (more than MARGIN, less than CLEAR_GAIN): each probe of not drafting
+    leaves the choice as it was, but the evidence is thin, so the next one still comes 8 epochs later."""
     switch = DraftingSwitch(epoch_seconds=0.3, explore=2, probe_every=8)
-    modes, _ = run(switch, 2, 6 * 60, {True: 105.0, False: 100.0})
+    modes, _ = run(switch, 2, 6 * 60, {True: 108.0, False: 100.0})
     probes = [i for i, mode in enumerate(modes) if not mode][2:]
     assert len(probes) >= 5 and all(b - a == 8 for a, b in zip(probes, probes[1:])), probes
 
@@ -64,6 +64,21 @@ def test_where_not_drafting_is_ahead_even_closely_each_probe_into_drafting_doubl
     modes, _ = run(switch, 2, 6 * 80, {True: 100.0, False: 105.0})
     probes = [i for i, mode in enumerate(modes) if mode][2:]
     assert [b - a for a, b in zip(probes, probes[1:])][:3] == [8, 16, 32], probes
+
+
+def test_drafting_ahead_by_less_than_the_margin_is_not_chosen():
+    """Drafting ahead by 3 % (MARGIN is 5 %): about what the pairs read where both ways are alike,
+    so it does not draft, and its probes into drafting thin out (8, 16, 32 epochs) as where not
+    drafting is ahead; at 6 % ahead it drafts after exploring."""
+    assert math.log(1.03) < MARGIN < math.log(1.06)
+    switch = DraftingSwitch(epoch_seconds=0.3, explore=2, probe_every=8)
+    modes, _ = run(switch, 2, 6 * 80, {True: 103.0, False: 100.0})
+    assert modes[:4] == [True, False, True, False] and modes[4:11] == [False] * 7
+    probes = [i for i, mode in enumerate(modes) if mode][2:]
+    assert [b - a for a, b in zip(probes, probes[1:])][:3] == [8, 16, 32], probes
+    switch = DraftingSwitch(epoch_seconds=0.3, explore=2, probe_every=8)
+    modes, _ = run(switch, 2, 6 * 20, {True: 106.0, False: 100.0})
+    assert modes[:4] == [True, False, True, False] and all(modes[4:11])
 
 
 def test_a_probe_that_turns_the_choice_brings_the_probes_back_to_every_8th_epoch():
@@ -142,45 +157,46 @@ def test_an_epoch_that_a_join_or_leave_cuts_short_is_dropped():
     assert switch.tried[2, True] == 0
 
 
-def test_an_epoch_that_a_join_or_leave_ends_late_counts_at_its_batch_size_and_pairs_across_the_gap():
-    """What a join costs the way that runs (the joiner's prompt into the draft model, when it
-    drafts) falls in epochs that a join or leave ends; dropping those would keep the dear ones out
-    of the record. Here the drafting epoch (4 sequences, 0.3 s, 60 tokens) is followed by a plain
-    one that a leave ends after 0.2 s (30 tokens): it counts at N = 4, and pairs with the
-    drafting one; the next epoch at N = 4, after 0.1 s at N = 3, pairs with it in turn."""
+def test_an_epoch_that_a_join_or_leave_ends_is_dropped_however_long_and_its_neighbours_pair_across_it():
+    """Answers end, and the next prompts begin, at moments that have nothing to do with the way.
+    Here the drafting epoch (4 sequences, 0.3 s, 60 tokens) is followed by a plain one that a
+    leave ends after 0.2 s: it is dropped, not counted at N = 4; 0.05 s at N = 3 count nowhere;
+    the next epoch at N = 4, plain, 0.25 s after the drafting one ended, pairs with it."""
     switch = DraftingSwitch(epoch_seconds=0.3, explore=1)
-    seqs = "abcd"
     switch.after_pass(4, True, 0.0)
     _, first = switch.drafting(4)
     assert switch.epoch.drafting is True
-    for seq in seqs:
+    for seq in "abcd":
         switch.credit(first, 15, seq)
     switch.after_pass(4, True, 0.3)  # epoch 1 ends, epoch 2 (plain, exploring) starts
     mode, second = switch.drafting(4)
     assert mode is False
-    for seq in seqs:
+    for seq in "abcd":
         switch.credit(second, 7.5, seq)
-    switch.after_pass(3, True, 0.5)  # "d" left: epoch 2 ends at 0.2 s of its 0.3
+    switch.turn()  # "d" left
+    switch.after_pass(3, True, 0.5)  # epoch 2 ends at 0.2 s of its 0.3: dropped
     assert switch.rates[4, True].value == 60 / 0.3
-    switch.after_pass(3, True, 0.55)  # epoch 2 recorded, at N = 4
-    assert switch.tried[4, False] == 1 and abs(switch.rates[4, False].value - 30 / 0.2) < 1e-9
-    assert abs(switch.gain[4].value - math.log((60 / 0.3) / (30 / 0.2))) < 1e-9
+    switch.after_pass(3, True, 0.55)
+    assert switch.tried[4, False] == 0 and switch.rates[4, False].value is None
     assert switch.tried[3, True] + switch.tried[3, False] == 0  # 0.05 s at N = 3: nothing ended there
-    switch.after_pass(4, True, 0.6)  # "e" joined: an epoch at N = 4 begins 0.1 s after epoch 2 ended
-    mode, third = switch.drafting(4)  # drafting was ahead: it drafts
+    switch.turn()  # "e" joined
+    switch.after_pass(4, True, 0.55)  # an epoch at N = 4 begins, 0.25 s after epoch 1 ended
+    mode, third = switch.drafting(4)
+    assert mode is False  # plain is still to be explored
     for seq in "abce":
-        switch.credit(third, 20, seq)
-    switch.after_pass(4, True, 0.9)
-    switch.after_pass(4, True, 0.95)  # recorded: paired with epoch 2 across the gap
-    assert mode is True and switch.gain[4].weight > 1.0
+        switch.credit(third, 10, seq)
+    switch.after_pass(4, True, 0.95)
+    switch.after_pass(4, True, 1.0)  # recorded, and paired with epoch 1 across the gap
+    assert switch.rates[4, False].value == pytest.approx(40 / 0.4)
+    assert switch.gain[4].value == pytest.approx(math.log((60 / 0.3) / (40 / 0.4)))
 
 
 def test_an_answer_that_ends_as_the_next_request_joins_ends_the_epoch_at_one_n():
     """An answer ends and its client's next request joins between two passes (as at 4 clients
     with answers of one length): N stays 2 at every pass, but the time between (the end, the
-    next prompt's prefill) is no way's.
-    The epoch (0.2 s of its 0.3 when "b" left and "c" joined) ends at the next pass, counted at
-    N = 2; the new one begins at the first pass after that which holds both."""
+    next prompt's prefill) is no way's. The epoch (0.2 s of its 0.3 when "b" left and "c"
+    joined) ends at the next pass and is dropped; the new one begins at the first pass after
+    that which holds both."""
     switch = DraftingSwitch(epoch_seconds=0.3)
     switch.after_pass(2, True, 0.0)
     _, first = switch.drafting(2)
@@ -189,10 +205,11 @@ def test_an_answer_that_ends_as_the_next_request_joins_ends_the_epoch_at_one_n()
     switch.turn()  # "b" left
     switch.turn()  # "c" joined
     switch.after_pass(2, False, 0.2)  # "c"'s prompt alone
-    assert switch.epoch is None and switch.tried[2, True] == 1
+    assert switch.epoch is None and switch.tried[2, True] == 0
     switch.after_pass(2, True, 0.25)  # holds both: the next epoch begins
     assert switch.epoch is not None and switch.epoch.start == 0.25
-    assert switch.rates[2, True].value == pytest.approx(20 / 0.2)
+    switch.after_pass(2, True, 0.6)
+    assert switch.rates[2, True].value is None
 
 
 def test_what_the_passes_spent_on_prompts_is_no_ways_time():
@@ -201,7 +218,8 @@ def test_what_the_passes_spent_on_prompts_is_no_ways_time():
     switch = DraftingSwitch(epoch_seconds=0.3)
     switch.after_pass(2, True, 0.0)
     _, first = switch.drafting(2)
-    switch.after_pass(2, True, 0.2, prompts=0.1)
+    switch.set_aside(0.1)
+    switch.after_pass(2, True, 0.2)
     assert switch.epoch.id == first  # 0.1 s of generating: not over
     switch.after_pass(2, True, 0.4)
     assert switch.epoch.id != first
@@ -209,6 +227,31 @@ def test_what_the_passes_spent_on_prompts_is_no_ways_time():
     switch.credit(first, 15, "b")
     switch.after_pass(2, True, 0.45)  # recorded
     assert switch.rates[2, True].value == pytest.approx(30 / 0.3)
+
+
+def test_a_catch_up_is_set_aside_and_counts_against_the_probes_share_where_its_epoch_lost():
+    """The first epoch of drafting (exploring) spends 0.2 s catching the draft model up: its rate
+    is its tokens over its 0.3 s of generating (100 tokens/s), not over 0.5 s. The plain epoch
+    after it gives 120 tokens/s: the trying epoch lost 0.3 x (1 - 100/120) = 0.05 s, and its
+    0.2 s of catch-up with it."""
+    switch = DraftingSwitch(epoch_seconds=0.3, explore=1)
+    switch.after_pass(2, True, 0.0)
+    mode, first = switch.drafting(2)
+    assert mode is True and switch.epoch.trying
+    switch.catch_up(0.2)
+    switch.after_pass(2, True, 0.3)
+    assert switch.epoch.id == first  # 0.1 s of generating so far
+    switch.after_pass(2, True, 0.5)
+    for seq in "ab":
+        switch.credit(first, 15, seq)
+    _, second = switch.drafting(2)
+    for seq in "ab":
+        switch.credit(second, 18, seq)
+    switch.after_pass(2, True, 0.8)
+    switch.after_pass(2, True, 0.85)
+    assert switch.rates[2, True].value == pytest.approx(100.0)
+    assert switch.rates[2, False].value == pytest.approx(120.0)
+    assert switch._tried_cost == pytest.approx(0.3 * (1 - 100 / 120) + 0.2)
 
 
 def test_an_epoch_open_while_no_pass_ran_is_dropped():
