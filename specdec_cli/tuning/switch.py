@@ -15,8 +15,8 @@ epochs at the same N, one of each way: each pair gives log(drafting rate / plain
 `gain` is a decaying mean of those logs. At each N the ways take turns for EXPLORE epochs each
 (one: a single pair, since on a CPU each exploring epoch that drafts first catches the draft
 model up with all the text it missed, and the probes go on measuring); then the draft model
-drafts while gain > MARGIN (below), and the other way runs every PROBE_EVERY-th epoch (two more pairs: the
-probe and each of its neighbours), in case the text or the load changed.
+drafts while gain > MARGIN (below), and the other way runs every PROBE_EVERY-th epoch (two more
+pairs: the probe and each of its neighbours), in case the text or the load changed.
 Each probe costs what the losing way loses for an epoch (and, into drafting, the draft model's
 catch-up), so where a probe left the choice as it was and the ways differ clearly (by
 CLEAR_GAIN, 10 %, or more), the next one waits twice as long, up to MAX_PROBE_EVERY epochs (19 s
@@ -61,13 +61,14 @@ An epoch measures one way's steady generating, nothing else:
   drafting) are set aside: an epoch is EPOCH_SECONDS of generating. A catch-up is paid once per
   sequence and switch, not per epoch: in the first epoch of drafting after plain ones it is
   the most of what the epoch spent (on a deepened pair at four sequences, T = 0, pairs with it
-  counted read drafting 0.65-0.96x of not drafting, while a server drafting at every epoch served
+  counted read drafting 0.45-0.96x of not drafting, while a server drafting at every epoch served
   1.05x and 1.08x of speculation off in two runs; with it set aside they read 0.93-1.03x, and
   what else holds them below the steady way there is not found). Whether a catch-up pays is
   decided per sequence instead: one whose catch-up would cost more than drafting saves over its
   tokens left (`saving_per_token`) does not draft even in an epoch of drafting
-  (batch.Batcher.draft_model_drafts), so the drafting way is drafting where it pays. What a probe into drafting spent catching up
-  counts against the probes' share (PROBE_SHARE) where the probe lost.
+  (batch.Batcher.draft_model_drafts), so the drafting way is drafting where it pays. What a
+  probe into drafting spent catching up counts against the probes' share (PROBE_SHARE) where
+  the probe lost.
 - A pair is two epochs at one N that follow each other within an epoch's length, a moment at
   another N between them or not. An epoch is also dropped when some sequence in it credited
   nothing (a request with a fixed k or no drafter), or when no target pass ran for IDLE_SECONDS
