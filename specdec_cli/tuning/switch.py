@@ -29,11 +29,12 @@ choice could be wrong by (at four sequences, T = 0, with the ways within 5 % and
 8th epoch, loads with probes served 0.90-0.92 of speculation off, in one served run), and the
 server with speculation must not serve less than without it.
 What the trying costs is also measured and capped: an epoch that ran a way to try it (exploring,
-a probe) and was the slower of a pair lost its seconds times (1 - its rate / the other's), and a
-probe begins only while those losses, at every N together, are at most PROBE_SHARE (3 %) of the
-seconds of epochs so far. On a CPU a probe into drafting at four sequences first catches the
-draft model up with some hundred tokens (0.5 s in one served run, its epoch giving a third to a
-half of a plain one's tokens): the next probe then waits some 15 s of batched time, not 8 epochs.
+a probe) and was the slower of a pair lost its seconds times (1 - its rate / the other's), plus
+what it spent catching the draft model up, and a probe begins only while those losses, at every
+N together, are at most PROBE_SHARE (3 %) of the seconds of epochs so far. On a CPU a probe into
+drafting at four sequences first catches the draft model up with some hundred tokens (0.5 s in
+one served run): where it then loses, the next probe waits some 15 s of batched time, not 8
+epochs.
 Where drafting lost at a smaller batch, a larger one starts without it and learns only from
 the probes: another sequence in the batch makes a draft step dearer against the pass it saves
 (vLLM's speculation by batch size rests on the same rule), and every turn spent exploring a way
