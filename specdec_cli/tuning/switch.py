@@ -63,7 +63,7 @@ An epoch measures one way's steady generating, nothing else:
   sequence and switch, not per epoch: in the first epoch of drafting after plain ones it is
   the most of what the epoch spent (on a deepened pair at four sequences, T = 0, pairs with it
   counted read drafting 0.45-0.96x of not drafting, while a server drafting at every epoch served
-  1.05x and 1.08x of speculation off in two runs; with it set aside they read 0.93-1.03x, and
+  1.05x and 1.08x of speculation off in two runs; with it set aside they read 0.92-1.09x, and
   what else holds them below the steady way there is not found). Whether a catch-up pays is
   decided per sequence instead: one whose catch-up would cost more than drafting saves over its
   tokens left (`saving_per_token`) does not draft even in an epoch of drafting
