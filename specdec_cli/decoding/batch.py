@@ -299,18 +299,18 @@ class Batcher:
             self.log.busy[self.names[index]] += self._last_end - start
         served = [(r, take) for (r, take), result in zip(planned, results) if not isinstance(result, BaseException)]
         if seconds is not None:
-            self.costs[index].add(sum(take for _, take in served), len(served), seconds)
+            takes = [take for _, take in served]
+            self.costs[index].add(sum(takes), len(served), seconds)
             line = self.costs[index].line()
             # Every joined sequence waited through this pass: one that served only some of them (a
             # draft step, a catch-up) cost the others their progress, so its sequences carry that too.
             stalled = max(self._active, len(served)) / len(served)
-            for (r, take), share in zip(served, shares(seconds, [take for _, take in served], line)):
+            for (r, _), share in zip(served, shares(seconds, takes, line)):
                 r.charged += share * stalled
-        if seconds is not None and len(self.models) > 1:  # what the switch sets aside (tuning/switch.py)
-            takes = [take for _, take in served]
-            if index == 0:  # the draft model's rows beyond a round's last draft and its bonus: a catch-up
+            # What the switch sets aside (tuning/switch.py):
+            if index == 0 and len(self.models) > 1:  # the draft model's rows beyond a round's last draft and its bonus: a catch-up
                 self.switch.catch_up(aside_seconds(seconds, takes, [min(take, CATCH_UP_FREE) for take in takes], line))
-            elif index == len(self.models) - 1:  # the target's rows that want no logits: a prompt's, alike either way
+            elif index == len(self.models) - 1 and index > 0:  # the target's rows that want no logits: a prompt's, alike either way
                 self.switch.set_aside(aside_seconds(seconds, takes, [self._logit_rows(r, take) for r, take in served], line))
         if index == len(self.models) - 1 and index > 0:
             self.switch.after_pass(self._active, len(planned) == self._active, time.perf_counter())

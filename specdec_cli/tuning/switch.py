@@ -122,13 +122,13 @@ class Epoch:
     tokens: int = 0
     credited_by: set = field(default_factory=set)  # the sequences whose rounds gave its tokens
     trying: bool = False  # it ran its way to try it (exploring, a probe), not as the choice
-    aside: float = 0.0  # seconds not counted: its target passes' on prompts (the same either way), the draft model's catch-ups
-    catch_up: float = 0.0  # of those, the draft model's catch-ups
+    prompts: float = 0.0  # seconds its target passes spent on prompts (the same either way): not counted
+    catch_up: float = 0.0  # seconds the draft model spent catching up (paid once per switch): not counted
     turns: int = 0  # joins and leaves before it began (DraftingSwitch.turns)
 
     def seconds(self, now: float | None = None) -> float:
-        """Its time up to `now` (or its end) less what was set aside."""
-        return (self.end if now is None else now) - self.start - self.aside
+        """Its time up to `now` (or its end) less what was set aside (prompts, catch-ups)."""
+        return (self.end if now is None else now) - self.start - self.prompts - self.catch_up
 
     @property
     def rate(self) -> float:
@@ -208,12 +208,11 @@ class DraftingSwitch:
     def set_aside(self, seconds: float) -> None:
         """The pass about to end (after_pass) spent `seconds` on prompts (pass_cost.aside_seconds): no way's time."""
         if self.epoch is not None:
-            self.epoch.aside += seconds
+            self.epoch.prompts += seconds
 
     def catch_up(self, seconds: float) -> None:
         """A draft pass spent `seconds` catching the draft model up with text it did not see."""
         if self.epoch is not None:
-            self.epoch.aside += seconds
             self.epoch.catch_up += seconds
 
     def after_pass(self, n: int, held_all: bool, now: float) -> None:
