@@ -74,8 +74,9 @@ A round the draft model sits out. In `model+lookup` (and with the memory) a roun
 drafts leaves the draft model behind by that round's tokens, which its next catch-up evaluates.
 Where the draft model is in use (its plan beats a plain step), lookup's plans are charged that
 cost too, as measured (`sitting_out`: its catch-ups after rounds it sat out, per round, beyond
-its usual catch-up), so that lookup displaces it only where lookup is worth more after paying
-it. Without that, lookup's and the memory's rounds looked free of the catch-up they cause.
+its usual catch-up; one draft step until the call has timed one), so that lookup displaces it
+only where lookup is worth more after paying it. Without that, lookup's and the memory's rounds
+looked free of the catch-up they cause, and before the prior the first ones in each call did.
 
 What earlier calls earned. A policy is fresh for each generation, and a short call ends before
 it has learnt much; with the drafting memory on (`--draft-cache`, the server's memory) the
@@ -178,6 +179,7 @@ STALE_ROUNDS = 64  # then when it is older than this many
 MAX_BACKOFF = 64
 RESUMED_BACKOFF = 32  # a proposer whose record from earlier calls holds MIN_TRIALS: its first probe, while it loses
 CARRIED_TRIALS = 4.0  # a draft model's record handed to the next call weighs this many trials at most (< MIN_TRIALS)
+SAT_OUT_PRIOR = 1.0  # what a round sat out adds to the draft model's next catch-up, in draft steps, until timed (`sitting_out`)
 
 
 def draft_policy(draft_tokens: DraftTokens, p_min: float | None = None, costs: "CostCurve | None" = None) -> DraftPolicy:
@@ -409,15 +411,22 @@ class AdaptivePolicy:
         catch-up (the round's tokens, which it evaluates later, in its next catch-up). A lookup
         or memory round that displaces the draft model thus pays for the model's later catch-up,
         as a round of the model's own pays its catch-up; 0 without a draft model among the
-        sources, or before such a catch-up was timed. Example: backlog 9 ms per round sat out,
-        catch-up 4 ms -> 5 ms."""
+        sources. Before this call timed such a catch-up, one draft step (SAT_OUT_PRIOR): a call
+        is fresh, and a short one chose most of its lookup and memory rounds before it had timed
+        one (built-in pair, T = 0.8, `extract`: 35 of 60; each cost the model 7-17 ms more in its
+        next catch-up, a step being 8-9 ms, and netted 51-64 tokens/s where the model's rounds
+        made 72). Examples: backlog 9 ms per round sat out, catch-up 4 ms -> 5 ms; none timed
+        yet, a draft step of 2 ms -> 2 ms."""
         cost = 0.0
         for name in sources:
             if kind(name) in MODEL_KINDS and name in self.drafters:
                 rec = self.drafters[name]
                 usual = rec.catch_up.value if rec.catch_up.value is not None else rec.draft_step.value
-                if rec.backlog_per_round.value is not None and usual is not None:
-                    cost = max(cost, rec.backlog_per_round.value - usual)
+                if usual is None:
+                    continue
+                backlog = rec.backlog_per_round.value
+                step = rec.draft_step.value if rec.draft_step.value is not None else usual
+                cost = max(cost, backlog - usual if backlog is not None else SAT_OUT_PRIOR * step)
         return cost
 
     def curve(self) -> list[float]:

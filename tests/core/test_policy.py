@@ -831,20 +831,23 @@ def displacing_policy(backlog_ms: float | None) -> AdaptivePolicy:
 def test_sitting_out_worked_example():
     assert displacing_policy(9.0).sitting_out(["model", "lookup:3-5"]) == pytest.approx(5 * MS)  # 9 - 4 ms
     assert displacing_policy(9.0).sitting_out(["lookup:3-5"]) == 0.0  # no draft model among the sources
-    assert displacing_policy(None).sitting_out(["model", "lookup:3-5"]) == 0.0  # no catch-up after a sat-out round timed yet
+    assert displacing_policy(None).sitting_out(["model", "lookup:3-5"]) == pytest.approx(2 * MS)  # none timed yet: one draft step
     assert displacing_policy(3.0).sitting_out(["model", "lookup:3-5"]) == 0.0  # never below 0
 
 
 def test_lookup_displaces_the_draft_model_only_where_it_pays_the_models_catch_up():
     """By hand (a_model ~ 0.9, a_lookup ~ 0.8): the model 1.9 / (2 + 2 + 11) = 0.127 tokens/ms,
-    lookup 1.8 / (0.1 + 11) = 0.162 free of the catch-up it causes, 1.8 / (0.1 + 11 + 5) = 0.112
-    with it; a plain step 0.1."""
+    lookup 1.8 / (0.1 + 11) = 0.162 free of the catch-up it causes (a model's catch-up after a
+    sat-out round timed at 5 ms, no more than its usual), 1.8 / (0.1 + 11 + 5) = 0.112 with it;
+    a plain step 0.1. Before any such catch-up was timed, one draft step: 1.8 / (0.1 + 11 + 2)
+    = 0.137."""
     sources = ["model", "lookup:3-5"]
-    free, charged = displacing_policy(None), displacing_policy(9.0)
+    free, charged, untimed = displacing_policy(4.0), displacing_policy(9.0), displacing_policy(None)
     assert [round(r, 2) for r in free.record("model").acceptance.rates()] == [0.9]  # the premises
     assert [round(r, 2) for r in free.record("lookup:3-5").acceptance.rates()] == [0.8]
     assert free.plans(sources, 1, free.curve())["lookup:3-5"][1] == pytest.approx(1.8 / (11.1 * MS), rel=0.01)
     assert charged.plans(sources, 1, charged.curve())["lookup:3-5"][1] == pytest.approx(1.8 / (16.1 * MS), rel=0.01)
+    assert untimed.plans(sources, 1, untimed.curve())["lookup:3-5"][1] == pytest.approx(1.8 / (13.1 * MS), rel=0.01)
     assert charged.plans(sources, 1, charged.curve())["model"][1] == pytest.approx(1.9 / (15 * MS), rel=0.01)
     assert free.choose(sources, 8) == ("lookup:3-5", 1)
     assert charged.choose(sources, 8) == ("model", 1)
