@@ -65,7 +65,7 @@ model, which keeps 90 % of that text, waited for its probe: ten rounds in one ca
 benchmarks/memory_workloads.py's `extract` (deepened pair, T = 0). A draft model's
 probe first catches up on every token it sat out, which costs per token (on a CPU a good
 part of a target step), so spacing probes out does not make them cheaper; instead such
-catch-ups (the next one predicted from the rounds sat out) may take at most PROBE_BUDGET of
+catch-ups (the next one predicted from the tokens sat out) may take at most PROBE_BUDGET of
 the run's time, and probing pauses while they would take more (the first probe of each
 fallback excepted). Where catch-up is dear this means a draft model that fell back stays
 off, while lookup, which has no catch-up, keeps being probed.
@@ -73,10 +73,14 @@ off, while lookup, which has no catch-up, keeps being probed.
 A round the draft model sits out. In `model+lookup` (and with the memory) a round that lookup
 drafts leaves the draft model behind by that round's tokens, which its next catch-up evaluates.
 Where the draft model is in use (its plan beats a plain step), lookup's plans are charged that
-cost too, as measured (`sitting_out`: its catch-ups after rounds it sat out, per round, beyond
-its usual catch-up; one draft step until the call has timed one), so that lookup displaces it
-only where lookup is worth more after paying it. Without that, lookup's and the memory's rounds
-looked free of the catch-up they cause, and before the prior the first ones in each call did.
+cost too, as measured (`sitting_out`: what its catch-ups after rounds it sat out cost beyond its
+usual catch-up, per token it sat out; SAT_OUT_PRIOR draft steps per token until the call has
+timed one), so that lookup displaces it only where lookup is worth more after paying it. Without
+that, lookup's and the memory's rounds looked free of the catch-up they cause. Per token, not per
+round: a catch-up grows with the tokens it evaluates (on the built-in pair, 3.1-3.8 ms per token
+beyond the usual 12.3), and a mean per round sat out, mostly plain steps of one token, charged
+the memory's rounds of 2-3 tokens 0.3-1.5 ms (one logged run of the suite's prompts, T = 0) where
+such rounds added 10-17 ms to the next catch-up (the extractions' logs, T = 0.8).
 
 What earlier calls earned. A policy is fresh for each generation, and a short call ends before
 it has learnt much; with the drafting memory on (`--draft-cache`, the server's memory) the
@@ -179,7 +183,11 @@ STALE_ROUNDS = 64  # then when it is older than this many
 MAX_BACKOFF = 64
 RESUMED_BACKOFF = 32  # a proposer whose record from earlier calls holds MIN_TRIALS: its first probe, while it loses
 CARRIED_TRIALS = 4.0  # a draft model's record handed to the next call weighs this many trials at most (< MIN_TRIALS)
-SAT_OUT_PRIOR = 1.0  # what a round sat out adds to the draft model's next catch-up, in draft steps, until timed (`sitting_out`)
+# What a token the draft model sat out adds to its next catch-up, in draft steps, until a call
+# timed one (`sitting_out`): on the built-in pair (2-core CPU; model+lookup with and without the
+# memory, four logged runs of memory_workloads.py) catch-ups took 12.3 ms drafting along and
+# 3.1-3.8 ms more per token sat out, for 1 to 11 tokens, a draft step being 8-9 ms.
+SAT_OUT_PRIOR = 0.4
 
 
 def draft_policy(draft_tokens: DraftTokens, p_min: float | None = None, costs: "CostCurve | None" = None) -> DraftPolicy:
@@ -256,19 +264,21 @@ def best_draft_length(
     max_k: int,
     min_k: int = 0,
     draft_overhead: float = 0.0,
+    per_token: float = 0.0,
 ) -> tuple[int, float]:
     """The k in min_k..max_k with the most expected tokens per second, and that rate.
 
     batch_seconds[n - 1] = T_batch(n), for n = 1..max_k + 1; acceptance holds a_1..a_max_k.
-    Rate(0) = 1 / T_batch(1); rate(k) = E(k) / (draft_overhead + k * draft_step + T_batch(k + 1)),
-    draft_overhead being what a drafting round costs beyond its k steps (see AdaptivePolicy).
+    Rate(0) = 1 / T_batch(1); rate(k) = E(k) / (draft_overhead + k * draft_step + T_batch(k + 1)
+    + per_token * E(k)), draft_overhead being what a drafting round costs beyond its k steps and
+    per_token what each token it makes costs later (a draft model's catch-up: AdaptivePolicy.plans).
     Ties go to the smaller k.
     """
     assert len(acceptance) >= max_k and len(batch_seconds) > max_k and 0 <= min_k <= max(max_k, 1)
     best_k, best_rate = (0, 1.0 / batch_seconds[0]) if min_k == 0 else (0, -1.0)
     expected = expected_tokens(acceptance[:max_k])
     for k in range(1, max_k + 1):
-        rate = expected[k] / (draft_overhead + k * draft_step + batch_seconds[k])
+        rate = expected[k] / (draft_overhead + k * draft_step + batch_seconds[k] + per_token * expected[k])
         if k >= min_k and rate > best_rate:
             best_k, best_rate = k, rate
     return best_k, best_rate
@@ -298,12 +308,12 @@ class DrafterRecord:
     acceptance: Acceptance
     draft_step: WeightedMean = field(default_factory=WeightedMean)
     catch_up: WeightedMean = field(default_factory=WeightedMean)  # the draft model's catch-up per round
-    backlog_per_round: WeightedMean = field(default_factory=WeightedMean)  # catch-up per round sat out
+    backlog_per_token: WeightedMean = field(default_factory=WeightedMean)  # catch-up beyond the usual, per token sat out
     carried_cost: float | None = None  # T_draft / T_batch(1) as an earlier call measured it (Earned.draft_cost)
     steps_timed: int = 0  # draft steps this run timed (draft_step holds no more than a prior before the first)
     backoff: int = FIRST_BACKOFF  # rounds passed over before the next probe
     waited: int = 0  # rounds passed over since it last drafted
-    last_round: int = 0  # the round it last drafted in
+    last_tokens: int = 0  # the tokens of all rounds observed, when it last drafted
 
 
 class AdaptivePolicy:
@@ -334,6 +344,7 @@ class AdaptivePolicy:
         self.call_rounds = 0  # of which in this call
         self.yardstick_round = 0  # the round in which T_batch(1) was last measured
         self.elapsed = 0.0  # seconds of all rounds observed
+        self.tokens = 0  # tokens of all rounds observed
         self.backlog_seconds = 0.0  # of which draft-model catch-ups after rounds it sat out: what probes cost
         self.previous = ""  # the source of the last round observed
         self._seed_draft_step: float | None = None
@@ -386,7 +397,7 @@ class AdaptivePolicy:
 
     def plan(self, name: str, max_k: int, curve: Sequence[float], sitting_out: float = 0.0) -> tuple[int, float]:
         """The best k >= 1 for this drafter under the current estimates, and its tokens per second;
-        `sitting_out`: what its round costs a draft model that sits it out (see `plans`)."""
+        `sitting_out`: what each token of its round costs a draft model that sits it out (see `plans`)."""
         rec = self.record(name)
         if rec.draft_step.value is None:
             # The prior counts as a fraction of a first sample, so one slow first measurement cannot
@@ -394,7 +405,7 @@ class AdaptivePolicy:
             rec.draft_step.add(self.unit_draft_cost(name) * curve[0], PRIOR_DRAFT_WEIGHT)
         # The catch-up replaces the first step; it costs more when it evaluates two tokens.
         overhead = max(rec.catch_up.value - rec.draft_step.value, 0.0) if rec.catch_up.value is not None else 0.0
-        return best_draft_length(rec.acceptance.rates(), rec.draft_step.value, curve, max_k, min_k=1, draft_overhead=overhead + sitting_out)
+        return best_draft_length(rec.acceptance.rates(), rec.draft_step.value, curve, max_k, min_k=1, draft_overhead=overhead, per_token=sitting_out)
 
     def plans(self, sources: Sequence[str], max_k: int, curve: Sequence[float]) -> dict[str, tuple[int, float]]:
         """Each source's plan (k, tokens per second). Where a draft model among them beats a plain
@@ -406,28 +417,29 @@ class AdaptivePolicy:
         return {name: models[name] if name in models else self.plan(name, max_k, curve, displaced) for name in sources}
 
     def sitting_out(self, sources: Sequence[str]) -> float:
-        """What a round drafted by another proposer costs the draft model among `sources`, by what
-        its catch-ups after rounds it sat out measured: backlog_per_round beyond its usual
-        catch-up (the round's tokens, which it evaluates later, in its next catch-up). A lookup
-        or memory round that displaces the draft model thus pays for the model's later catch-up,
-        as a round of the model's own pays its catch-up; 0 without a draft model among the
-        sources. Before this call timed such a catch-up, one draft step (SAT_OUT_PRIOR): a call
-        is fresh, and a short one chose most of its lookup and memory rounds before it had timed
-        one (built-in pair, T = 0.8, `extract`: 35 of 60; each cost the model 7-17 ms more in its
-        next catch-up, a step being 8-9 ms, and netted 51-64 tokens/s where the model's rounds
-        made 72). Examples: backlog 9 ms per round sat out, catch-up 4 ms -> 5 ms; none timed
-        yet, a draft step of 2 ms -> 2 ms."""
+        """What each token of a round drafted by another proposer costs the draft model among
+        `sources`, which evaluates the round's tokens in its next catch-up: what its catch-ups
+        after rounds it sat out took beyond its usual catch-up, per token sat out
+        (backlog_per_token). A lookup or memory round that displaces the draft model thus pays
+        for the model's later catch-up, as a round of the model's own pays its catch-up; 0
+        without a draft model among the sources. Before this call timed such a catch-up,
+        SAT_OUT_PRIOR draft steps: a call is fresh, and a short one chose most of its lookup and
+        memory rounds before it had timed one (built-in pair, T = 0.8, `extract`: 35 of 60; each
+        netted 51-64 tokens/s after the catch-up it caused, where the model's rounds made 72).
+        Examples: 3 ms per token measured -> 3 ms; none timed yet, a draft step of 2 ms -> 0.8 ms."""
         cost = 0.0
         for name in sources:
             if kind(name) in MODEL_KINDS and name in self.drafters:
                 rec = self.drafters[name]
-                usual = rec.catch_up.value if rec.catch_up.value is not None else rec.draft_step.value
-                if usual is None:
-                    continue
-                backlog = rec.backlog_per_round.value
-                step = rec.draft_step.value if rec.draft_step.value is not None else usual
-                cost = max(cost, backlog - usual if backlog is not None else SAT_OUT_PRIOR * step)
+                if rec.backlog_per_token.value is not None:
+                    cost = max(cost, rec.backlog_per_token.value)
+                elif rec.draft_step.value is not None:
+                    cost = max(cost, SAT_OUT_PRIOR * rec.draft_step.value)
         return cost
+
+    def usual_catch_up(self, rec: DrafterRecord) -> float | None:
+        """A draft model's catch-up while it drafts along (one or two tokens), where timed; else its draft step."""
+        return rec.catch_up.value if rec.catch_up.value is not None else rec.draft_step.value
 
     def curve(self) -> list[float]:
         """T_batch(1..max_k + 1) as the policy currently sees it (empty before the first round)."""
@@ -523,14 +535,15 @@ class AdaptivePolicy:
         return age >= (refresh if advantage < REFRESH_MARGIN else STALE_ROUNDS)
 
     def affordable(self, rec: DrafterRecord) -> bool:
-        """Whether a probe's catch-up (rounds sat out x seconds per round, as measured; a lookup
-        has none) keeps all backlog catch-ups within PROBE_BUDGET of the run's time. The first
-        probe after drafting stopped paying is always allowed: cheap insurance against an early
-        fallback that noise caused."""
+        """Whether a probe's catch-up (its usual one plus the tokens sat out x seconds per token,
+        as measured; nothing before that is timed, and a lookup has none) keeps all backlog
+        catch-ups within PROBE_BUDGET of the run's time. The first probe after drafting stopped
+        paying is always allowed: cheap insurance against an early fallback that noise caused."""
         if rec.backoff == FIRST_BACKOFF:
             return True
-        per_round = rec.backlog_per_round.value or 0.0
-        return self.backlog_seconds + per_round * (self.rounds - rec.last_round) <= PROBE_BUDGET * self.elapsed
+        per_token = rec.backlog_per_token.value
+        catch_up = (self.usual_catch_up(rec) or 0.0) + per_token * (self.tokens - rec.last_tokens) if per_token is not None else 0.0
+        return self.backlog_seconds + catch_up <= PROBE_BUDGET * self.elapsed
 
     def observe(self, event: Round) -> None:
         self.rounds += 1
@@ -541,24 +554,27 @@ class AdaptivePolicy:
             if event.drafted == 0:
                 self.yardstick_round = self.rounds
         self.elapsed += event.seconds
+        self.tokens += event.accepted + 1
         lagging = event.drafter != self.previous  # the drafter sat out the last round: its catch-up clears a backlog
         self.previous = event.drafter
         if not event.drafter:
             return  # a plain target step: nothing drafted, nothing to learn about a drafter
         rec = self.record(event.drafter)
-        sat_out, rec.last_round = self.rounds - rec.last_round - 1, self.rounds
+        sat_out = self.tokens - event.accepted - 1 - rec.last_tokens  # tokens of the rounds since it last drafted
+        rec.last_tokens = self.tokens
         rec.acceptance.add(event.k, event.accepted)
         if learn:
             step = draft_step_seconds(event)
             if step is not None:
                 rec.draft_step.add(clamp(step, rec.draft_step.value))
                 rec.steps_timed += 1
+            usual = self.usual_catch_up(rec)
             if event.draft_catch_up_seconds > 0.0 and lagging:
                 self.backlog_seconds += event.draft_catch_up_seconds
-                rec.backlog_per_round.add(event.draft_catch_up_seconds / max(sat_out, 1))
+                if usual is not None and sat_out > 0:
+                    rec.backlog_per_token.add(max(event.draft_catch_up_seconds - usual, 0.0) / sat_out)
             elif event.draft_catch_up_seconds > 0.0:
-                limit = rec.catch_up.value if rec.catch_up.value is not None else rec.draft_step.value
-                rec.catch_up.add(clamp(event.draft_catch_up_seconds, limit))
+                rec.catch_up.add(clamp(event.draft_catch_up_seconds, usual))
 
 
 def draft_step_seconds(event: Round) -> float | None:

@@ -815,7 +815,8 @@ def test_earned_hands_on_the_draft_step_measured_in_units_of_a_plain_step():
 
 def displacing_policy(backlog_ms: float | None) -> AdaptivePolicy:
     """max_k 1, T_batch = 10, 11 ms; the model: a_1 about 0.9, steps 2 ms, catch-up 4 ms; lookup:3-5:
-    a_1 about 0.8, steps 0.1 ms; the model's catch-ups after rounds it sat out `backlog_ms` per round."""
+    a_1 about 0.8, steps 0.1 ms; the model's catch-ups after rounds it sat out `backlog_ms` more
+    than its usual one per token sat out (None: none timed)."""
     policy = AdaptivePolicy(max_k=1, costs=CostCurve(0.002, (0.010, 0.011)), learn_costs=False)
     model, lookup = policy.record("model"), policy.record("lookup:3-5")
     model.acceptance.resume([90.0], [100.0])
@@ -824,30 +825,29 @@ def displacing_policy(backlog_ms: float | None) -> AdaptivePolicy:
     model.catch_up.add(0.004)
     lookup.draft_step.add(0.0001)
     if backlog_ms is not None:
-        model.backlog_per_round.add(backlog_ms * MS)
+        model.backlog_per_token.add(backlog_ms * MS)
     return policy
 
 
 def test_sitting_out_worked_example():
-    assert displacing_policy(9.0).sitting_out(["model", "lookup:3-5"]) == pytest.approx(5 * MS)  # 9 - 4 ms
-    assert displacing_policy(9.0).sitting_out(["lookup:3-5"]) == 0.0  # no draft model among the sources
-    assert displacing_policy(None).sitting_out(["model", "lookup:3-5"]) == pytest.approx(2 * MS)  # none timed yet: one draft step
-    assert displacing_policy(3.0).sitting_out(["model", "lookup:3-5"]) == 0.0  # never below 0
+    assert displacing_policy(3.0).sitting_out(["model", "lookup:3-5"]) == pytest.approx(3 * MS)
+    assert displacing_policy(3.0).sitting_out(["lookup:3-5"]) == 0.0  # no draft model among the sources
+    assert displacing_policy(None).sitting_out(["model", "lookup:3-5"]) == pytest.approx(0.8 * MS)  # none timed yet: 0.4 of a 2 ms step
 
 
 def test_lookup_displaces_the_draft_model_only_where_it_pays_the_models_catch_up():
     """By hand (a_model ~ 0.9, a_lookup ~ 0.8): the model 1.9 / (2 + 2 + 11) = 0.127 tokens/ms,
     lookup 1.8 / (0.1 + 11) = 0.162 free of the catch-up it causes (a model's catch-up after a
-    sat-out round timed at 5 ms, no more than its usual), 1.8 / (0.1 + 11 + 5) = 0.112 with it;
-    a plain step 0.1. Before any such catch-up was timed, one draft step: 1.8 / (0.1 + 11 + 2)
-    = 0.137."""
+    sat-out round timed at no more than its usual), 1.8 / (0.1 + 11 + 1.8 x 3) = 0.109 with 3 ms
+    per token it makes; a plain step 0.1. Before any such catch-up was timed, 0.4 of a step per
+    token: 1.8 / (0.1 + 11 + 1.8 x 0.8) = 0.144."""
     sources = ["model", "lookup:3-5"]
-    free, charged, untimed = displacing_policy(4.0), displacing_policy(9.0), displacing_policy(None)
+    free, charged, untimed = displacing_policy(0.0), displacing_policy(3.0), displacing_policy(None)
     assert [round(r, 2) for r in free.record("model").acceptance.rates()] == [0.9]  # the premises
     assert [round(r, 2) for r in free.record("lookup:3-5").acceptance.rates()] == [0.8]
     assert free.plans(sources, 1, free.curve())["lookup:3-5"][1] == pytest.approx(1.8 / (11.1 * MS), rel=0.01)
-    assert charged.plans(sources, 1, charged.curve())["lookup:3-5"][1] == pytest.approx(1.8 / (16.1 * MS), rel=0.01)
-    assert untimed.plans(sources, 1, untimed.curve())["lookup:3-5"][1] == pytest.approx(1.8 / (13.1 * MS), rel=0.01)
+    assert charged.plans(sources, 1, charged.curve())["lookup:3-5"][1] == pytest.approx(1.8 / (16.5 * MS), rel=0.01)
+    assert untimed.plans(sources, 1, untimed.curve())["lookup:3-5"][1] == pytest.approx(1.8 / (12.54 * MS), rel=0.01)
     assert charged.plans(sources, 1, charged.curve())["model"][1] == pytest.approx(1.9 / (15 * MS), rel=0.01)
     assert free.choose(sources, 8) == ("lookup:3-5", 1)
     assert charged.choose(sources, 8) == ("model", 1)
@@ -856,6 +856,39 @@ def test_lookup_displaces_the_draft_model_only_where_it_pays_the_models_catch_up
     idle.record("model").draft_step.add(0.030, 100.0)
     assert idle.plans(sources, 1, idle.curve())["model"][1] < 1.0 / (10 * MS)
     assert idle.choose(sources, 8) == ("lookup:3-5", 1)
+
+
+def test_the_catch_up_after_rounds_sat_out_is_measured_per_token_beyond_the_usual():
+    """The model drafts along with a 4 ms catch-up; then sits out a lookup round of 3 tokens
+    (2 drafts kept and the bonus) and catches up in 13 ms: (13 - 4) / 3 = 3 ms per token; then a
+    plain step and a lookup round of 1 token (2 tokens): 4 + 2 x 3 = 10 ms keeps it at 3 ms; then
+    two plain steps whose catch-up took 4 ms: (4 - 4) / 2 = 0, which the mean takes in."""
+    policy = AdaptivePolicy()
+
+    def model(catch_up_ms: float) -> Round:
+        return Round(drafted=3, accepted=3, draft_seconds=(catch_up_ms + 4) * MS, draft_decode_seconds=(catch_up_ms + 4) * MS,
+                     target_seconds=12 * MS, seconds=(catch_up_ms + 16) * MS, drafter="model", draft_catch_up_seconds=catch_up_ms * MS, k=3)  # fmt: skip
+
+    def lookup(accepted: int) -> Round:
+        return Round(drafted=2, accepted=accepted, draft_seconds=0.0, draft_decode_seconds=0.0, target_seconds=12 * MS, seconds=12 * MS,
+                     drafter="lookup:3-5", k=2)  # fmt: skip
+
+    plain = Round(drafted=0, accepted=0, draft_seconds=0.0, draft_decode_seconds=0.0, target_seconds=10 * MS, seconds=10 * MS)
+    for event in (model(4.0), model(4.0), model(4.0)):  # the first round after the prefill teaches no costs
+        policy.observe(event)
+    rec = policy.record("model")
+    assert rec.catch_up.value == pytest.approx(4 * MS) and rec.backlog_per_token.value is None
+    policy.observe(lookup(2))
+    policy.observe(model(13.0))
+    assert rec.backlog_per_token.value == pytest.approx(3 * MS)
+    assert policy.sitting_out(["model", "lookup:3-5"]) == pytest.approx(3 * MS)
+    for event in (plain, lookup(0), model(10.0)):
+        policy.observe(event)
+    assert rec.backlog_per_token.value == pytest.approx(3 * MS)
+    for event in (plain, plain, model(4.0)):
+        policy.observe(event)
+    assert 0 < rec.backlog_per_token.value < 3 * MS
+    assert policy.backlog_seconds == pytest.approx((13 + 10 + 4) * MS)  # every catch-up after rounds sat out
 
 
 def test_an_unproven_draft_model_is_not_displaced_by_an_unproven_short_match():
