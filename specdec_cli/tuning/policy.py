@@ -79,8 +79,8 @@ timed one), so that lookup displaces it only where lookup is worth more after pa
 that, lookup's and the memory's rounds looked free of the catch-up they cause. Per token, not per
 round: a catch-up grows with the tokens it evaluates (on the built-in pair, 3.1-3.8 ms per token
 beyond the usual 12.3), and a mean per round sat out, mostly plain steps of one token, charged
-the memory's rounds of 2-3 tokens 0.3-1.5 ms (one logged run of the suite's prompts, T = 0) where
-such rounds added 10-17 ms to the next catch-up (the extractions' logs, T = 0.8).
+lookup's and the memory's rounds 0.3-2.0 ms (one logged run of the suite's prompts, T = 0) where
+the memory's rounds of 2-3 tokens added 10-17 ms to the next catch-up (the extractions' logs).
 
 What earlier calls earned. A policy is fresh for each generation, and a short call ends before
 it has learnt much; with the drafting memory on (`--draft-cache`, the server's memory) the
