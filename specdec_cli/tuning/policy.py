@@ -315,6 +315,11 @@ class DrafterRecord:
     waited: int = 0  # rounds passed over since it last drafted
     last_tokens: int = 0  # the tokens of all rounds observed, when it last drafted
 
+    @property
+    def usual_catch_up(self) -> float | None:
+        """A draft model's catch-up while it drafts along (one or two tokens), where timed; else its draft step."""
+        return self.catch_up.value if self.catch_up.value is not None else self.draft_step.value
+
 
 class AdaptivePolicy:
     """`--draft-tokens auto`: the k (and drafter) with the most expected tokens per second, learnt in this run.
@@ -437,10 +442,6 @@ class AdaptivePolicy:
                     cost = max(cost, SAT_OUT_PRIOR * rec.draft_step.value)
         return cost
 
-    def usual_catch_up(self, rec: DrafterRecord) -> float | None:
-        """A draft model's catch-up while it drafts along (one or two tokens), where timed; else its draft step."""
-        return rec.catch_up.value if rec.catch_up.value is not None else rec.draft_step.value
-
     def curve(self) -> list[float]:
         """T_batch(1..max_k + 1) as the policy currently sees it (empty before the first round)."""
         return self._fixed_curve or self.batch.curve(self.max_k + 1)
@@ -542,7 +543,7 @@ class AdaptivePolicy:
         if rec.backoff == FIRST_BACKOFF:
             return True
         per_token = rec.backlog_per_token.value
-        catch_up = (self.usual_catch_up(rec) or 0.0) + per_token * (self.tokens - rec.last_tokens) if per_token is not None else 0.0
+        catch_up = (rec.usual_catch_up or 0.0) + per_token * (self.tokens - rec.last_tokens) if per_token is not None else 0.0
         return self.backlog_seconds + catch_up <= PROBE_BUDGET * self.elapsed
 
     def observe(self, event: Round) -> None:
@@ -568,7 +569,7 @@ class AdaptivePolicy:
             if step is not None:
                 rec.draft_step.add(clamp(step, rec.draft_step.value))
                 rec.steps_timed += 1
-            usual = self.usual_catch_up(rec)
+            usual = rec.usual_catch_up
             if event.draft_catch_up_seconds > 0.0 and lagging:
                 self.backlog_seconds += event.draft_catch_up_seconds
                 if usual is not None and sat_out > 0:
