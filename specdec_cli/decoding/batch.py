@@ -298,6 +298,8 @@ class Batcher:
             self._last_end = time.perf_counter()
             self.log.busy[self.names[index]] += self._last_end - start
         served = [(r, take) for (r, take), result in zip(planned, results) if not isinstance(result, BaseException)]
+        # With a draft model: a pass of it (its steps, its catch-ups), or the target's that follows.
+        draft_pass, target_pass = len(self.models) > 1 and index == 0, index > 0 and index == len(self.models) - 1
         if seconds is not None:
             takes = [take for _, take in served]
             self.costs[index].add(sum(takes), len(served), seconds)
@@ -308,13 +310,13 @@ class Batcher:
             for (r, _), share in zip(served, shares(seconds, takes, line)):
                 r.charged += share * stalled
             # What the switch sets aside (tuning/switch.py):
-            if index == 0 and len(self.models) > 1:  # the draft model's rows beyond a round's last draft and its bonus: a catch-up
+            if draft_pass:  # the draft model's rows beyond a round's last draft and its bonus: a catch-up
                 self.switch.catch_up(aside_seconds(seconds, takes, [min(take, CATCH_UP_FREE) for take in takes], line))
-            elif index == len(self.models) - 1 and index > 0:  # the target's rows that want no logits: a prompt's, alike either way
+            elif target_pass:  # the target's rows that want no logits: a prompt's, alike either way
                 self.switch.set_aside(aside_seconds(seconds, takes, [self._logit_rows(r, take) for r, take in served], line))
-        if index == len(self.models) - 1 and index > 0:
+        if target_pass:
             self.switch.after_pass(self._active, len(planned) == self._active, time.perf_counter())
-        if index == 0 and len(self.models) > 1:
+        if draft_pass:
             seen = self._drafting_together
             self._drafting_together = len(planned) if seen is None else 0.9 * seen + 0.1 * len(planned)
         name = self.names[index]

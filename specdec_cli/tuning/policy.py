@@ -77,10 +77,9 @@ cost too, as measured (`sitting_out`: what its catch-ups after rounds it sat out
 usual catch-up, per token it sat out; SAT_OUT_PRIOR draft steps per token until the call has
 timed one), so that lookup displaces it only where lookup is worth more after paying it. Without
 that, lookup's and the memory's rounds looked free of the catch-up they cause. Per token, not per
-round: a catch-up grows with the tokens it evaluates (on the built-in pair, 3.1-3.8 ms per token
-beyond the usual 12.3), and a mean per round sat out, mostly plain steps of one token, charged
-lookup's and the memory's rounds 0.3-2.0 ms (one logged run of the suite's prompts, T = 0) where
-the memory's rounds of 2-3 tokens added 10-17 ms to the next catch-up (the extractions' logs).
+round: a catch-up grows with the tokens it evaluates (SAT_OUT_PRIOR says how much on the
+built-in pair), so a round of many tokens displaces the model at a higher price than a plain
+step of one.
 
 What earlier calls earned. A policy is fresh for each generation, and a short call ends before
 it has learnt much; with the drafting memory on (`--draft-cache`, the server's memory) the
@@ -555,14 +554,14 @@ class AdaptivePolicy:
             if event.drafted == 0:
                 self.yardstick_round = self.rounds
         self.elapsed += event.seconds
+        before = self.tokens  # the tokens of the rounds before this one
         self.tokens += event.accepted + 1
         lagging = event.drafter != self.previous  # the drafter sat out the last round: its catch-up clears a backlog
         self.previous = event.drafter
         if not event.drafter:
             return  # a plain target step: nothing drafted, nothing to learn about a drafter
         rec = self.record(event.drafter)
-        sat_out = self.tokens - event.accepted - 1 - rec.last_tokens  # tokens of the rounds since it last drafted
-        rec.last_tokens = self.tokens
+        sat_out, rec.last_tokens = before - rec.last_tokens, self.tokens  # the tokens of the rounds it sat out
         rec.acceptance.add(event.k, event.accepted)
         if learn:
             step = draft_step_seconds(event)
