@@ -18,7 +18,10 @@ starting empty), all `-k auto`. `--configs` picks some (target-only always runs)
 can be asked for: "model" (the draft model alone) and "lookup+memory latest" (each n-gram's
 latest occurrence wins, in the context and in the memory: places = 1).
 With --repeats, every workload runs again from empty memories (at temperature > 0 with other
-seeds), and each repeat's ratio is shown beside the pooled one.
+seeds), and each repeat's ratio is shown beside the pooled one, with a 95 % confidence interval
+for the ratio (`ratio_interval`: Student's t over the repeats' log ratios). On a shared machine
+one repeat's ratio moves by several per cent, so a ratio under 1 says the memory made that
+workload slower only where the whole interval lies below 1; the script names those cells.
 Greedy (T = 0) output must be identical across configurations; the script checks it.
 Reported per workload and configuration: tokens per target pass, decode tokens/s, and the
 speed-up over target-only (the ratio of tokens/s, decode only), and the drafting time per
@@ -70,6 +73,7 @@ from specdec_cli.maths.sampling import SamplingParams  # noqa: E402
 from specdec_cli.session import LoadOptions, open_pair  # noqa: E402
 from specdec_cli.decoding.consume import consume  # noqa: E402
 from specdec_cli.decoding.stats import RunStats  # noqa: E402
+import numpy as np  # noqa: E402
 
 PEOPLE = [
     ("Alice Moreau", 34, "Lyon", "nurse"), ("Bram de Vries", 51, "Utrecht", "carpenter"), ("Chen Wei", 28, "Chengdu", "designer"),
@@ -136,6 +140,21 @@ def memory_ratios(speeds: dict[str, float]) -> dict[str, float]:
     """Per drafter, the memory on against off: tokens/s of "X+memory" over "X", where both ran.
     Example: {"lookup": 50.0, "lookup+memory": 60.0} (tokens/s) -> {"lookup": 1.2}."""
     return {name: speeds[name + MEMORY] / speeds[name] for name in speeds if name + MEMORY in speeds and speeds[name] > 0}
+
+
+def ratio_interval(ratios: list[float], level: float = 0.95) -> tuple[float, float] | None:
+    """A `level` confidence interval for a ratio measured once per repeat: the repeats' log ratios
+    taken as a normal sample, Student's t with n - 1 degrees of freedom around their mean, turned
+    back into ratios (so it is an interval for their geometric mean). None under two repeats.
+    Example: ratios 0.9 and 1.1: logs -0.1054 and 0.0953, mean -0.0050, standard error 0.1003,
+    t(0.975, 1) = 12.71 -> (0.278, 3.56); ratios 0.96, 0.98, 1.00, 1.02 -> (0.950, 1.032)."""
+    if len(ratios) < 2:
+        return None
+    from scipy import stats
+
+    logs = np.log(ratios)
+    half = stats.t.ppf(0.5 + level / 2, len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs))
+    return float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half))
 
 
 def same_text_ratios(calls: dict[str, list[RunStats]], texts: dict[str, list[str]]) -> dict[str, tuple[float, int]]:
@@ -249,17 +268,20 @@ def measure(args: argparse.Namespace) -> dict:
             rows = rows_of(configs, totals, drafting, texts, args.temperature)
             results[workload] = {"calls": len(prompts), "max_tokens": max_tokens, "repeats": args.repeats, "rows": rows,
                                  "memory_on_off": memory_ratios({name: row["tokens_per_second"] for name, row in rows.items()}),
-                                 "memory_on_off_by_repeat": by_repeat}  # fmt: skip
+                                 "memory_on_off_by_repeat": by_repeat,
+                                 "memory_on_off_interval": {name: ratio_interval([rep[name] for rep in by_repeat]) for name in by_repeat[0]}}  # fmt: skip
             if args.temperature == 0:
                 results[workload]["memory_on_off_same_text"] = same_text_ratios(calls, texts)
     return results
 
 
 def spread(result: dict, name: str) -> str:
-    """Each repeat's memory on / off for one drafter, when there were several: ' (0.98, 1.04)'."""
+    """Each repeat's memory on / off for one drafter and the 95 % interval, when there were several
+    repeats: ' (0.98, 1.04; 95 %: 0.83-1.20)'."""
     if result["repeats"] < 2:
         return ""
-    return " (" + ", ".join(f"{rep[name]:.2f}" for rep in result["memory_on_off_by_repeat"]) + ")"
+    low, high = result["memory_on_off_interval"][name]
+    return " (" + ", ".join(f"{rep[name]:.2f}" for rep in result["memory_on_off_by_repeat"]) + f"; 95 %: {low:.2f}-{high:.2f})"
 
 
 def main(argv=None) -> int:
@@ -290,6 +312,9 @@ def main(argv=None) -> int:
     ratios = [(ratio, workload, name) for workload, r in results.items() for name, ratio in r["memory_on_off"].items()]
     if ratios:
         print("worst: {:.2f}x ({}, {})".format(*min(ratios)))
+    slower = [f"{workload} {name}" for workload, r in results.items() for name, ci in r.get("memory_on_off_interval", {}).items() if ci and ci[1] < 1.0]
+    if any(r["repeats"] >= 2 for r in results.values()):
+        print("slower with the memory, the whole 95 % interval below 1: " + (", ".join(slower) or "none"))
     if any(r.get("memory_on_off_same_text") for r in results.values()):
         print("memory on / off over the calls whose texts agree (calls left out):")
         for workload, r in results.items():
