@@ -19,7 +19,7 @@ can be asked for: "model" (the draft model alone) and "lookup+memory latest" (ea
 latest occurrence wins, in the context and in the memory: places = 1).
 With --repeats, every workload runs again from empty memories (at temperature > 0 with other
 seeds), and each repeat's ratio is shown beside the pooled one, with a 95 % confidence interval
-for the ratio (`ratio_interval`: Student's t over the repeats' log ratios). On a shared machine
+for the ratio (intervals.py: Student's t over the repeats' log ratios). On a shared machine
 one repeat's ratio moves by several per cent, so a ratio under 1 says the memory made that
 workload slower only where the whole interval lies below 1; the script names those cells.
 Greedy (T = 0) output must be identical across configurations; the script checks it.
@@ -73,7 +73,7 @@ from specdec_cli.maths.sampling import SamplingParams  # noqa: E402
 from specdec_cli.session import LoadOptions, open_pair  # noqa: E402
 from specdec_cli.decoding.consume import consume  # noqa: E402
 from specdec_cli.decoding.stats import RunStats  # noqa: E402
-import numpy as np  # noqa: E402
+from intervals import ratio_interval, shown  # noqa: E402
 
 PEOPLE = [
     ("Alice Moreau", 34, "Lyon", "nurse"), ("Bram de Vries", 51, "Utrecht", "carpenter"), ("Chen Wei", 28, "Chengdu", "designer"),
@@ -140,21 +140,6 @@ def memory_ratios(speeds: dict[str, float]) -> dict[str, float]:
     """Per drafter, the memory on against off: tokens/s of "X+memory" over "X", where both ran.
     Example: {"lookup": 50.0, "lookup+memory": 60.0} (tokens/s) -> {"lookup": 1.2}."""
     return {name: speeds[name + MEMORY] / speeds[name] for name in speeds if name + MEMORY in speeds and speeds[name] > 0}
-
-
-def ratio_interval(ratios: list[float], level: float = 0.95) -> tuple[float, float] | None:
-    """A `level` confidence interval for a ratio measured once per repeat: the repeats' log ratios
-    taken as a normal sample, Student's t with n - 1 degrees of freedom around their mean, turned
-    back into ratios (so it is an interval for their geometric mean). None under two repeats.
-    Example: ratios 0.9 and 1.1: logs -0.1054 and 0.0953, mean -0.0050, standard error 0.1003,
-    t(0.975, 1) = 12.71 -> (0.278, 3.56); ratios 0.96, 0.98, 1.00, 1.02 -> (0.950, 1.032)."""
-    if len(ratios) < 2:
-        return None
-    from scipy import stats
-
-    logs = np.log(ratios)
-    half = stats.t.ppf(0.5 + level / 2, len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs))
-    return float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half))
 
 
 def same_text_ratios(calls: dict[str, list[RunStats]], texts: dict[str, list[str]]) -> dict[str, tuple[float, int]]:
@@ -280,8 +265,7 @@ def spread(result: dict, name: str) -> str:
     repeats: ' (0.98, 1.04; 95 %: 0.83-1.20)'."""
     if result["repeats"] < 2:
         return ""
-    low, high = result["memory_on_off_interval"][name]
-    return " (" + ", ".join(f"{rep[name]:.2f}" for rep in result["memory_on_off_by_repeat"]) + f"; 95 %: {low:.2f}-{high:.2f})"
+    return " (" + ", ".join(f"{rep[name]:.2f}" for rep in result["memory_on_off_by_repeat"]) + f"; {shown(result['memory_on_off_interval'][name])})"
 
 
 def main(argv=None) -> int:

@@ -27,7 +27,7 @@ Reported per row: aggregate tokens/s (completion tokens over the wall time of th
 latency p50 and p99 (nearest rank), and for specdec the mean sequences and rows per target
 pass, the share of the load's wall time the models spent in passes and the mean time between
 two passes (from GET /slots, counted and timed by the batcher), and at the end, per repeat and
-their medians, the ratios in RATIOS of the servers that ran: specdec against speculation off and
+their medians (and a 95 % interval: intervals.py), the ratios in RATIOS of the servers that ran: specdec against speculation off and
 against llama-server without a draft, and that gap's two parts.
 
     flock /tmp/llama.lock python3 benchmarks/serving_batch.py --before /tmp/before \\
@@ -53,6 +53,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
+from intervals import ratio_interval, shown  # noqa: E402
 from serving import LlamaServer, SpecdecServer, log, percentile  # noqa: E402
 
 TOPICS = ["the sea", "a lighthouse", "autumn leaves", "a busy market", "the moon", "a small robot", "a mountain village", "rain on a window",
@@ -240,12 +241,14 @@ def main() -> int:
 
 def against(rows: list[dict], mine: str, other: str) -> str:
     """One server's tokens/s over another's per temperature and client count: each repeat's ratio
-    (the two measured minutes apart at most), and their median."""
+    (the two measured minutes apart at most), their median, and with several repeats a 95 %
+    interval (intervals.py): the one is slower only where the whole interval lies below 1."""
     rate = {(r["server"], r["temperature"], r["clients"], r["repeat"]): r["tokens_per_s"] for r in rows}
     lines = [f"{mine} / {other} (each repeat; median):"]
     for t, clients in sorted({(r["temperature"], r["clients"]) for r in rows}, key=lambda k: (-k[0], k[1])):
         ratios = [rate[(mine, t, clients, i)] / rate[(other, t, clients, i)] for s, tt, c, i in rate if (s, tt, c) == (mine, t, clients)]
-        lines.append(f"  T={t} clients={clients}: {', '.join(f'{x:.2f}' for x in ratios)}; median {statistics.median(ratios):.2f}")
+        interval = shown(ratio_interval(ratios))
+        lines.append(f"  T={t} clients={clients}: {', '.join(f'{x:.2f}' for x in ratios)}; median {statistics.median(ratios):.2f}" + (f"; {interval}" if interval else ""))
     return "\n".join(lines)
 
 

@@ -29,15 +29,3 @@ def test_a_call_whose_texts_differ_is_left_out_of_the_ratio():
     ratio, left_out = memory_workloads.same_text_ratios(calls, {**texts, "lookup+memory": ["a", "b"]})["lookup"]
     assert abs(ratio - 2.4) < 1e-12 and left_out == 0
 
-
-def test_the_interval_of_a_ratio_measured_per_repeat():
-    # The docstring's examples, by hand: logs of 0.9 and 1.1 are -0.10536 and 0.09531, their mean
-    # -0.00503, standard error 0.10034, t(0.975, 1) = 12.706.
-    low, high = memory_workloads.ratio_interval([0.9, 1.1])
-    assert abs(low - 0.2781) < 1e-3 and abs(high - 3.5603) < 1e-3
-    low, high = memory_workloads.ratio_interval([0.96, 0.98, 1.00, 1.02])
-    assert abs(low - 0.9495) < 1e-3 and abs(high - 1.0317) < 1e-3
-    # It holds the repeats' geometric mean, and narrows as the repeats agree more.
-    narrow = memory_workloads.ratio_interval([0.99, 1.00, 1.01, 1.00])
-    assert low < narrow[0] < 1.0 < narrow[1] < high
-    assert memory_workloads.ratio_interval([0.95]) is None  # one repeat: no interval
