@@ -26,9 +26,9 @@ within minutes, falls on all of them alike:
 Reported per row: aggregate tokens/s (completion tokens over the wall time of the load),
 latency p50 and p99 (nearest rank), and for specdec the mean sequences and rows per target
 pass, the share of the load's wall time the models spent in passes and the mean time between
-two passes (from GET /slots, counted and timed by the batcher), and at the end, per repeat and
-their medians (and a 95 % interval: intervals.py), the ratios in RATIOS of the servers that ran: specdec against speculation off and
-against llama-server without a draft, and that gap's two parts.
+two passes (from GET /slots, counted and timed by the batcher), and at the end, per repeat, their
+median and a 95 % interval (intervals.py), the ratios in RATIOS of the servers that ran: specdec
+against speculation off and against llama-server without a draft, and that gap's two parts.
 
     flock /tmp/llama.lock python3 benchmarks/serving_batch.py --before /tmp/before \\
         --llama-server /tmp/b11434/llama.cpp/build/bin/llama-server --out serving_batch.json
@@ -244,7 +244,7 @@ def against(rows: list[dict], mine: str, other: str) -> str:
     (the two measured minutes apart at most), their median, and with several repeats a 95 %
     interval (intervals.py): the one is slower only where the whole interval lies below 1."""
     rate = {(r["server"], r["temperature"], r["clients"], r["repeat"]): r["tokens_per_s"] for r in rows}
-    lines = [f"{mine} / {other} (each repeat; median):"]
+    lines = [f"{mine} / {other} (each repeat; median; with several repeats a 95 % interval):"]
     for t, clients in sorted({(r["temperature"], r["clients"]) for r in rows}, key=lambda k: (-k[0], k[1])):
         ratios = [rate[(mine, t, clients, i)] / rate[(other, t, clients, i)] for s, tt, c, i in rate if (s, tt, c) == (mine, t, clients)]
         interval = shown(ratio_interval(ratios))

@@ -28,4 +28,3 @@ def test_a_call_whose_texts_differ_is_left_out_of_the_ratio():
     # Where every text agrees, it is the pooled ratio: (12 + 60) / 3 s against (10 + 20) / 3 s.
     ratio, left_out = memory_workloads.same_text_ratios(calls, {**texts, "lookup+memory": ["a", "b"]})["lookup"]
     assert abs(ratio - 2.4) < 1e-12 and left_out == 0
-
