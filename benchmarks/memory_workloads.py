@@ -296,7 +296,7 @@ def main(argv=None) -> int:
     ratios = [(ratio, workload, name) for workload, r in results.items() for name, ratio in r["memory_on_off"].items()]
     if ratios:
         print("worst: {:.2f}x ({}, {})".format(*min(ratios)))
-    slower = [f"{workload} {name}" for workload, r in results.items() for name, ci in r.get("memory_on_off_interval", {}).items() if ci and ci[1] < 1.0]
+    slower = [f"{workload} {name}" for workload, r in results.items() for name, ci in r["memory_on_off_interval"].items() if ci and ci[1] < 1.0]
     if any(r["repeats"] >= 2 for r in results.values()):
         print("slower with the memory, the whole 95 % interval below 1: " + (", ".join(slower) or "none"))
     if any(r.get("memory_on_off_same_text") for r in results.values()):
