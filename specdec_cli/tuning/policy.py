@@ -28,9 +28,9 @@ What is measured, all from the Round events of earlier rounds:
     are mostly accepted (see estimates.Acceptance);
   - T_draft: weighted mean of draft seconds per draft step, per drafter, and apart from it
     the draft model's catch-up per round. Before the first measurement it is the prior
-    PRIOR_DRAFT_COST x T_batch(1), which then counts as a quarter of a measured round only: a
-    prior that lingers misjudges any draft model whose cost ratio is far from 0.2, and on a
-    cheap one (issue 13's deepened targets, c about 0.1) it made drafting look dear and k
+    PRIOR_DRAFT_COST x T_batch(1) (T_batch(1) as estimated at each choice), which then counts
+    as a quarter of a measured round only: a prior that lingers misjudges any draft model
+    whose cost ratio is far from 0.2, and on a cheap one (issue 13's deepened targets, c about 0.1) it made drafting look dear and k
     short for the first ten rounds;
   - T_batch(n): weighted mean, per batch size n, of the round's seconds minus its draft
     seconds (the target pass plus verification and bookkeeping, i.e. what the round really
@@ -310,6 +310,7 @@ class DrafterRecord:
     backlog_per_token: WeightedMean = field(default_factory=WeightedMean)  # catch-up beyond the usual, per token sat out
     carried_cost: float | None = None  # T_draft / T_batch(1) as an earlier call measured it (Earned.draft_cost)
     steps_timed: int = 0  # draft steps this run timed (draft_step holds no more than a prior before the first)
+    step_is_prior: bool = False  # draft_step holds only the prior, in the T_batch(1) of the last plan (`plan`)
     backoff: int = FIRST_BACKOFF  # rounds passed over before the next probe
     waited: int = 0  # rounds passed over since it last drafted
     last_tokens: int = 0  # the tokens of all rounds observed, when it last drafted
@@ -403,10 +404,16 @@ class AdaptivePolicy:
         """The best k >= 1 for this drafter under the current estimates, and its tokens per second;
         `sitting_out`: what each token of its round costs a draft model that sits it out (see `plans`)."""
         rec = self.record(name)
-        if rec.draft_step.value is None:
+        if rec.draft_step.value is None or rec.step_is_prior:
             # The prior counts as a fraction of a first sample, so one slow first measurement cannot
-            # lock drafting out, while the first real ones soon outweigh it.
+            # lock drafting out, while the first real ones soon outweigh it. Until then it is in
+            # units of T_batch(1) as it now stands: the estimate from the first drafting rounds runs
+            # high, and a prior fixed at it kept a draft model carried at its measured cost from
+            # ever drafting again in the call (`notes`, model+lookup with the memory: 11.0 ms against
+            # 7.4 ms once a plain step had measured T_batch(1); the call went to one-token matches).
+            rec.draft_step = WeightedMean(self.decay)
             rec.draft_step.add(self.unit_draft_cost(name) * curve[0], PRIOR_DRAFT_WEIGHT)
+            rec.step_is_prior = True
         # The catch-up replaces the first step; it costs more when it evaluates two tokens.
         overhead = max(rec.catch_up.value - rec.draft_step.value, 0.0) if rec.catch_up.value is not None else 0.0
         return best_draft_length(rec.acceptance.rates(), rec.draft_step.value, curve, max_k, min_k=1, draft_overhead=overhead, per_token=sitting_out)
@@ -567,7 +574,7 @@ class AdaptivePolicy:
             step = draft_step_seconds(event)
             if step is not None:
                 rec.draft_step.add(clamp(step, rec.draft_step.value))
-                rec.steps_timed += 1
+                rec.steps_timed, rec.step_is_prior = rec.steps_timed + 1, False
             usual = rec.usual_catch_up
             if event.draft_catch_up_seconds > 0.0 and lagging:
                 self.backlog_seconds += event.draft_catch_up_seconds

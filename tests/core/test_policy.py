@@ -368,6 +368,30 @@ def test_the_draft_cost_prior_gives_way_to_the_first_measurement():
     assert policy.record("model").draft_step.value == pytest.approx((0.225 * 20 + 10) / 1.225 * MS)
 
 
+def test_the_draft_cost_prior_follows_the_yardstick_until_a_step_is_timed():
+    # A draft model carried at 0.45 of T(1), and T(1) measured at 100 ms: its prior step is 45 ms.
+    # Three plain steps of 50 ms follow (decay 0.5): T(1) = (0.125 x 100 + 1.75 x 50) / 1.875 =
+    # 53.33 ms, and the prior follows it to 24 ms (before, it stayed at 45 ms: where the first
+    # estimate of T(1) ran high, a draft model carried at its own cost sat out the rest of the call).
+    policy = AdaptivePolicy(decay=0.5)
+    policy.resume({"model": Earned(hits=(0.8,), trials=(1.0,), draft_cost=0.45)})
+    policy.observe(round_event(0, 0, 0, drafter="", seconds=100 * MS))  # the call's first round: not learnt
+    policy.observe(round_event(0, 0, 0, drafter="", seconds=100 * MS))
+    policy.choose(["model"], budget=1000)
+    assert policy.record("model").draft_step.value == pytest.approx(45 * MS)
+    for _ in range(3):
+        policy.observe(round_event(0, 0, 0, drafter="", seconds=50 * MS))
+    policy.choose(["model"], budget=1000)
+    assert policy.record("model").draft_step.value == pytest.approx(0.45 * 53.333 * MS, rel=1e-4)
+    # Once a step is timed (3 steps of 10 ms after a 10 ms catch-up) it no longer moves with T(1).
+    policy.observe(round_event(4, 4, 4, draft_s=40 * MS, catch_up_s=10 * MS, seconds=100 * MS))
+    timed = policy.record("model").draft_step.value
+    assert timed == pytest.approx((0.5 * 0.25 * 0.45 * 53.333 + 10) / (0.5 * 0.25 + 1) * MS, rel=1e-4)
+    policy.observe(round_event(0, 0, 0, drafter="", seconds=20 * MS))
+    policy.choose(["model"], budget=1000)
+    assert policy.record("model").draft_step.value == timed
+
+
 def test_auto_lengthens_the_draft_while_everything_is_accepted():
     policy = frozen(draft_ms=5, t1_ms=12, slope_ms=1.5)
     ks = []
