@@ -100,10 +100,10 @@ calls whose drafts failed gives the draft model up within a few one-token trials
 some ten rounds of drafts from the priors (with a draft that never agrees, 1.4 rows per pass
 against speculation off's 1.1, at one client of 48-token answers, docs/serving.md). Rounds 1
 and 2, which draft before the call has timed anything, take the carried step (`unit_draft_cost`)
-in place of the prior 0.2, as does a proposer's first plan before its step is timed, and a
-cascade's guessed rounds take their prior scaled alike: the built-in pair's Q4_1 draft costs
-0.45-0.7 of its F32 target's step on a 2-core CPU, and a high record carried with the prior's
-cost drafted long there (the suite's prompts with the memory, 0.95x at T = 0; the cascade's,
+in place of the prior 0.2, as do a proposer's plans before its step is timed (in units of
+T_batch(1) as it then stands: `plan`), and a cascade's guessed rounds take their prior scaled
+alike: the built-in pair's Q4_1 draft costs 0.45-0.7 of its F32 target's step on a 2-core CPU,
+and a high record carried with the prior's cost drafted long there (the suite's prompts with the memory, 0.95x at T = 0; the cascade's,
 whose guesses then looked cheap beside the carried step, 0.96x). The server starts each request
 of a tenant from the draft model's record at the end of that tenant's last request the same
 way; its costs come from its batches (decoding/batch.py).
