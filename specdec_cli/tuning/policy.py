@@ -105,9 +105,9 @@ T_batch(1) as it then stands: `plan`), and a cascade's guessed rounds take their
 alike: the built-in pair's Q4_1 draft costs 0.45-0.7 of its F32 target's step on a 2-core CPU,
 and a high record carried with the prior's cost drafted long there (the suite's prompts with
 the memory, 0.95x at T = 0; the cascade's, whose guesses then looked cheap beside the carried
-step, 0.96x). The server starts each request
-of a tenant from the draft model's record at the end of that tenant's last request the same
-way; its costs come from its batches (decoding/batch.py).
+step, 0.96x). The server starts each request of a tenant from the draft model's record at
+the end of that tenant's last request the same way; its costs come from its batches
+(decoding/batch.py).
 
 Across calls on the same models. A fresh policy spends a short call's first rounds learning:
 k = 3 on the priors in round 1, a first batch size in round 2, a plain target step soon after
