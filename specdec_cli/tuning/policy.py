@@ -30,8 +30,8 @@ What is measured, all from the Round events of earlier rounds:
     the draft model's catch-up per round. Before the first measurement it is the prior
     PRIOR_DRAFT_COST x T_batch(1) (T_batch(1) as estimated at each choice), which then counts
     as a quarter of a measured round only: a prior that lingers misjudges any draft model
-    whose cost ratio is far from 0.2, and on a cheap one (issue 13's deepened targets, c about 0.1) it made drafting look dear and k
-    short for the first ten rounds;
+    whose cost ratio is far from 0.2, and on a cheap one (issue 13's deepened targets, c about
+    0.1) it made drafting look dear and k short for the first ten rounds;
   - T_batch(n): weighted mean, per batch size n, of the round's seconds minus its draft
     seconds (the target pass plus verification and bookkeeping, i.e. what the round really
     costs); for n >= 2 a line fitted through the sizes seen, its slope pulled toward a prior
@@ -409,9 +409,9 @@ class AdaptivePolicy:
             # The prior counts as a fraction of a first sample, so one slow first measurement cannot
             # lock drafting out, while the first real ones soon outweigh it. Until then it is in
             # units of T_batch(1) as it now stands: the estimate from the first drafting rounds runs
-            # high, and a prior fixed at it kept a draft model carried at its measured cost from
-            # ever drafting again in the call (`notes`, model+lookup with the memory: 11.0 ms against
-            # 7.4 ms once a plain step had measured T_batch(1); the call went to one-token matches).
+            # high, and a prior fixed at it kept a draft model carried at its measured cost out of
+            # a call (`notes`, model+lookup with the memory: 11.0 ms against 7.4 ms once a plain
+            # step had measured T_batch(1); eight rounds went to one-token matches and plain steps).
             rec.draft_step = WeightedMean(self.decay)
             rec.draft_step.add(self.unit_draft_cost(name) * curve[0], PRIOR_DRAFT_WEIGHT)
             rec.step_is_prior = True
