@@ -63,7 +63,8 @@ from ..errors import check_context
 from ..events import DraftPolicy, Earned, Round
 from ..tuning.cost_curve import CostCurve
 from ..tuning.pass_cost import PassCost, aside_seconds, shares
-from ..tuning.policy import MODEL_KINDS, AdaptivePolicy, kind
+from ..tuning.policy import AdaptivePolicy
+from ..tuning.proposers import MODEL_KINDS, kind
 from ..tuning.switch import DraftingSwitch
 from .compute_thread import run_on_compute_thread
 

@@ -6,19 +6,11 @@
 (a) Early stop. The draft model stops before a token it is unsure of: max q < p_min (max of
     the raw softmax at temperature 0), as llama.cpp's --draft-p-min. `drafting/model.ModelDrafter`
     applies it; the policy holds the threshold (off by default: see DEFAULT_P_MIN).
-(b) The cap k, chosen before each round to maximise expected tokens per second: Leviathan
-    et al. 2022, Theorem 3.8, generalised to per-position acceptance and a measured verify
-    cost. With a_i = P(draft i is proposed and accepted | drafts 1..i-1 were), a round of k drafts yields
-    on average E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j tokens and costs
-    C(k) = k * T_draft + T_batch(k + 1), T_batch(n) being the time of a round whose target
-    pass scores n tokens (plus, for a draft model, what its catch-up costs beyond one step:
-    after a fully accepted round it evaluates two tokens, the last draft and the bonus).
-    A plain target step (k = 0) yields 1 token in T_batch(1).
-    Pick k in 0..max_k maximising E(k) / C(k).
-
-    Example: a_i = 0.8, T_draft = 5 ms, T_batch(n) = 12 + 1.5 (n - 1) ms:
-    k = 0: 1 / 12 = 0.0833 tokens/ms; k = 1: 1.8 / 18.5 = 0.0973; k = 2: 2.44 / 25 = 0.0976;
-    k = 3: 2.952 / 31.5 = 0.0937 -> k = 2.
+(b) The cap k, chosen before each round to maximise expected tokens per second,
+    E(k) / (k x T_draft + T_batch(k + 1)), from the per-position acceptance a_i and measured
+    costs (speedup.best_draft_length: Leviathan et al. 2022, Theorem 3.8, generalised, with a
+    worked example; T_batch(n) is the time of a round whose target pass scores n tokens). A
+    plain target step (k = 0) yields 1 token in T_batch(1).
 
 What is measured, all from the Round events of earlier rounds:
   - a_i: exponentially weighted hits and trials per position (forgetting factor `decay`
@@ -28,10 +20,10 @@ What is measured, all from the Round events of earlier rounds:
     are mostly accepted (see estimates.Acceptance);
   - T_draft: weighted mean of draft seconds per draft step, per drafter, and apart from it
     the draft model's catch-up per round. Before the first measurement it is the prior
-    PRIOR_DRAFT_COST x T_batch(1) (T_batch(1) as estimated at each choice), which then counts
-    as a quarter of a measured round only: a prior that lingers misjudges any draft model
-    whose cost ratio is far from 0.2, and on a cheap one (issue 13's deepened targets, c about
-    0.1) it made drafting look dear and k short for the first ten rounds;
+    PRIOR_DRAFT_COST (proposers.py) x T_batch(1) (T_batch(1) as estimated at each choice),
+    which then counts as a quarter of a measured round only: a prior that lingers misjudges any
+    draft model whose cost ratio is far from 0.2, and on a cheap one (issue 13's deepened
+    targets, c about 0.1) it made drafting look dear and k short for the first ten rounds;
   - T_batch(n): weighted mean, per batch size n, of the round's seconds minus its draft
     seconds (the target pass plus verification and bookkeeping, i.e. what the round really
     costs); for n >= 2 a line fitted through the sizes seen, its slope pulled toward a prior
@@ -149,8 +141,9 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from ..errors import BadInput
 from ..events import AUTO, DraftPolicy, DraftTokens, Earned, Round
-from ..maths.speculative import expected_tokens
 from .estimates import DECAY, PRIOR_BATCH_SLOPE, Acceptance, BatchCost, WeightedMean, clamp
+from .proposers import MODEL_KINDS, MOSTLY_WRONG, SAT_OUT_PRIOR, kind, prior_acceptance, prior_draft_cost
+from .speedup import best_draft_length
 
 if TYPE_CHECKING:
     from .cost_curve import CostCurve
@@ -164,15 +157,6 @@ if TYPE_CHECKING:
 DEFAULT_P_MIN = 0.0
 AUTO_MAX_K = 16  # longest draft `auto` considers
 
-# Acceptance before anything is measured. Lookup by match length: a one-token match is mostly
-# wrong, a match of six or more is a passage being repeated (on the built-in pair: lookup:1
-# accepted 26 of 123 drafts, lookup:6+ 102 of 122, in the benchmark's story and edit runs).
-PRIOR_ACCEPTANCE = {"model": 0.8, "lookup:1": 0.3, "lookup:2": 0.5, "lookup:3-5": 0.7, "lookup:6+": 0.9,
-                    "lookup:memory:3-5": 0.7, "lookup:memory:6+": 0.9,
-                    "lookup:memory:16+": 0.95, "cascade:1": 0.8, "cascade:2": 0.8, "cascade:3-5": 0.8, "cascade:6+": 0.8}  # fmt: skip
-MOSTLY_WRONG = 0.5  # a prior at or below this (lookup:1, lookup:2) does not displace an unproven draft model (`choose`)
-PRIOR_DRAFT_COST = {"model": 0.2, "lookup": 0.01, "cascade": 0.05}  # T_draft / T_batch(1) before measuring
-MODEL_KINDS = ("model", "cascade")  # proposers whose drafts take draft-model passes (and catch up after rounds they sat out)
 PRIOR_DRAFT_WEIGHT = 0.25  # the prior draft cost counts as a quarter of a measured round
 MIN_TRIALS = 6.0  # drafted positions (exponentially weighted) before a drafter may be given up
 FIRST_BACKOFF = 8  # a probe after fallback also pays the draft model's catch-up of the plain steps
@@ -183,11 +167,6 @@ STALE_ROUNDS = 64  # then when it is older than this many
 MAX_BACKOFF = 64
 RESUMED_BACKOFF = 32  # a proposer whose record from earlier calls holds MIN_TRIALS: its first probe, while it loses
 CARRIED_TRIALS = 4.0  # a draft model's record handed to the next call weighs this many trials at most (< MIN_TRIALS)
-# What a token the draft model sat out adds to its next catch-up, in draft steps, until a call
-# timed one (`sitting_out`): on the built-in pair (2-core CPU; model+lookup with and without the
-# memory, four logged runs of memory_workloads.py) catch-ups took 12.3 ms drafting along and
-# 3.1-3.8 ms more per token sat out, for 1 to 11 tokens, a draft step being 8-9 ms.
-SAT_OUT_PRIOR = 0.4
 
 
 def draft_policy(draft_tokens: DraftTokens, p_min: float | None = None, costs: "CostCurve | None" = None) -> DraftPolicy:
@@ -252,53 +231,6 @@ def carried_record(name: str, earned: Earned) -> Earned:
         return earned
     scale = CARRIED_TRIALS / trials
     return Earned(tuple(h * scale for h in earned.hits), tuple(t * scale for t in earned.trials), earned.draft_cost)
-
-
-# -- the maths ------------------------------------------------------------------------
-
-
-def best_draft_length(
-    acceptance: Sequence[float],
-    draft_step: float,
-    batch_seconds: Sequence[float],
-    max_k: int,
-    min_k: int = 0,
-    draft_overhead: float = 0.0,
-    per_token: float = 0.0,
-) -> tuple[int, float]:
-    """The k in min_k..max_k with the most expected tokens per second, and that rate.
-
-    batch_seconds[n - 1] = T_batch(n), for n = 1..max_k + 1; acceptance holds a_1..a_max_k.
-    Rate(0) = 1 / T_batch(1); rate(k) = E(k) / (draft_overhead + k * draft_step + T_batch(k + 1)
-    + per_token * E(k)), draft_overhead being what a drafting round costs beyond its k steps and
-    per_token what each token it makes costs later (a draft model's catch-up: AdaptivePolicy.plans).
-    Ties go to the smaller k.
-    """
-    assert len(acceptance) >= max_k and len(batch_seconds) > max_k and 0 <= min_k <= max(max_k, 1)
-    best_k, best_rate = (0, 1.0 / batch_seconds[0]) if min_k == 0 else (0, -1.0)
-    expected = expected_tokens(acceptance[:max_k])
-    for k in range(1, max_k + 1):
-        rate = expected[k] / (draft_overhead + k * draft_step + batch_seconds[k] + per_token * expected[k])
-        if k >= min_k and rate > best_rate:
-            best_k, best_rate = k, rate
-    return best_k, best_rate
-
-
-def prior_acceptance(name: str) -> float:
-    """A proposer's acceptance before anything is measured: its own entry, else its kind's, else
-    0.6. Example: 'lookup:2' -> 0.5, 'model' -> 0.8, 'cascade:memory:3-5' -> 0.6."""
-    return PRIOR_ACCEPTANCE.get(name, PRIOR_ACCEPTANCE.get(kind(name), 0.6))
-
-
-def prior_draft_cost(name: str) -> float:
-    """A proposer's draft step before one is measured, in units of T_batch(1): its kind's entry,
-    else 0.2. Example: 'lookup:3-5' -> 0.01, 'cascade:memory:6+' -> 0.05, 'model' -> 0.2."""
-    return PRIOR_DRAFT_COST.get(kind(name), 0.2)
-
-
-def kind(name: str) -> str:
-    """The drafter behind a proposer's name: 'lookup:3-5' -> 'lookup', 'model' -> 'model'."""
-    return name.split(":", 1)[0]
 
 
 @dataclass

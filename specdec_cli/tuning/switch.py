@@ -86,7 +86,7 @@ draft, do not, at 100, 120, 100 and 120 tokens/s: three pairs, each log(100 / 12
 gain < 0. Epochs 5 to 11 do not draft; epoch 12, the 8th after exploring, does.
 
 Left out: the passes and the joins (decoding/batch.py, which calls `after_pass`), which sources
-take the draft model (policy.MODEL_KINDS).
+take the draft model (proposers.MODEL_KINDS).
 """
 
 from __future__ import annotations
