@@ -66,8 +66,8 @@ def best_draft_length(
     batch_seconds[n - 1] = T_batch(n), for n = 1..max_k + 1; acceptance holds a_1..a_max_k.
     Rate(0) = 1 / T_batch(1); rate(k) = E(k) / (draft_overhead + k * draft_step + T_batch(k + 1)
     + per_token * E(k)), draft_overhead being what a drafting round costs beyond its k steps and
-    per_token what each token it makes costs later (a draft model's catch-up: policy.AdaptivePolicy.plans).
-    Ties go to the smaller k.
+    per_token what each token it makes costs later (a draft model's catch-up:
+    policy.AdaptivePolicy.plans). Ties go to the smaller k.
     """
     assert len(acceptance) >= max_k and len(batch_seconds) > max_k and 0 <= min_k <= max(max_k, 1)
     best_k, best_rate = (0, 1.0 / batch_seconds[0]) if min_k == 0 else (0, -1.0)

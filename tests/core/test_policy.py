@@ -949,6 +949,7 @@ def test_an_unproven_draft_model_is_not_displaced_by_an_unproven_short_match():
     # A longer match (prior 0.7 or more: a passage repeated) may take it from the start.
     assert [prior_acceptance(n) for n in ("lookup:2", "model", "cascade:memory:3-5", "lookup:3-5")] == [0.5, 0.8, 0.6, 0.7]
     assert [prior_draft_cost(n) for n in ("lookup:3-5", "cascade:memory:6+", "model")] == [0.01, 0.05, 0.2]  # its docstring's example
+    assert (prior_acceptance("lookup:memory:6+"), prior_draft_cost("cascade:3-5")) == (0.9, 0.05)  # proposers.py's
     longer = policy()
     longer.drafters["lookup:3-5"] = longer.drafters.pop("lookup:2")
     longer.record("lookup:3-5").acceptance.prior = 0.5  # the same plan as above, under a longer match's name
