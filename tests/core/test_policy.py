@@ -884,6 +884,43 @@ def test_lookup_displaces_the_draft_model_only_where_it_pays_the_models_catch_up
     assert idle.choose(sources, 8) == ("lookup:3-5", 1)
 
 
+def memory_policy(memory_rate: float, name: str = "lookup:memory:6+") -> AdaptivePolicy:
+    """max_k 4, T_batch = 10, 11, .. 14 ms; the model: a about 0.9, steps 5 ms, catch-up 5 ms
+    (so its catch-up adds nothing to its first step); `name` accepted at `memory_rate` per
+    position, steps 0.1 ms; the model's catch-ups after rounds it sat out no dearer than its
+    usual one."""
+    policy = AdaptivePolicy(max_k=4, costs=CostCurve(0.005, tuple(linear(10.0, 1.0, 5))), learn_costs=False)
+    model, memory = policy.record("model"), policy.record(name)
+    model.acceptance.resume([90.0] * 4, [100.0] * 4)
+    memory.acceptance.resume([100.0 * memory_rate] * 4, [100.0] * 4)
+    model.draft_step.add(0.005)
+    model.catch_up.add(0.005)
+    memory.draft_step.add(0.0001)
+    model.backlog_per_token.add(0.0)
+    return policy
+
+
+def test_a_memory_round_displaces_the_draft_model_only_where_it_beats_the_models_next_token():
+    """By hand: the model's best round, k = 2, makes 1 + .9 + .81 = 2.71 tokens in 2 x 5 + 12 =
+    22 ms, 0.123 per ms; one more token of its own round costs a step and a row, 5 + 1 = 6 ms,
+    0.167 per ms. The memory's round of k costs 0.1 k + T_batch(k + 1): accepted at 0.8 its
+    best, k = 4, makes 3.36 tokens in 14.4 ms, 0.233 per ms, and is taken; at 0.5 its best,
+    k = 2, makes 1.75 tokens in 12.2 ms, 0.143 per ms: more than the model's round, less than
+    its next token, so the model drafts on. A match in the call's own context at 0.5 is taken as
+    before (it is not what the memory adds)."""
+    sources = ["model", "lookup:memory:6+"]
+    good, middling = memory_policy(0.8), memory_policy(0.5)
+    plans = middling.plans(sources, 4, middling.curve())
+    assert plans["model"] == (2, pytest.approx(2.71 / (22 * MS), rel=0.01))  # the premises
+    assert plans["lookup:memory:6+"] == (2, pytest.approx(1.75 / (12.2 * MS), rel=0.01))
+    assert good.plans(sources, 4, good.curve())["lookup:memory:6+"] == (4, pytest.approx(3.3616 / (14.4 * MS), rel=0.01))
+    assert good.choose(sources, 8) == ("lookup:memory:6+", 4)
+    assert middling.choose(sources, 8) == ("model", 2)
+    assert memory_policy(0.5, "lookup:6+").choose(["model", "lookup:6+"], 8) == ("lookup:6+", 2)
+    # Without a draft model in use the memory's round competes on its own rate.
+    assert memory_policy(0.5).choose(["lookup:memory:6+"], 8) == ("lookup:memory:6+", 2)
+
+
 def test_the_catch_up_after_rounds_sat_out_is_measured_per_token_beyond_the_usual():
     """The model drafts along with a 4 ms catch-up; then sits out a lookup round of 3 tokens
     (2 drafts kept and the bonus) and catches up in 13 ms: (13 - 4) / 3 = 3 ms per token; then a
