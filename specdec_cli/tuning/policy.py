@@ -77,14 +77,17 @@ A round from the memory. Where a draft model is in use, a round the memory draft
 shortens the model's next round rather than replacing one: the model catches up on its tokens
 and drafts on, and pays its catch-up and its pass anyway. So such a round must beat the model's
 marginal cost per token (a draft step and a row of the pass), not its round's average rate,
-which carries those fixed costs (`unless_the_model_goes_on`). Weighed by average rates, the
+which carries those fixed costs (`memory_or_model`). Weighed by average rates, the
 memory's rounds on the built-in pair's `extract` at T = 0.8 (model+lookup, 60 calls) made 139
 tokens at 12.2 ms each, plus 3-4 ms of catch-up per token sat out, where a token of the model's
 own round cost a draft step (9.6-9.9 ms) and a row (2.6-2.8 ms); the model drafted as many
 rounds as without the memory (344 against 343), each shorter, and the memory cost 3 %. Lookup
 in the call's own context is not held to this: without the memory it is what the drafter is
 (memory off is the yardstick), and weighed so on `edit` it lost copies of the function that
-paid (model+lookup 1.33x over target-only against 1.50x).
+paid (model+lookup 1.33x over target-only against 1.50x). Rounds 1 and 2, which plan on the
+priors (`first_choice`), are held to it too, with the same charge for sitting out: held to it
+in later rounds only, every memory round of 60 such calls came in rounds 1 and 2 (26 rounds,
+42 % of their drafts accepted; carried records or priors made them look good there).
 
 What earlier calls earned. A policy is fresh for each generation, and a short call ends before
 it has learnt much; with the drafting memory on (`--draft-cache`, the server's memory) the
@@ -418,8 +421,8 @@ class AdaptivePolicy:
         elif kind(chosen) not in MODEL_KINDS and self.unproven(chosen) and prior_acceptance(chosen) <= MOSTLY_WRONG:
             # Nor is a draft model displaced before its fair trial by a one- or two-token match that has not had one either.
             chosen = next((name for name in sources if kind(name) in MODEL_KINDS and self.unproven(name)), chosen)
-        elif chosen.startswith(MEMORY_LOOKUP):
-            chosen = self.unless_the_model_goes_on(chosen, plans, curve)
+        else:
+            chosen = self.memory_or_model(chosen, plans, curve)
         probe = None
         for name in sources:
             rec = self.record(name)
@@ -433,20 +436,20 @@ class AdaptivePolicy:
         chosen = probe or chosen
         return (chosen, plans[chosen][0]) if chosen is not None else (None, 0)
 
-    def unless_the_model_goes_on(self, name: str, plans: Mapping[str, tuple[int, float]], curve: Sequence[float]) -> str:
-        """The memory's round `name` where it beats what the draft model in use would spend on
-        the same tokens in its own next round, else that draft model. A memory round mostly
-        shortens the model's next round rather than replacing it: the model catches up and drafts
-        on, so its catch-up and pass are paid either way, and the memory's tokens are worth
-        only the model's marginal cost per token, a draft step and a row of the pass
-        (T_batch(k + 1) - T_batch(k) at the model's k, at least 2), not its round's average,
-        which carries those fixed costs (see "A round from the memory" in the module's
+    def memory_or_model(self, name: str, plans: Mapping[str, tuple[int, float]], curve: Sequence[float]) -> str:
+        """`name`, unless it is a round from the memory that does not beat what the draft model in
+        use would spend on the same tokens in its own next round: then that draft model. A
+        memory round mostly shortens the model's next round rather than replacing it: the model
+        catches up and drafts on, so its catch-up and pass are paid either way, and the memory's
+        tokens are worth only the model's marginal cost per token, a draft step and a row of the
+        pass (T_batch(k + 1) - T_batch(k) at the model's k, at least 2), not its round's
+        average, which carries those fixed costs (see "A round from the memory" in the module's
         docstring). By hand: a draft step of 5 ms and rows of 1 ms -> the memory's round must
         make more than 1 / 6 ms = 0.167 tokens per ms, after what it costs the model to sit
         it out."""
         models = [m for m, (_, rate) in plans.items() if kind(m) in MODEL_KINDS and rate > 1.0 / curve[0]]
-        if not models:
-            return name  # no draft model in use: the memory's round competes as any other
+        if not name.startswith(MEMORY_LOOKUP) or not models:
+            return name  # not the memory's, or no draft model in use: it competes on its own rate
         model = max(models, key=lambda m: plans[m][1])
         row = min(max(plans[model][0], 2), len(curve) - 1)
         marginal = self.record(model).draft_step.value + max(curve[row] - curve[row - 1], 0.0)
@@ -477,14 +480,23 @@ class AdaptivePolicy:
         """Rounds 1 and 2, before any timing: the priors alone (with the acceptance seen so far),
         in units of T_batch(1) (they are all relative to it, so its value does not matter).
         Round 1 runs slow and measures no cost, whatever it does, so it may as well draft; round
-        2 drafts to measure a first batch size, from which T_batch(1) is estimated."""
+        2 drafts to measure a first batch size, from which T_batch(1) is estimated. The plans
+        are `plans` on that curve, so a lookup or memory round pays what it costs a draft model
+        in use to sit it out, and a memory round must beat the model's next token; the draft
+        steps they assume (in those units) are not kept, since the rounds measure seconds."""
         unit = [1.0 + PRIOR_BATCH_SLOPE * n for n in range(max_k + 1)]
-        plans = {
-            name: best_draft_length(self.record(name).acceptance.rates(), self.unit_draft_cost(name), unit, max_k)
-            for name in sources
-        }
-        best = max(sources, key=lambda name: plans[name][1])
-        return (best, plans[best][0]) if plans[best][0] > 0 else (None, 0)
+        records = [self.record(name) for name in sources]
+        kept = [(rec.draft_step, rec.step_is_prior) for rec in records]
+        try:
+            plans = self.plans(sources, max_k, unit)
+            best = max(sources, key=lambda name: plans[name][1])
+            if plans[best][1] <= 1.0 / unit[0]:
+                return None, 0  # no k >= 1 beats a plain step
+            best = self.memory_or_model(best, plans, unit)
+            return best, plans[best][0]
+        finally:
+            for rec, (step, is_prior) in zip(records, kept):
+                rec.draft_step, rec.step_is_prior = step, is_prior
 
     def stale(self, advantage: float) -> bool:
         """Whether T_batch(1) should be measured again before this round. `advantage` is what the

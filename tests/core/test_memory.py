@@ -252,9 +252,9 @@ def test_run_with_a_draft_cache_drafts_from_the_previous_call(builtin_paths, tmp
 # -- what each proposer earned ----------------------------------------------------------
 
 
-def frozen_auto() -> AdaptivePolicy:
-    """`auto` on a fixed cost curve (a draft step is a fifth of a target step), so choices depend on acceptance only."""
-    costs = CostCurve(draft_step=2e-3, target_batch=tuple(10e-3 + 0.5e-3 * n for n in range(17)))
+def frozen_auto(draft_step: float = 2e-3) -> AdaptivePolicy:
+    """`auto` on a fixed cost curve (by default a draft step is a fifth of a target step), so choices depend on acceptance only."""
+    costs = CostCurve(draft_step=draft_step, target_batch=tuple(10e-3 + 0.5e-3 * n for n in range(17)))
     return AdaptivePolicy(costs=costs, learn_costs=False)
 
 
@@ -285,11 +285,12 @@ def test_a_source_that_lost_in_earlier_calls_is_only_probed():
     """Resumed with a losing record, the memory's class is passed over for the draft model and
     tried now and then (after 32, then 64 rounds: policy.RESUMED_BACKOFF, as its record holds more
     than MIN_TRIALS); without the record its prior (0.9 for a match of 6 or more) makes it the
-    first choice."""
+    first choice beside a draft model whose step costs half a target step (against one that
+    costs a fifth it does not beat the model's next token: policy.memory_or_model)."""
     sources = ["lookup:memory:6+", "model"]
-    fresh = frozen_auto()
-    assert fresh.choose(sources, 16)[0] == "lookup:memory:6+"
-    policy = frozen_auto()
+    assert frozen_auto(5e-3).choose(sources, 16)[0] == "lookup:memory:6+"
+    assert frozen_auto().choose(sources, 16)[0] == "model"
+    policy = frozen_auto(5e-3)
     policy.resume({"lookup:memory:6+": Earned(hits=(0.5,) + (0.0,) * 15, trials=(9.0,) + (0.5,) * 15)})
     chosen = []
     for _ in range(120):
@@ -393,7 +394,8 @@ def test_the_first_two_tokens_follow_the_target_while_the_memory_chooses():
     whether its match ("lookup:memory:3-5", which agrees longer than this call's "lookup:2") won
     or lost, drawn from a generator of its own (seed 38); the policy resumes from it (and learns
     on), so the memory drafts the first round in about half the generations and the noisy draft
-    model (prior 0.8 against lookup:2's 0.5) in the others."""
+    model (prior 0.8 against lookup:2's 0.5; its step half a target step's, so that the winning
+    memory beats its next token) in the others."""
     rng = np.random.default_rng(37)
     table = random_markov(6, rng, scale=1.5)
     target = MarkovModel(table)
@@ -409,7 +411,7 @@ def test_the_first_two_tokens_follow_the_target_while_the_memory_chooses():
         memory.earned.clear()
         memory.earned["lookup:memory:3-5"] = WINNING if won else LOSING
         got, opened = [], None
-        for event in engine.generate(prompt, GenerationConfig(max_tokens=5, sampling=PLAIN, seed=s), frozen_auto()):
+        for event in engine.generate(prompt, GenerationConfig(max_tokens=5, sampling=PLAIN, seed=s), frozen_auto(5e-3)):
             if isinstance(event, Token):
                 got.append(event.id)
             elif isinstance(event, Round) and opened is None:

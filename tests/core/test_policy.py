@@ -4,6 +4,8 @@ early stop leave the output distribution exact."""
 
 from __future__ import annotations
 
+import copy
+
 import importlib
 import statistics
 import sys
@@ -919,6 +921,29 @@ def test_a_memory_round_displaces_the_draft_model_only_where_it_beats_the_models
     assert memory_policy(0.5, "lookup:6+").choose(["model", "lookup:6+"], 8) == ("lookup:6+", 2)
     # Without a draft model in use the memory's round competes on its own rate.
     assert memory_policy(0.5).choose(["lookup:memory:6+"], 8) == ("lookup:memory:6+", 2)
+
+
+def test_rounds_1_and_2_hold_a_memory_round_to_the_models_next_token_too():
+    """Before any timing, in units of T_batch(1) (a draft step's prior 0.2, rows 0.05): the model,
+    a = 0.8, plans k = 3 at 1.69 tokens per T_batch(1), and its next token costs 0.2 + 0.05, so
+    a memory round must make more than 4 after what sitting it out costs the model (0.4 x 0.2
+    per token). Carried at 0.75 the memory plans 2.12, more than the model's round, and the model
+    drafts; at 0.98 it plans 4.65 and drafts. The draft step the plans assumed, in those units,
+    is not kept: the first step timed in seconds starts the mean."""
+    sources = ["model", "lookup:memory:16+"]
+
+    def resumed(a: float) -> AdaptivePolicy:
+        policy = AdaptivePolicy()
+        policy.resume({"lookup:memory:16+": Earned((9.2 * a,) * 16, (9.2,) * 16)})
+        return policy
+
+    unit = [1.0 + 0.05 * n for n in range(17)]
+    middling, winning = resumed(0.75), resumed(0.98)
+    assert copy.deepcopy(middling).plans(sources, 16, unit) == {"model": (3, pytest.approx(1.687, abs=1e-3)), "lookup:memory:16+": (6, pytest.approx(2.123, abs=1e-3))}
+    assert copy.deepcopy(winning).plans(sources, 16, unit)["lookup:memory:16+"] == (16, pytest.approx(4.646, abs=1e-3))
+    assert middling.choose(sources, 16) == ("model", 3)
+    assert winning.choose(sources, 16) == ("lookup:memory:16+", 16)
+    assert middling.record("model").draft_step.value is None and not middling.record("model").step_is_prior
 
 
 def test_the_catch_up_after_rounds_sat_out_is_measured_per_token_beyond_the_usual():
