@@ -372,8 +372,7 @@ class AdaptivePolicy:
         step, the others' plans also pay what their round costs it (`sitting_out`): it stays in
         use, and catches up later on what they drafted. Where it does not, it sits out anyway."""
         models = {name: self.plan(name, max_k, curve) for name in sources if kind(name) in MODEL_KINDS}
-        in_use = any(rate > 1.0 / curve[0] for _, rate in models.values())
-        displaced = self.sitting_out(sources) if in_use else 0.0
+        displaced = self.sitting_out(sources) if models_in_use(models, curve) else 0.0
         return {name: models[name] if name in models else self.plan(name, max_k, curve, displaced) for name in sources}
 
     def sitting_out(self, sources: Sequence[str]) -> float:
@@ -447,7 +446,7 @@ class AdaptivePolicy:
         docstring). By hand: a draft step of 5 ms and rows of 1 ms -> the memory's round must
         make more than 1 / 6 ms = 0.167 tokens per ms, after what it costs the model to sit
         it out."""
-        models = [m for m, (_, rate) in plans.items() if kind(m) in MODEL_KINDS and rate > 1.0 / curve[0]]
+        models = models_in_use(plans, curve)
         if not name.startswith(MEMORY_LOOKUP) or not models:
             return name  # not the memory's, or no draft model in use: it competes on its own rate
         model = max(models, key=lambda m: plans[m][1])
@@ -561,6 +560,13 @@ class AdaptivePolicy:
                     rec.backlog_per_token.add(max(event.draft_catch_up_seconds - usual, 0.0) / sat_out)
             elif event.draft_catch_up_seconds > 0.0:
                 rec.catch_up.add(clamp(event.draft_catch_up_seconds, usual))
+
+
+def models_in_use(plans: Mapping[str, tuple[int, float]], curve: Sequence[float]) -> list[str]:
+    """The draft-model proposers among `plans` (name -> (k, tokens per second)) whose plan beats
+    a plain step, 1 / T_batch(1): in use, so a round another proposer drafts leaves them behind.
+    Example: {"model": (4, 90.0), "lookup:2": (2, 120.0)}, T_batch(1) = 20 ms -> ["model"]."""
+    return [name for name, (_, rate) in plans.items() if kind(name) in MODEL_KINDS and rate > 1.0 / curve[0]]
 
 
 def draft_step_seconds(event: Round) -> float | None:

@@ -23,7 +23,7 @@ from specdec_cli.events import Earned, Round, Token
 from specdec_cli.errors import BadInput
 from specdec_cli.tuning.estimates import FIRST_PASS_WEIGHT, Acceptance, BatchCost, WeightedMean, clamp
 from specdec_cli.tuning.policy import AdaptivePolicy, TunedPolicies, DEFAULT_P_MIN, FIRST_BACKOFF, FixedPolicy, PRIOR_DRAFT_WEIGHT, PROBE_BUDGET, REFRESH_MARGIN, REFRESH_ROUNDS, STALE_ROUNDS, draft_policy, draft_step_seconds
-from specdec_cli.tuning.policy import CARRIED_TRIALS, MIN_TRIALS, carried_record
+from specdec_cli.tuning.policy import CARRIED_TRIALS, MIN_TRIALS, carried_record, models_in_use
 from specdec_cli.tuning.proposers import prior_acceptance, prior_draft_cost
 from specdec_cli.tuning.speedup import best_draft_length
 from specdec_cli.maths.sampling import GREEDY, SamplingParams, probabilities, sample
@@ -920,6 +920,11 @@ def test_a_memory_round_displaces_the_draft_model_only_where_it_beats_the_models
     assert memory_policy(0.5, "lookup:6+").choose(["model", "lookup:6+"], 8) == ("lookup:6+", 2)
     # Without a draft model in use the memory's round competes on its own rate.
     assert memory_policy(0.5).choose(["lookup:memory:6+"], 8) == ("lookup:memory:6+", 2)
+
+
+def test_models_in_use_docstring_example():
+    assert models_in_use({"model": (4, 90.0), "lookup:2": (2, 120.0)}, [0.020]) == ["model"]
+    assert models_in_use({"model": (4, 40.0), "lookup:2": (2, 120.0)}, [0.020]) == []  # below a plain step's 50 tokens/s
 
 
 def test_rounds_1_and_2_hold_a_memory_round_to_the_models_next_token_too():
