@@ -23,7 +23,7 @@ from specdec_cli.events import Earned, Round, Token
 from specdec_cli.errors import BadInput
 from specdec_cli.tuning.estimates import FIRST_PASS_WEIGHT, Acceptance, BatchCost, WeightedMean, clamp
 from specdec_cli.tuning.policy import AdaptivePolicy, TunedPolicies, DEFAULT_P_MIN, FIRST_BACKOFF, FixedPolicy, PRIOR_DRAFT_WEIGHT, PROBE_BUDGET, REFRESH_MARGIN, REFRESH_ROUNDS, STALE_ROUNDS, draft_policy, draft_step_seconds
-from specdec_cli.tuning.policy import CARRIED_TRIALS, MIN_TRIALS, carried_record, models_in_use
+from specdec_cli.tuning.policy import CARRIED_TRIALS, MIN_TRIALS, carried_record, carried_trials, models_in_use
 from specdec_cli.tuning.proposers import prior_acceptance, prior_draft_cost
 from specdec_cli.tuning.speedup import best_draft_length
 from specdec_cli.maths.sampling import GREEDY, SamplingParams, probabilities, sample
@@ -596,6 +596,25 @@ def test_auto_falls_back_and_probes_with_growing_back_off():
     assert all(decisions[i] >= 1 for i in drafted_at)
 
 
+def test_a_losing_memory_match_is_given_up_on_its_estimate_and_a_context_match_after_a_fair_trial():
+    """Both classes start from the prior 0.7 and every draft is rejected at position 1, on a
+    CPU-like curve (T_batch(n) = 25 + 4.4 (n - 1) ms). The call's own match is drafted until it
+    has been tried on MIN_TRIALS positions (exponentially weighted: 1 + 0.9 + .. + 0.9^8 = 6.13,
+    nine rounds); the memory's stops as soon as its estimate no longer pays (three rounds, a_1 =
+    0.11), and is next probed after FIRST_BACKOFF plain steps."""
+    drafted = {}
+    for name in ("lookup:memory:3-5", "lookup:3-5"):
+        policy = frozen(draft_ms=0.25, t1_ms=25, slope_ms=4.4)
+        ks = []
+        for _ in range(13):
+            chosen, k = policy.choose([name], budget=1000)
+            ks.append(k)
+            policy.observe(round_event(k, k, 0, drafter=name) if k else round_event(0, 0, 0, drafter=""))
+        drafted[name] = [i for i, k in enumerate(ks) if k]
+    assert drafted["lookup:memory:3-5"] == [0, 1, 2, 3 + FIRST_BACKOFF]
+    assert drafted["lookup:3-5"] == list(range(9))
+
+
 def test_auto_recovers_after_a_good_probe():
     policy = frozen(draft_ms=5, t1_ms=12, slope_ms=1.5)
     for _ in range(10):  # bad text: every draft rejected
@@ -782,10 +801,13 @@ def test_auto_is_greedy_exact():
     assert sum(r.drafted for r in events if isinstance(r, Round)) > 0
 
 
-def test_a_draft_models_record_is_carried_scaled_and_lookups_as_it_is():
-    # the docstring's example: 8 trials -> scaled to 4, the draft cost kept
+def test_carried_records_are_scaled_the_draft_models_to_4_trials_lookups_in_context_to_6():
+    # the docstring's examples: 8 trials -> scaled to 4, the draft cost kept; 12 -> 6; the memory's as it is
     assert carried_record("model", Earned((0.5, 0.0), (6.0, 2.0), 0.4)) == Earned((0.25, 0.0), (3.0, 1.0), 0.4)
-    assert carried_record("lookup:2", Earned((0.5, 0.0), (6.0, 2.0))) == Earned((0.5, 0.0), (6.0, 2.0))
+    assert carried_record("lookup:2", Earned((1.5, 0.0), (9.0, 3.0))) == Earned((0.75, 0.0), (4.5, 1.5))
+    assert carried_record("lookup:memory:6+", Earned((1.5, 0.0), (9.0, 3.0))) == Earned((1.5, 0.0), (9.0, 3.0))
+    assert carried_record("lookup:2", Earned((0.5, 0.0), (4.0, 2.0))) == Earned((0.5, 0.0), (4.0, 2.0))  # 6 trials: as it is
+    assert (carried_trials("model"), carried_trials("lookup:2"), carried_trials("lookup:memory:3-5")) == (4.0, 6.0, None)
     assert CARRIED_TRIALS < MIN_TRIALS  # the next call still tries the draft model before it gives up
     assert carried_record("model", Earned((0.5,), (2.0,))) == Earned((0.5,), (2.0,))  # fewer trials than the cap: as it is
     assert carried_record("model", Earned((6.0, 2.0), (6.0, 2.0))) == Earned((3.0, 1.0), (3.0, 1.0))  # a winning one too
