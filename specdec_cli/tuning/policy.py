@@ -46,9 +46,11 @@ What is measured, all from the Round events of earlier rounds:
 
 Fallback and probes. When no k >= 1 beats target-only, and the drafter has been tried on
 MIN_TRIALS positions (one early rejection must not end drafting), the round is a plain target step;
-after `backoff` such rounds the drafter is tried once more at its best k >= 1, and the
-back-off doubles (8, 16, .. 64 rounds) until drafting pays again. A drafter passed over
-because another one promised more (`model+lookup`) is probed the same way. Nor is a draft
+a match from the memory, whose record goes on from call to call, is not held to that trial within
+a call and steps aside as soon as its estimate stops paying. After `backoff` such rounds the
+drafter is tried once more at its best k >= 1, and the back-off doubles (8, 16, .. 64 rounds)
+until drafting pays again. A drafter passed over because another one promised more
+(`model+lookup`) is probed the same way. Nor is a draft
 model passed over before its fair trial for a match of one or two tokens that has not had one
 either (`unproven`; their priors, 0.3 and 0.5, say they are mostly wrong: MOSTLY_WRONG). A
 call whose first round of drafts failed at position 1 (a = 0.43 after that one rejection) did
@@ -101,6 +103,8 @@ RESUMED_BACKOFF rounds, not FIRST_BACKOFF (each class that lost, probed every 8 
 short call, cost the suite's calls about one round in six); those that won start trusted.
 The draft model's record weighs CARRIED_TRIALS trials at most (`carried_record`), fewer than
 MIN_TRIALS: how far its drafts go depends on the text, so a call's own rounds soon outweigh it.
+Lookup's matches in the call's own context weigh MIN_TRIALS at most, for the same reason (a
+class that lost stays given up); the memory's matches are kept whole (`carried_trials`).
 A call after calls whose drafts went far starts with long drafts instead of climbing from k = 3
 through a short answer's few rounds (the deepened pair's extractions: k = 3, 7, 15, 16 in
 every call, so the memory's opening round more often added a round than saved one); one after
