@@ -23,7 +23,7 @@ from specdec_cli.events import Earned, Round, Token
 from specdec_cli.errors import BadInput
 from specdec_cli.tuning.estimates import FIRST_PASS_WEIGHT, Acceptance, BatchCost, WeightedMean, clamp
 from specdec_cli.tuning.policy import AdaptivePolicy, TunedPolicies, DEFAULT_P_MIN, FIRST_BACKOFF, FixedPolicy, PRIOR_DRAFT_WEIGHT, PROBE_BUDGET, REFRESH_MARGIN, REFRESH_ROUNDS, STALE_ROUNDS, draft_policy, draft_step_seconds
-from specdec_cli.tuning.policy import CARRIED_TRIALS, MIN_TRIALS, carried_record, carried_trials, models_in_use
+from specdec_cli.tuning.policy import CARRIED_TRIALS, MIN_TRIALS, RESUMED_BACKOFF, carried_record, carried_trials, models_in_use
 from specdec_cli.tuning.proposers import prior_acceptance, prior_draft_cost
 from specdec_cli.tuning.speedup import best_draft_length
 from specdec_cli.maths.sampling import GREEDY, SamplingParams, probabilities, sample
@@ -600,8 +600,8 @@ def test_a_losing_memory_match_is_given_up_on_its_estimate_and_a_context_match_a
     """Both classes start from the prior 0.7 and every draft is rejected at position 1, on a
     CPU-like curve (T_batch(n) = 25 + 4.4 (n - 1) ms). The call's own match is drafted until it
     has been tried on MIN_TRIALS positions (exponentially weighted: 1 + 0.9 + .. + 0.9^8 = 6.13,
-    nine rounds); the memory's stops as soon as its estimate no longer pays (three rounds, a_1 =
-    0.11), and is next probed after FIRST_BACKOFF plain steps."""
+    nine rounds); the memory's stops as soon as its estimate no longer pays (after three rounds),
+    and is next probed after FIRST_BACKOFF plain steps."""
     drafted = {}
     for name in ("lookup:memory:3-5", "lookup:3-5"):
         policy = frozen(draft_ms=0.25, t1_ms=25, slope_ms=4.4)
@@ -809,6 +809,13 @@ def test_carried_records_are_scaled_the_draft_models_to_4_trials_lookups_in_cont
     assert carried_record("lookup:2", Earned((0.5, 0.0), (4.0, 2.0))) == Earned((0.5, 0.0), (4.0, 2.0))  # 6 trials: as it is
     assert (carried_trials("model"), carried_trials("lookup:2"), carried_trials("lookup:memory:3-5")) == (4.0, 6.0, None)
     assert CARRIED_TRIALS < MIN_TRIALS  # the next call still tries the draft model before it gives up
+    # A lookup record scaled to 6 trials counts as tried whatever the rounding (here it sums below 6.0):
+    resumed = AdaptivePolicy()
+    resumed.resume({"lookup:2": Earned((0.1, 0.1, 0.1), (0.7, 0.7, 0.7))})
+    resumed.resume({"lookup:1": Earned((0.1, 0.1, 0.1), (1.1, 1.3, 3.8))})
+    assert resumed.record("lookup:1").acceptance.trials.sum() < MIN_TRIALS  # the case the guard is for
+    assert not resumed.unproven("lookup:1") and resumed.record("lookup:1").backoff == RESUMED_BACKOFF
+    assert resumed.unproven("lookup:2")  # 2.1 trials: still on trial
     assert carried_record("model", Earned((0.5,), (2.0,))) == Earned((0.5,), (2.0,))  # fewer trials than the cap: as it is
     assert carried_record("model", Earned((6.0, 2.0), (6.0, 2.0))) == Earned((3.0, 1.0), (3.0, 1.0))  # a winning one too
     assert carried_record("cascade:memory:3-5", Earned((6.0, 2.0), (6.0, 2.0))) == Earned((6.0, 2.0), (6.0, 2.0))  # a match's, as lookup's
