@@ -162,7 +162,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from ..errors import BadInput
 from ..events import AUTO, DraftPolicy, DraftTokens, Earned, Round
 from .estimates import DECAY, PRIOR_BATCH_SLOPE, Acceptance, BatchCost, WeightedMean, clamp
-from .proposers import MEMORY_LOOKUP, MODEL_KINDS, MOSTLY_WRONG, SAT_OUT_PRIOR, kind, prior_acceptance, prior_draft_cost
+from .proposers import MODEL_KINDS, MOSTLY_WRONG, SAT_OUT_PRIOR, from_memory, kind, prior_acceptance, prior_draft_cost
 from .speedup import best_draft_length
 
 if TYPE_CHECKING:
@@ -252,7 +252,7 @@ def carried_trials(name: str) -> float | None:
     Examples: 'model' -> 4.0, 'lookup:2' -> 6.0, 'lookup:memory:3-5' -> None."""
     if name == "model":
         return CARRIED_TRIALS
-    return MIN_TRIALS if kind(name) == "lookup" and not name.startswith(MEMORY_LOOKUP) else None
+    return MIN_TRIALS if kind(name) == "lookup" and not from_memory(name) else None
 
 
 def carried_record(name: str, earned: Earned) -> Earned:
@@ -438,7 +438,7 @@ class AdaptivePolicy:
             # their trial need not end within one. On calls that repeat nothing, a 3-5-token match
             # in another text drafted round after round below its estimated break-even until it
             # had failed six times, in the suite: 16 rounds, none of 48 drafts kept.)
-            chosen = next((name for name in sources if self.unproven(name) and not name.startswith(MEMORY_LOOKUP)), None)
+            chosen = next((name for name in sources if self.unproven(name) and not from_memory(name)), None)
         elif kind(chosen) not in MODEL_KINDS and self.unproven(chosen) and prior_acceptance(chosen) <= MOSTLY_WRONG:
             # Nor is a draft model displaced before its fair trial by a one- or two-token match that has not had one either.
             chosen = next((name for name in sources if kind(name) in MODEL_KINDS and self.unproven(name)), chosen)
@@ -469,7 +469,7 @@ class AdaptivePolicy:
         make more than 1 / 6 ms = 0.167 tokens per ms, after what it costs the model to sit
         it out."""
         models = models_in_use(plans, curve)
-        if not name.startswith(MEMORY_LOOKUP) or not models:
+        if not from_memory(name) or not models:
             return name  # not the memory's, or no draft model in use: it competes on its own rate
         model = max(models, key=lambda m: plans[m][1])
         row = min(max(plans[model][0], 2), len(curve) - 1)

@@ -43,6 +43,12 @@ def prior_draft_cost(name: str) -> float:
     return PRIOR_DRAFT_COST.get(kind(name), 0.2)
 
 
+def from_memory(name: str) -> bool:
+    """Whether a proposer is lookup's match in the memory (an earlier call's text), not in the
+    call's own context. Examples: 'lookup:memory:6+' -> True; 'lookup:6+', 'cascade:memory:3-5' -> False."""
+    return name.startswith(MEMORY_LOOKUP)
+
+
 def kind(name: str) -> str:
     """The drafter behind a proposer's name: 'lookup:3-5' -> 'lookup', 'model' -> 'model'."""
     return name.split(":", 1)[0]

@@ -24,7 +24,7 @@ from specdec_cli.errors import BadInput
 from specdec_cli.tuning.estimates import FIRST_PASS_WEIGHT, Acceptance, BatchCost, WeightedMean, clamp
 from specdec_cli.tuning.policy import AdaptivePolicy, TunedPolicies, DEFAULT_P_MIN, FIRST_BACKOFF, FixedPolicy, PRIOR_DRAFT_WEIGHT, PROBE_BUDGET, REFRESH_MARGIN, REFRESH_ROUNDS, STALE_ROUNDS, draft_policy, draft_step_seconds
 from specdec_cli.tuning.policy import CARRIED_TRIALS, MIN_TRIALS, RESUMED_BACKOFF, carried_record, carried_trials, models_in_use
-from specdec_cli.tuning.proposers import prior_acceptance, prior_draft_cost
+from specdec_cli.tuning.proposers import from_memory, prior_acceptance, prior_draft_cost
 from specdec_cli.tuning.speedup import best_draft_length
 from specdec_cli.maths.sampling import GREEDY, SamplingParams, probabilities, sample
 
@@ -818,7 +818,9 @@ def test_carried_records_are_scaled_the_draft_models_to_4_trials_lookups_in_cont
     assert resumed.unproven("lookup:2")  # 2.1 trials: still on trial
     assert carried_record("model", Earned((0.5,), (2.0,))) == Earned((0.5,), (2.0,))  # fewer trials than the cap: as it is
     assert carried_record("model", Earned((6.0, 2.0), (6.0, 2.0))) == Earned((3.0, 1.0), (3.0, 1.0))  # a winning one too
-    assert carried_record("cascade:memory:3-5", Earned((6.0, 2.0), (6.0, 2.0))) == Earned((6.0, 2.0), (6.0, 2.0))  # a match's, as lookup's
+    assert carried_record("cascade:memory:3-5", Earned((6.0, 2.0), (6.0, 2.0))) == Earned((6.0, 2.0), (6.0, 2.0))  # a match's, as the memory's lookup ones
+    # from_memory's examples: which records count as the memory's
+    assert [from_memory(n) for n in ("lookup:memory:6+", "lookup:6+", "cascade:memory:3-5")] == [True, False, False]
     assert carried_record("model", Earned((), ())) == Earned((), ())
 
 
