@@ -89,11 +89,7 @@ in the call's own context is not held to this: without the memory it is what the
 paid (model+lookup 1.33x over target-only against 1.50x). Rounds 1 and 2, which plan on the
 priors (`first_choice`), are held to it too, with the same charge for sitting out: held to it
 in later rounds only, every memory round of 60 such calls came in rounds 1 and 2 (26 rounds,
-42 % of their drafts accepted; carried records or priors made them look good there). There a
-memory match shorter than 16 tokens drafts only on a record that earlier calls carried, not on
-its prior (`proposers.needs_record`): in round 1 it matches the chat's header, and with one
-earlier call in the memory it proposed how that call's answer went on (the suite's second
-calls: 12 drafts, none kept, in every repeat).
+42 % of their drafts accepted; carried records or priors made them look good there).
 
 What earlier calls earned. A policy is fresh for each generation, and a short call ends before
 it has learnt much; with the drafting memory on (`--draft-cache`, the server's memory) the
@@ -166,7 +162,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from ..errors import BadInput
 from ..events import AUTO, DraftPolicy, DraftTokens, Earned, Round
 from .estimates import DECAY, PRIOR_BATCH_SLOPE, Acceptance, BatchCost, WeightedMean, clamp
-from .proposers import MODEL_KINDS, MOSTLY_WRONG, SAT_OUT_PRIOR, from_memory, kind, needs_record, prior_acceptance, prior_draft_cost
+from .proposers import MODEL_KINDS, MOSTLY_WRONG, SAT_OUT_PRIOR, from_memory, kind, prior_acceptance, prior_draft_cost
 from .speedup import best_draft_length
 
 if TYPE_CHECKING:
@@ -508,12 +504,7 @@ class AdaptivePolicy:
         2 drafts to measure a first batch size, from which T_batch(1) is estimated. The plans
         are `plans` on that curve, so a lookup or memory round pays what it costs a draft model
         in use to sit it out, and a memory round must beat the model's next token; the draft
-        steps they assume (in those units) are not kept, since the rounds measure seconds. A
-        memory match shorter than 16 tokens drafts here only on a record earlier calls carried,
-        not on its prior (`proposers.needs_record`: in round 1 it matches the chat's header)."""
-        sources = [name for name in sources if not (needs_record(name) and self.unproven(name))]
-        if not sources:
-            return None, 0
+        steps they assume (in those units) are not kept, since the rounds measure seconds."""
         unit = [1.0 + PRIOR_BATCH_SLOPE * n for n in range(max_k + 1)]
         records = [self.record(name) for name in sources]
         kept = [(rec.draft_step, rec.step_is_prior) for rec in records]

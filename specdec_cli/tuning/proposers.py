@@ -23,7 +23,6 @@ PRIOR_ACCEPTANCE = {"model": 0.8, "lookup:1": 0.3, "lookup:2": 0.5, "lookup:3-5"
 MOSTLY_WRONG = 0.5  # a prior at or below this (lookup:1, lookup:2) does not displace an unproven draft model (`choose`)
 PRIOR_DRAFT_COST = {"model": 0.2, "lookup": 0.01, "cascade": 0.05}  # T_draft / T_batch(1) before measuring
 MEMORY_LOOKUP = "lookup:memory:"  # lookup's proposals from the memory (earlier calls), not from the call's own context
-MEMORY_RECURS = MEMORY_LOOKUP + "16+"  # a memory match this long is the prompt's own text recurring (drafting/lookup.match_class)
 MODEL_KINDS = ("model", "cascade")  # proposers whose drafts take draft-model passes (and catch up after rounds they sat out)
 # What a token the draft model sat out adds to its next catch-up, in draft steps, until a call
 # timed one (`sitting_out`): on the built-in pair (2-core CPU; model+lookup with and without the
@@ -48,19 +47,6 @@ def from_memory(name: str) -> bool:
     """Whether a proposer is lookup's match in the memory (an earlier call's text), not in the
     call's own context. Examples: 'lookup:memory:6+' -> True; 'lookup:6+', 'cascade:memory:3-5' -> False."""
     return name.startswith(MEMORY_LOOKUP)
-
-
-def needs_record(name: str) -> bool:
-    """Whether a proposer drafts in a call's first two rounds, which plan on the priors
-    (policy.first_choice), only on a record that earlier calls carried: the memory's matches
-    shorter than 16 tokens. A chat's context then ends in the header that every earlier call's
-    text holds too, so such a match proposes how an earlier answer went on after it; with one
-    earlier call in the memory nothing says this one goes on alike (the suite's second calls,
-    lookup, T = 0: a 6-token match, 12 drafts, none kept, in every repeat). From the third call
-    on, the memory proposes only what earlier answers agree on there (drafting/memory.py's
-    rivals). A match of 16 or more is the prompt's own text recurring (`edit`: 12 of 16 kept).
-    Examples: 'lookup:memory:6+', 'lookup:memory:3-5' -> True; 'lookup:memory:16+', 'lookup:6+', 'model' -> False."""
-    return from_memory(name) and name != MEMORY_RECURS
 
 
 def kind(name: str) -> str:

@@ -24,7 +24,7 @@ from specdec_cli.errors import BadInput
 from specdec_cli.tuning.estimates import FIRST_PASS_WEIGHT, Acceptance, BatchCost, WeightedMean, clamp
 from specdec_cli.tuning.policy import AdaptivePolicy, TunedPolicies, DEFAULT_P_MIN, FIRST_BACKOFF, FixedPolicy, PRIOR_DRAFT_WEIGHT, PROBE_BUDGET, REFRESH_MARGIN, REFRESH_ROUNDS, STALE_ROUNDS, draft_policy, draft_step_seconds
 from specdec_cli.tuning.policy import CARRIED_TRIALS, MIN_TRIALS, RESUMED_BACKOFF, carried_record, carried_trials, models_in_use
-from specdec_cli.tuning.proposers import from_memory, needs_record, prior_acceptance, prior_draft_cost
+from specdec_cli.tuning.proposers import from_memory, prior_acceptance, prior_draft_cost
 from specdec_cli.tuning.speedup import best_draft_length
 from specdec_cli.maths.sampling import GREEDY, SamplingParams, probabilities, sample
 
@@ -1052,32 +1052,3 @@ def test_an_unproven_draft_model_is_not_displaced_by_an_unproven_short_match():
     longer.drafters["lookup:3-5"] = longer.drafters.pop("lookup:2")
     longer.record("lookup:3-5").acceptance.prior = 0.5  # the same plan as above, under a longer match's name
     assert longer.choose(["lookup:3-5", "model"], 8) == ("lookup:3-5", 2)
-
-
-def test_a_short_memory_match_drafts_in_rounds_1_and_2_only_on_a_carried_record():
-    """In round 1 a memory match of 6 tokens is the chat's header: on its prior (0.9) it would
-    draft 12 tokens or more; without a record it steps aside for the draft model (k = 3) or a
-    plain step, also with a record of five positions (fewer than MIN_TRIALS). A match of 16+
-    drafts on its prior, and a 6-token match that earlier calls carried at 16 positions of 6
-    trials each, all kept, drafts too. From round 3 on the estimates decide as before."""
-    assert [needs_record(n) for n in ("lookup:memory:6+", "lookup:memory:3-5", "lookup:memory:16+", "lookup:6+", "model")] == [
-        True, True, False, False, False]  # fmt: skip
-    fresh = AdaptivePolicy()
-    name, k = copy.deepcopy(fresh).first_choice(["lookup:memory:16+"], 16)
-    assert name == "lookup:memory:16+" and k >= 12  # long, on its prior (0.95)
-    assert copy.deepcopy(fresh).choose(["lookup:memory:6+", "model"], 16) == ("model", 3)
-    dear = AdaptivePolicy()  # a draft model carried at 0.45 of a target step, as the built-in pair's on a 2-core CPU
-    dear.resume({"model": Earned((3.6,) * 4, (4.0,) * 4, 0.45)})
-    assert dear.choose(["lookup:memory:6+", "model"], 16) == ("model", 2)  # on its prior the match would take it, k = 12
-    assert copy.deepcopy(fresh).choose(["lookup:memory:6+"], 16) == (None, 0)
-    assert copy.deepcopy(fresh).choose(["lookup:memory:3-5"], 16) == (None, 0)
-    carried = AdaptivePolicy()
-    carried.resume({"lookup:memory:6+": Earned((6.0,) * 16, (6.0,) * 16)})
-    assert carried.choose(["lookup:memory:6+", "model"], 16)[0] == "lookup:memory:6+"
-    few = AdaptivePolicy()
-    few.resume({"lookup:memory:6+": Earned((1.0,) * 5, (1.0,) * 5)})  # five positions tried, all kept: still mostly its prior
-    assert few.choose(["lookup:memory:6+", "model"], 16) == ("model", 3)
-    # Round 3, with costs measured: an unproven memory match competes on its prior as before.
-    later = AdaptivePolicy(costs=CostCurve(0.002, tuple(0.010 + 0.0005 * n for n in range(17))), learn_costs=False)
-    later.call_rounds = 2
-    assert later.choose(["lookup:memory:6+"], 16)[0] == "lookup:memory:6+"
