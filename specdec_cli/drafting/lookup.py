@@ -30,6 +30,7 @@ from .ngram import MATCH_CAP, PLACES, RECALL_TOKENS, NgramIndex, agreement
 # step, which gives one), and where the memory pays (repeated frames, an edited function)
 # matches are long.
 MEMORY_MIN_MATCH = 3
+MEMORY_CLASS = "lookup:memory"  # the prefix of a memory match's name (match_class): 'lookup:memory:6+'
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ class LookupDrafter:
             out.append(LookupMatch(match_class(min(here, 8)), self, start))
         recall = self.memory.match(context) if self.memory is not None else None
         if recall is not None and recall.tokens and recall.length > here and recall.length >= MEMORY_MIN_MATCH:
-            out.append(MemoryMatch(match_class(recall.length, "lookup:memory"), self, recall))
+            out.append(MemoryMatch(match_class(recall.length, MEMORY_CLASS), self, recall))
         return out
 
     def copy(self, context: Sequence[int], start: int, k: int) -> Proposal:

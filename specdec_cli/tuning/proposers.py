@@ -14,6 +14,8 @@ place (policy.py); the measurements themselves (estimates.py).
 
 from __future__ import annotations
 
+from ..drafting.lookup import MEMORY_CLASS
+
 # Acceptance before anything is measured. Lookup by match length: a one-token match is mostly
 # wrong, a match of six or more is a passage being repeated (on the built-in pair: lookup:1
 # accepted 26 of 123 drafts, lookup:6+ 102 of 122, in the benchmark's story and edit runs).
@@ -22,7 +24,7 @@ PRIOR_ACCEPTANCE = {"model": 0.8, "lookup:1": 0.3, "lookup:2": 0.5, "lookup:3-5"
                     "lookup:memory:16+": 0.95, "cascade:1": 0.8, "cascade:2": 0.8, "cascade:3-5": 0.8, "cascade:6+": 0.8}  # fmt: skip
 MOSTLY_WRONG = 0.5  # a prior at or below this (lookup:1, lookup:2) does not displace an unproven draft model (`choose`)
 PRIOR_DRAFT_COST = {"model": 0.2, "lookup": 0.01, "cascade": 0.05}  # T_draft / T_batch(1) before measuring
-MEMORY_LOOKUP = "lookup:memory:"  # lookup's proposals from the memory (earlier calls), not from the call's own context
+MEMORY_LOOKUP = MEMORY_CLASS + ":"  # lookup's proposals from the memory (earlier calls), not from the call's own context
 MODEL_KINDS = ("model", "cascade")  # proposers whose drafts take draft-model passes (and catch up after rounds they sat out)
 # What a token the draft model sat out adds to its next catch-up, in draft steps, until a call
 # timed one (`sitting_out`): on the built-in pair (2-core CPU; model+lookup with and without the
