@@ -31,6 +31,13 @@ from .ngram import MATCH_CAP, PLACES, RECALL_TOKENS, NgramIndex, agreement
 # matches are long.
 MEMORY_MIN_MATCH = 3
 MEMORY_CLASS = "lookup:memory"  # the prefix of a memory match's name (match_class): 'lookup:memory:6+'
+# A match this long repeats a passage, whoever wrote it ('lookup:memory:16+'). A shorter one that
+# one earlier call alone continued (no witness: memory.Recall) is its own class, 'lookup:memory:
+# once:6+', with its own record. In one class (`extract`, model+lookup, logged), call 2's round 2
+# drafted 12 tokens of such a match and kept 1, and that record kept the 6-token opening that
+# calls 1 and 2 agree on out of every later call's round 1: the draft model drafted 3 or 4 there.
+PASSAGE = 16
+MEMORY_ONCE = MEMORY_CLASS + ":once"
 
 
 @dataclass(frozen=True)
@@ -59,13 +66,21 @@ def match_length(context: Sequence[int], start: int, cap: int = 8) -> int:
 def match_class(length: int, prefix: str = "lookup") -> str:
     """The policy's key for a lookup match: its acceptance depends much on how long the match is
     (a repeated passage is copied whole, a one-token match mostly fails). 1, 2 -> 'lookup:1',
-    'lookup:2'; 3..5 -> 'lookup:3-5'; 6 or more -> 'lookup:6+'; a memory match of 16 or more
-    (prefix 'lookup:memory') -> 'lookup:memory:16+'."""
+    'lookup:2'; 3..5 -> 'lookup:3-5'; 6 or more -> 'lookup:6+'; a memory match of PASSAGE or
+    more (prefix 'lookup:memory') -> 'lookup:memory:16+'."""
     if length <= 2:
         return f"{prefix}:{length}"
     if length <= 5:
         return f"{prefix}:3-5"
-    return f"{prefix}:6+" if length < 16 or prefix == "lookup" else f"{prefix}:16+"
+    return f"{prefix}:6+" if length < PASSAGE or prefix == "lookup" else f"{prefix}:16+"
+
+
+def memory_class(recall: Recall) -> str:
+    """A memory match's name (see PASSAGE): by its length, and below PASSAGE by whether another
+    earlier occurrence witnesses it. Examples: length 7, one witness -> 'lookup:memory:6+'; length
+    7, none -> 'lookup:memory:once:6+'; length 20, none -> 'lookup:memory:16+'."""
+    alone = recall.witnesses == 0 and recall.length < PASSAGE
+    return match_class(recall.length, MEMORY_ONCE if alone else MEMORY_CLASS)
 
 
 def recall_length(match: int, options: LookupOptions) -> int:
@@ -94,17 +109,23 @@ class LookupDrafter:
         self.index = NgramIndex(options.ngram_sizes, options.places)
         self.vocab_limit = vocab_limit  # None: every id can be scored
         self.is_end = is_end or (lambda token: False)
+        self.opening: int | None = None  # the context's length in the call's round 1 (the prompt's), once prefilled
 
     def prefill(self, context: Sequence[int]) -> None:
         self.index.update(context)
+        self.opening = len(context) + 1  # the engine prefills all of the prompt but the token that opens round 1
 
     def candidates(self, context: Sequence[int]) -> list[Proposer]:
         """The match in this context, then the one in the memory if it is the longer and at least
-        MEMORY_MIN_MATCH long, each named by its length class (see match_class). This call's own
-        match outranks an earlier call's: a fixed k takes it, and `auto` (which weighs both on
-        what they earned) on a tie.
+        MEMORY_MIN_MATCH long, each named by its class (match_class, memory_class). This call's
+        own match outranks an earlier call's: a fixed k takes it, and `auto` (which weighs both on
+        what they earned) on a tie. In round 1, where the context is the prompt, a memory match
+        shorter than PASSAGE is proposed only with a witness: there it ends in the chat's header,
+        and what one earlier call wrote next is how that call's answer opened (the suite's
+        prompts, lookup with the memory: call 2's round 1 drafted 12 tokens and kept none), while
+        an opening that earlier calls agree on is the workload's frame.
         Example: context [5, 6, 7, 9, 5, 6], a memory holding [1, 7, 9, 5, 6, 8]
-        -> [LookupMatch('lookup:2', start 2), MemoryMatch('lookup:memory:3-5', [8])]."""
+        -> [LookupMatch('lookup:2', start 2), MemoryMatch('lookup:memory:once:3-5', [8])]."""
         out: list[Proposer] = []
         start = self.index.match(context)
         here = match_length(context, start, MATCH_CAP) if start is not None else 0
@@ -112,7 +133,9 @@ class LookupDrafter:
             out.append(LookupMatch(match_class(min(here, 8)), self, start))
         recall = self.memory.match(context) if self.memory is not None else None
         if recall is not None and recall.tokens and recall.length > here and recall.length >= MEMORY_MIN_MATCH:
-            out.append(MemoryMatch(match_class(recall.length, MEMORY_CLASS), self, recall))
+            name = memory_class(recall)
+            if not (len(context) == self.opening and name.startswith(MEMORY_ONCE)):
+                out.append(MemoryMatch(name, self, recall))
         return out
 
     def copy(self, context: Sequence[int], start: int, k: int) -> Proposal:

@@ -65,7 +65,7 @@ from ..events import MAX_DRAFT_TOKENS, Earned
 from .ngram import PLACES, RECALL_TOKENS, NgramTable, longest
 
 FORMAT = "specdec-draft-cache"
-VERSION = 3  # 2: the earned record per proposer; 3: with the draft model's, and each one's draft cost. Older files are refused (and rebuilt)
+VERSION = 4  # 2: the earned record per proposer; 3: with the draft model's, and each one's draft cost; 4: a memory match one earlier call alone continued has its own name ("lookup:memory:once:6+"). Older files are refused (and rebuilt)
 MAX_EARNED = 256  # proposer names a file's record may hold (the policy's names are a few dozen)
 EARNED_BYTES = MAX_EARNED * (MAX_DRAFT_TOKENS * 2 + 1) * 16  # the most JSON such a record takes (rounded counts, a cost)
 NGRAM = 3  # the index's key: a sequence's last NGRAM tokens (shorter at its start)
@@ -99,10 +99,13 @@ class BadCache(BadInput):
 
 @dataclass(frozen=True)
 class Recall:
-    """What followed the longest earlier match of the context's end, and how long that match is."""
+    """What followed the longest earlier match of the context's end, how long that match is, and
+    how many other earlier occurrences agree with the context about as long (RIVAL_SHARE) without
+    contradicting the tokens: 0 where one earlier call alone wrote what is proposed."""
 
     tokens: list[int]
     length: int
+    witnesses: int = 0
 
 
 class DraftMemory:
@@ -145,7 +148,8 @@ class DraftMemory:
     def match(self, context: Sequence[int]) -> Recall | None:
         """The continuation of the longest n-gram of the context's end seen in memory (longest n
         first), from the occurrence that agrees with the context furthest back, as far as no rival
-        occurrence contradicts it (see RIVAL_SHARE; the tokens may then be none)."""
+        occurrence contradicts it (see RIVAL_SHARE; the tokens may then be none), with those rivals
+        counted as its witnesses."""
         with self._lock:
             found = self._table.occurrences(context, self._sequence)
             if not found:
@@ -153,7 +157,7 @@ class DraftMemory:
             length, number, end = longest(found)
             tokens = self._sequence(number)[end : end + RECALL_TOKENS]
             rivals = [self._sequence(n)[e : e + len(tokens)] for m, n, e in found if (n, e) != (number, end) and m >= RIVAL_SHARE * length]
-            return Recall(tokens=tokens[: uncontested(tokens, rivals)], length=length)
+            return Recall(tokens=tokens[: uncontested(tokens, rivals)], length=length, witnesses=len(rivals))
 
     def _sequence(self, number: int) -> list[int]:
         return self.sequences[number - self._first]

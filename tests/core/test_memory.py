@@ -45,8 +45,18 @@ def test_recall_is_what_followed_the_longest_match_in_an_earlier_call():
     memory.add([1, 7, 3])
     assert memory.match([1, 2, 6, 7]).tokens == [8, 9]  # (6, 7) beats the newer (7,)
     assert memory.match([1, 2, 6, 7]).length == 2
-    assert memory.match([0, 7]) == Recall(tokens=[], length=1)  # (7,) ends two calls alike, followed by 8 and 3: contested
+    assert memory.match([0, 7]) == Recall(tokens=[], length=1, witnesses=1)  # (7,) ends two calls alike, followed by 8 and 3: contested
     assert memory.match([42]) is None
+
+
+def test_an_earlier_occurrence_that_agrees_as_long_and_goes_on_alike_witnesses_the_recall():
+    memory = DraftMemory(100)
+    memory.add([1, 2, 3, 4, 10, 11])  # call 1 opened with 10, 11
+    assert memory.match([0, 2, 3, 4]) == Recall(tokens=[10, 11], length=3, witnesses=0)  # one call alone wrote it
+    memory.add([5, 2, 3, 4, 10, 12])  # call 2 opened alike, then went on another way
+    assert memory.match([0, 2, 3, 4]) == Recall(tokens=[10], length=3, witnesses=1)
+    memory.add([6, 7, 3, 4, 10, 11])  # agrees with the context for 2 tokens: 2 < 0.75 x 3, no witness
+    assert memory.match([0, 2, 3, 4]).witnesses == 1
 
 
 def test_of_an_ngrams_occurrences_the_one_that_agrees_longest_wins():
@@ -57,7 +67,7 @@ def test_of_an_ngrams_occurrences_the_one_that_agrees_longest_wins():
     memory.add([9, 3, 7, 8, 41])
     memory.add([6, 3, 7, 8, 42])
     assert memory.match([1, 2, 3, 7, 8]) == Recall(tokens=[40], length=5)
-    assert memory.match([5, 3, 7, 8]) == Recall(tokens=[], length=3)  # a tie of 3, three ways on: contested
+    assert memory.match([5, 3, 7, 8]) == Recall(tokens=[], length=3, witnesses=2)  # a tie of 3, three ways on: contested
     # Only the newest `places` occurrences are measured: with one, the newest wins whatever agrees.
     newest_only = DraftMemory(30, places=1)
     for seq in memory.sequences:
@@ -76,12 +86,12 @@ def test_the_memory_proposes_an_extractions_frame_and_not_the_previous_calls_val
     memory = DraftMemory(100)
     for prompt, value in ((1, 50), (2, 51), (3, 52)):
         memory.add([prompt, 80, *header, *frame, value, *end])
-    assert memory.match([4, 80, *header]) == Recall(tokens=frame, length=3)  # the frame, then three names: stop
-    assert memory.match([4, 80, *header, *frame]) == Recall(tokens=[], length=6)  # the name: contested
+    assert memory.match([4, 80, *header]) == Recall(tokens=frame, length=3, witnesses=2)  # the frame, then three names: stop
+    assert memory.match([4, 80, *header, *frame]) == Recall(tokens=[], length=6, witnesses=2)  # the name: contested
     # With one earlier call there is no rival, and its name is proposed (the memory cannot know yet).
     alone = DraftMemory(100)
     alone.add([1, 80, *header, *frame, 50, *end])
-    assert alone.match([4, 80, *header, *frame]).tokens[:1] == [50]
+    assert alone.match([4, 80, *header, *frame]).tokens[:1] == [50] and alone.match([4, 80, *header, *frame]).witnesses == 0
 
 
 def test_a_rival_agrees_with_the_context_for_three_quarters_of_the_best_ones_agreement():
@@ -93,7 +103,7 @@ def test_a_rival_agrees_with_the_context_for_three_quarters_of_the_best_ones_agr
     memory = DraftMemory(100)
     memory.add([1, 2, 3, 4, 5, 6, 40])
     memory.add([9, 2, 3, 4, 5, 6, 41])
-    assert memory.match([1, 2, 3, 4, 5, 6]) == Recall(tokens=[], length=6)
+    assert memory.match([1, 2, 3, 4, 5, 6]) == Recall(tokens=[], length=6, witnesses=1)
     assert RIVAL_SHARE * 6 <= 5 and RIVAL_SHARE * 5 > 3
 
 
@@ -132,8 +142,47 @@ def test_lookup_drafts_from_memory_with_longer_proposals_for_longer_matches():
     proposal = first.propose(context, 64, GREEDY, np.random.default_rng(0))
     assert proposal.tokens == earlier[20:37] and proposal.q_rows is None  # 2 x a 20-token match, capped by what is left (17)
     short = lookup.candidates([0, 9, 3, 4, 5])[0]  # a match of 3: twice as many tokens, above the lookup's own cap of 4
-    assert short.name == "lookup:memory:3-5" and len(short.propose([0, 9, 3, 4, 5], 64, GREEDY, np.random.default_rng(0)).tokens) == 6
+    assert short.name == "lookup:memory:once:3-5" and len(short.propose([0, 9, 3, 4, 5], 64, GREEDY, np.random.default_rng(0)).tokens) == 6
     assert lookup.candidates([0, 9, 3, 4]) == []  # a match of 2 in another text: below MEMORY_MIN_MATCH, not proposed
+
+
+def test_a_short_match_one_earlier_call_alone_continued_has_its_own_class_and_waits_out_round_1():
+    # Call 1: prompt 1, the chat's header (80, 90, 91), its answer 10 11 12 50.
+    memory = DraftMemory(100)
+    memory.add([1, 80, 90, 91, 10, 11, 12, 50])
+    lookup = LookupDrafter(memory=memory)
+    prompt = [2, 80, 90, 91]
+    lookup.prefill(prompt[:-1])  # as the engine prefills: all of the prompt but round 1's token
+    assert lookup.candidates(prompt) == []  # round 1: how call 1 alone opened, 3 tokens of header
+    (later,) = lookup.candidates(prompt + [10])  # round 2 on: proposed, in a class of its own
+    assert (later.name, later.recall.tokens) == ("lookup:memory:once:3-5", [11, 12, 50])
+    memory.add([3, 80, 90, 91, 10, 11, 13, 51])  # call 2 opened alike: a witness
+    (opening,) = lookup.candidates(prompt)
+    assert (opening.name, opening.recall.tokens) == ("lookup:memory:3-5", [10, 11])
+    # A passage of PASSAGE (16) tokens or more is proposed in round 1 whoever wrote it.
+    earlier = list(range(100, 130))
+    memory.add([7] + earlier)
+    passage = LookupDrafter(memory=memory)
+    prompt = [0] + earlier[:18]
+    passage.prefill(prompt[:-1])
+    assert [c.name for c in passage.candidates(prompt)] == ["lookup:memory:16+"]
+
+
+def test_the_engine_opens_with_the_draft_model_where_one_earlier_call_alone_wrote_the_opening():
+    table = random_markov(6, np.random.default_rng(5), scale=1.5)
+    prompt = [1, 2, 3, 4, 1, 2]
+
+    def first_drafter(*earlier):
+        memory = DraftMemory(1000)
+        for seq in earlier:
+            memory.add(seq)
+        memory.earned.update({"lookup:memory:3-5": WINNING, "lookup:memory:once:3-5": WINNING})  # both won in earlier calls
+        engine = Engine(MarkovModel(table), ModelAndLookup(ModelDrafter(MarkovModel(table)), LookupDrafter(memory=memory)), earned=memory.earned)
+        rounds = engine.generate(prompt, GenerationConfig(max_tokens=5, sampling=GREEDY), frozen_auto(5e-3))
+        return next(e.drafter for e in rounds if isinstance(e, Round))
+
+    assert first_drafter([0, 3, 4, 1, 2, 5, 0, 3]) == "model"  # a lone 4-token match
+    assert first_drafter([0, 3, 4, 1, 2, 5, 0, 3], [9, 3, 4, 1, 2, 5, 0]) == "lookup:memory:3-5"  # witnessed
 
 
 def test_a_repeated_workload_drafts_from_the_earlier_call_and_stays_exact():
@@ -165,7 +214,7 @@ def test_the_cache_file_round_trips_and_merges_what_others_saved(tmp_path):
     assert not list(tmp_path.glob(".cache.json.*"))  # no temporary file left
 
 
-HEAD = b'{"format": "specdec-draft-cache", "version": 3, "tokenizer": "fingerprint-a", '
+HEAD = b'{"format": "specdec-draft-cache", "version": 4, "tokenizer": "fingerprint-a", '
 
 
 @pytest.mark.parametrize(
@@ -174,9 +223,10 @@ HEAD = b'{"format": "specdec-draft-cache", "version": 3, "tokenizer": "fingerpri
         (HEAD + b'"sequences": [[1, 2', "not valid JSON (truncated?)"),
         (b"\xff\xfe", "not valid JSON"),
         (b'[1, 2]', "is not a specdec draft cache"),
-        (b'{"format": "specdec-draft-cache", "version": 1, "tokenizer": "fingerprint-a", "sequences": []}', "has format version 1, this specdec reads 3"),
-        (b'{"format": "specdec-draft-cache", "version": 2, "tokenizer": "fingerprint-a", "sequences": [], "earned": {}}', "has format version 2, this specdec reads 3"),
-        (b'{"format": "specdec-draft-cache", "version": 3, "tokenizer": "fingerprint-b", "sequences": [], "earned": {}}', "was written for another tokenizer"),
+        (b'{"format": "specdec-draft-cache", "version": 1, "tokenizer": "fingerprint-a", "sequences": []}', "has format version 1, this specdec reads 4"),
+        (b'{"format": "specdec-draft-cache", "version": 2, "tokenizer": "fingerprint-a", "sequences": [], "earned": {}}', "has format version 2, this specdec reads 4"),
+        (b'{"format": "specdec-draft-cache", "version": 3, "tokenizer": "fingerprint-a", "sequences": [], "earned": {}}', "has format version 3, this specdec reads 4"),
+        (b'{"format": "specdec-draft-cache", "version": 4, "tokenizer": "fingerprint-b", "sequences": [], "earned": {}}', "was written for another tokenizer"),
         (HEAD + b'"sequences": [[1, 99]], "earned": {}}', "token ids outside the vocabulary of 10"),
         (HEAD + b'"sequences": [[1, true]], "earned": {}}', "token ids outside"),
         (HEAD + b'"sequences": [[1, 2, 3, 4, 5, 6]], "earned": {}}', "holds 6 tokens, over --draft-cache-size 5"),
@@ -246,7 +296,7 @@ def test_run_with_a_draft_cache_drafts_from_the_previous_call(builtin_paths, tmp
     assert proc.returncode == 0, proc.stderr
     said = [l for l in proc.stderr.splitlines() if "draft cache" in l]
     assert said == [f"specdec: draft cache {cache} is not valid JSON (truncated?); starting a new one"]
-    assert json.loads(cache.read_text())["version"] == 3  # rebuilt
+    assert json.loads(cache.read_text())["version"] == 4  # rebuilt
 
 
 # -- what each proposer earned ----------------------------------------------------------
@@ -268,7 +318,7 @@ def test_docstring_examples_of_the_record():
     memory.add([1, 7, 9, 5, 6, 8])
     here, there = LookupDrafter(memory=memory).candidates([5, 6, 7, 9, 5, 6])
     assert (here.name, here.start) == ("lookup:2", 2)
-    assert isinstance(there, MemoryMatch) and (there.name, there.recall.tokens) == ("lookup:memory:3-5", [8])
+    assert isinstance(there, MemoryMatch) and (there.name, there.recall.tokens) == ("lookup:memory:once:3-5", [8])
 
 
 def test_this_calls_own_match_outranks_the_memorys():
@@ -402,6 +452,7 @@ def test_the_first_two_tokens_follow_the_target_while_the_memory_chooses():
     draft = MarkovModel(table + rng.standard_normal(table.shape).astype(np.float32) * 0.8)
     memory = DraftMemory(1000)
     memory.add([0, 3, 4, 1, 2, 5, 0, 3])  # ends like the prompt for 4 tokens: "lookup:memory:3-5" proposes [5, 0, 3]
+    memory.add([9, 3, 4, 1, 2, 5, 0])  # witnessed by a second earlier call (round 1 proposes no lone match shorter than 16)
     prompt = [1, 2, 3, 4, 1, 2]
     sources = ["lookup:memory:3-5", "model"]
     engine = Engine(target, ModelAndLookup(ModelDrafter(draft), LookupDrafter(memory=memory)), earned=memory.earned)
