@@ -33,9 +33,9 @@ MEMORY_MIN_MATCH = 3
 MEMORY_CLASS = "lookup:memory"  # the prefix of a memory match's name (match_class): 'lookup:memory:6+'
 # A match this long repeats a passage, whoever wrote it ('lookup:memory:16+'). A shorter one that
 # one earlier call alone continued (no witness: memory.Recall) is its own class, 'lookup:memory:
-# once:6+', with its own record. In one class (`extract`, model+lookup, logged), call 2's round 2
-# drafted 12 tokens of such a match and kept 1, and that record kept the 6-token opening that
-# calls 1 and 2 agree on out of every later call's round 1: the draft model drafted 3 or 4 there.
+# once:6+', with its own record. Logged with one class for both (`extract`, model+lookup), call
+# 2's round 2 drafted 12 tokens of such a match and kept 1, and that record kept the 6-token
+# opening that calls 1 and 2 agree on out of every later call's round 1 (the draft model's 3 or 4).
 PASSAGE = 16
 MEMORY_ONCE = MEMORY_CLASS + ":once"
 

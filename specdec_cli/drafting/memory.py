@@ -100,8 +100,8 @@ class BadCache(BadInput):
 @dataclass(frozen=True)
 class Recall:
     """What followed the longest earlier match of the context's end, how long that match is, and
-    how many other earlier occurrences agree with the context about as long (RIVAL_SHARE) without
-    contradicting the tokens: 0 where one earlier call alone wrote what is proposed."""
+    how many other earlier occurrences agree with the context about as long (RIVAL_SHARE), the
+    tokens stopping where one goes on otherwise: 0 where one earlier call alone wrote them."""
 
     tokens: list[int]
     length: int
