@@ -8,6 +8,7 @@ context limits. Statistical tests use fixed seeds; each states N and its false-f
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -15,7 +16,7 @@ import pytest
 
 from fakes import MarkovModel, random_markov
 from specdec_cli.drafting.model import ModelDrafter
-from specdec_cli.decoding.engine import Engine, GenerationConfig
+from specdec_cli.decoding.engine import Engine, GenerationConfig, learnt
 from specdec_cli.tuning.policy import draft_policy
 from specdec_cli.events import Finished, Rejected, Round, Source, Token
 from specdec_cli.errors import ContextOverflow, NumericalError
@@ -187,6 +188,27 @@ def test_eos_inside_an_accepted_block_stops_exactly_there(k):
     assert rounds[-1].accepted == rounds[-1].drafted  # EOS came from an accepted block
     assert target.tokens == [0, 1, 2, 3, 4, 5, 6, 7, 8]  # EOS and what follows it rolled back
     assert_caches_hold([0, 1] + ids(tokens), target, draft)
+
+
+def test_a_round_that_ends_the_generation_with_every_draft_kept_is_learnt_as_allowing_what_it_drafted():
+    # Chain 0 -> 1 -> .. -> 9 (EOS), k = 5: round 1 drafts 2..6 (kept, bonus 7), round 2 drafts 8
+    # and EOS and stops there (2 of 5). The policy learns round 2 as k = 2; the event keeps 5.
+    table = chain({}, 12)
+    engine = Engine(MarkovModel(table, eos=9), ModelDrafter(MarkovModel(table.copy(), eos=9), is_end=lambda token: token == 9))
+    policy, learnt_rounds = draft_policy(5), []
+    observe = policy.observe
+    policy.observe = lambda event: (learnt_rounds.append(event), observe(event))
+    events = list(engine.generate([0, 1], GenerationConfig(max_tokens=50, sampling=GREEDY), policy))
+    rounds = [e for e in events if isinstance(e, Round)]
+    assert [(r.k, r.drafted, r.accepted) for r in rounds] == [(5, 5, 5), (5, 2, 2)]
+    assert [(r.k, r.drafted, r.accepted) for r in learnt_rounds] == [(5, 5, 5), (2, 2, 2)]
+
+
+def test_learnt_docstring_examples():
+    figures = Round(drafted=3, accepted=3, draft_seconds=0.0, draft_decode_seconds=0.0, target_seconds=0.0, seconds=0.0, k=8)
+    assert learnt(figures, ended=True).k == 3
+    assert learnt(figures, ended=False).k == 8
+    assert learnt(dataclasses.replace(figures, accepted=2), ended=True).k == 8
 
 
 def test_eos_is_never_emitted_when_sampling():
