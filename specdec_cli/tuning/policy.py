@@ -96,8 +96,9 @@ it has learnt much; with the drafting memory on (`--draft-cache`, the server's m
 engine hands it, at the start, what each proposer earned as the previous call ended
 (events.Earned, kept by drafting/memory.py): the hits and trials per position of lookup's
 proposals (in the call's context and in the memory) and of the draft model, and the draft
-model's step in units of T_batch(1) where a call timed both; at the end it takes them back. So
-matches that lost in earlier calls (one-token matches in an extraction's text) start with their
+model's step in units of T_batch(1) where a call timed both; at the end it takes them back (a
+last round whose kept drafts ended the answer counts no failure after them: decoding/engine.py,
+`learnt`). So matches that lost in earlier calls (one-token matches in an extraction's text) start with their
 losing record, are not chosen, and are only probed as above, the first time after
 RESUMED_BACKOFF rounds, not FIRST_BACKOFF (each class that lost, probed every 8 rounds in every
 short call, cost the suite's calls about one round in six); those that won start trusted.
