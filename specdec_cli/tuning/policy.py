@@ -98,10 +98,10 @@ engine hands it, at the start, what each proposer earned as the previous call en
 proposals (in the call's context and in the memory) and of the draft model, and the draft
 model's step in units of T_batch(1) where a call timed both; at the end it takes them back (a
 last round whose kept drafts ended the answer counts no failure after them: decoding/engine.py,
-`learnt`). So matches that lost in earlier calls (one-token matches in an extraction's text) start with their
-losing record, are not chosen, and are only probed as above, the first time after
-RESUMED_BACKOFF rounds, not FIRST_BACKOFF (each class that lost, probed every 8 rounds in every
-short call, cost the suite's calls about one round in six); those that won start trusted.
+`learnt`). So matches that lost in earlier calls (one-token matches in an extraction's text)
+start with their losing record, are not chosen, and are only probed as above, the first time
+after RESUMED_BACKOFF rounds, not FIRST_BACKOFF (each class that lost, probed every 8 rounds in
+every short call, cost the suite's calls about one round in six); those that won start trusted.
 The draft model's record weighs CARRIED_TRIALS trials at most (`carried_record`), fewer than
 MIN_TRIALS: how far its drafts go depends on the text, so a call's own rounds soon outweigh it.
 Lookup's matches in the call's own context weigh MIN_TRIALS at most, for the same reason (a
