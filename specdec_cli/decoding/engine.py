@@ -304,8 +304,7 @@ def learnt(figures: Round, ended: bool) -> Round:
     what it drafted, not as failing at the next position. The record that the memory carries to
     the next call weighs a call's last round most: on `extract` (model+lookup with and without
     the memory, T = 0, four repeats, logged) 133 of 160 calls' last rounds drafted fewer than k
-    and kept them all. Example: k 8, 3
-    drafted, 3 kept, ended -> k 3; not ended, or 2 kept -> k 8."""
+    and kept them all. Example: k 8, 3 drafted, 3 kept, ended -> k 3; not ended, or 2 kept -> k 8."""
     return dataclasses.replace(figures, k=figures.drafted) if ended and figures.accepted == figures.drafted else figures
 
 

@@ -75,12 +75,17 @@ def match_class(length: int, prefix: str = "lookup") -> str:
     return f"{prefix}:6+" if length < PASSAGE or prefix == "lookup" else f"{prefix}:16+"
 
 
+def lone(recall: Recall) -> bool:
+    """Whether a memory match is shorter than PASSAGE and no other earlier occurrence witnesses it.
+    Examples: length 7, no witness -> True; one witness, or length 20 -> False."""
+    return recall.witnesses == 0 and recall.length < PASSAGE
+
+
 def memory_class(recall: Recall) -> str:
-    """A memory match's name (see PASSAGE): by its length, and below PASSAGE by whether another
-    earlier occurrence witnesses it. Examples: length 7, one witness -> 'lookup:memory:6+'; length
-    7, none -> 'lookup:memory:once:6+'; length 20, none -> 'lookup:memory:16+'."""
-    alone = recall.witnesses == 0 and recall.length < PASSAGE
-    return match_class(recall.length, MEMORY_ONCE if alone else MEMORY_CLASS)
+    """A memory match's name (see PASSAGE): by its length, and apart where it is `lone`. Examples:
+    length 7, one witness -> 'lookup:memory:6+'; length 7, none -> 'lookup:memory:once:6+';
+    length 20, none -> 'lookup:memory:16+'."""
+    return match_class(recall.length, MEMORY_ONCE if lone(recall) else MEMORY_CLASS)
 
 
 def recall_length(match: int, options: LookupOptions) -> int:
@@ -133,9 +138,8 @@ class LookupDrafter:
             out.append(LookupMatch(match_class(min(here, 8)), self, start))
         recall = self.memory.match(context) if self.memory is not None else None
         if recall is not None and recall.tokens and recall.length > here and recall.length >= MEMORY_MIN_MATCH:
-            name = memory_class(recall)
-            if not (len(context) == self.opening and name.startswith(MEMORY_ONCE)):
-                out.append(MemoryMatch(name, self, recall))
+            if len(context) != self.opening or not lone(recall):
+                out.append(MemoryMatch(memory_class(recall), self, recall))
         return out
 
     def copy(self, context: Sequence[int], start: int, k: int) -> Proposal:

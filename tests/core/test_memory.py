@@ -23,7 +23,7 @@ import pytest
 
 from fakes import MarkovModel, random_markov
 from specdec_cli.drafting.combined import ModelAndLookup
-from specdec_cli.drafting.lookup import LookupDrafter, LookupOptions, MemoryMatch
+from specdec_cli.drafting.lookup import LookupDrafter, LookupOptions, MemoryMatch, lone, memory_class
 from specdec_cli.drafting.model import ModelDrafter
 from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.events import Earned, Round, Token
@@ -91,7 +91,8 @@ def test_the_memory_proposes_an_extractions_frame_and_not_the_previous_calls_val
     # With one earlier call there is no rival, and its name is proposed (the memory cannot know yet).
     alone = DraftMemory(100)
     alone.add([1, 80, *header, *frame, 50, *end])
-    assert alone.match([4, 80, *header, *frame]).tokens[:1] == [50] and alone.match([4, 80, *header, *frame]).witnesses == 0
+    recall = alone.match([4, 80, *header, *frame])
+    assert recall.tokens[:1] == [50] and recall.witnesses == 0
 
 
 def test_a_rival_agrees_with_the_context_for_three_quarters_of_the_best_ones_agreement():
@@ -156,6 +157,9 @@ def test_a_short_match_one_earlier_call_alone_continued_has_its_own_class_and_wa
     assert lookup.candidates(prompt) == []  # round 1: how call 1 alone opened, 3 tokens of header
     (later,) = lookup.candidates(prompt + [10])  # round 2 on: proposed, in a class of its own
     assert (later.name, later.recall.tokens) == ("lookup:memory:once:3-5", [11, 12, 50])
+    # lone's and memory_class's docstring examples
+    assert [lone(Recall([1], n, w)) for n, w in ((7, 0), (7, 1), (20, 0))] == [True, False, False]
+    assert [memory_class(Recall([1], n, w)) for n, w in ((7, 1), (7, 0), (20, 0))] == ["lookup:memory:6+", "lookup:memory:once:6+", "lookup:memory:16+"]
     memory.add([3, 80, 90, 91, 10, 11, 13, 51])  # call 2 opened alike: a witness
     (opening,) = lookup.candidates(prompt)
     assert (opening.name, opening.recall.tokens) == ("lookup:memory:3-5", [10, 11])
