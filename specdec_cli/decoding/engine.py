@@ -122,7 +122,8 @@ class Engine:
 
     def prefill(self, prompt: Sequence[int], max_tokens: int = 0, draft: bool = True) -> Prefill:
         """Evaluate all of the prompt but its last token in both models (the last one opens round 1;
-        with draft=False the target only: the drafter catches up when it first drafts).
+        with draft=False the target only: a draft model catches up when it first drafts, and the
+        drafter takes in what needs no model pass, lookup's index and the prompt's length).
 
         A prompt that does not fit raises ContextOverflow suggesting a --ctx with room for the
         prompt and `max_tokens` more.
@@ -131,8 +132,8 @@ class Engine:
         start = clock.now()
         head = list(prompt[:-1])
         catch_up(self.target, head, 0)
-        if self.drafter is not None and draft:
-            self.drafter.prefill(head)
+        if self.drafter is not None:
+            self.drafter.prefill(head, evaluate=draft)
         return Prefill(prompt_tokens=len(prompt), seconds=clock.now() - start)
 
     def target_step(

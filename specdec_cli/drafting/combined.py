@@ -23,9 +23,9 @@ class ModelAndLookup:
         self.model = model
         self.lookup = lookup
 
-    def prefill(self, context: Sequence[int]) -> None:
-        self.model.prefill(context)
-        self.lookup.prefill(context)
+    def prefill(self, context: Sequence[int], evaluate: bool = True) -> None:
+        self.model.prefill(context, evaluate)
+        self.lookup.prefill(context, evaluate)
 
     def candidates(self, context: Sequence[int]) -> list[Proposer]:
         return self.lookup.candidates(context) + self.model.candidates(context)

@@ -46,7 +46,11 @@ class Proposer(Protocol):
 
 
 class Drafter(Proposer, Protocol):
-    def prefill(self, context: Sequence[int]) -> None: ...
+    def prefill(self, context: Sequence[int], evaluate: bool = True) -> None:
+        """Take in the prompt, all but the token that opens round 1. With evaluate=False a draft
+        model leaves it to be caught up when it first drafts (batch.BatchedPolicy.prefill_draft);
+        what costs no model pass (lookup's index, the prompt's length) is taken in either way."""
+        ...
 
     def candidates(self, context: Sequence[int]) -> list[Proposer]:
         """Who can propose for this context, preferred first (empty: a plain target step)."""

@@ -116,8 +116,8 @@ class LookupDrafter:
         self.is_end = is_end or (lambda token: False)
         self.opening: int | None = None  # the context's length in the call's round 1 (the prompt's), once prefilled
 
-    def prefill(self, context: Sequence[int]) -> None:
-        self.index.update(context)
+    def prefill(self, context: Sequence[int], evaluate: bool = True) -> None:
+        self.index.update(context)  # no model pass: taken in whether or not `evaluate`
         self.opening = len(context) + 1  # the engine prefills all of the prompt but the token that opens round 1
 
     def candidates(self, context: Sequence[int]) -> list[Proposer]:

@@ -63,8 +63,9 @@ class ModelDrafter:
         x = sample(q, rng)
         return x, x, q
 
-    def prefill(self, context: Sequence[int]) -> None:
-        catch_up(self.model, self.own_context(context), 0)
+    def prefill(self, context: Sequence[int], evaluate: bool = True) -> None:
+        if evaluate:
+            catch_up(self.model, self.own_context(context), 0)
 
     def candidates(self, context: Sequence[int]) -> list[Proposer]:
         return [self]

@@ -176,17 +176,21 @@ def test_the_engine_opens_with_the_draft_model_where_one_earlier_call_alone_wrot
     table = random_markov(6, np.random.default_rng(5), scale=1.5)
     prompt = [1, 2, 3, 4, 1, 2]
 
-    def first_drafter(*earlier):
+    def first_drafter(*earlier, prefill_draft=True):
         memory = DraftMemory(1000)
         for seq in earlier:
             memory.add(seq)
         memory.earned.update({"lookup:memory:3-5": WINNING, "lookup:memory:once:3-5": WINNING})  # both won in earlier calls
         engine = Engine(MarkovModel(table), ModelAndLookup(ModelDrafter(MarkovModel(table)), LookupDrafter(memory=memory)), earned=memory.earned)
-        rounds = engine.generate(prompt, GenerationConfig(max_tokens=5, sampling=GREEDY), frozen_auto(5e-3))
+        policy = frozen_auto(5e-3)
+        policy.prefill_draft = prefill_draft  # False: as a request batched beside others (batch.BatchedPolicy)
+        rounds = engine.generate(prompt, GenerationConfig(max_tokens=5, sampling=GREEDY), policy)
         return next(e.drafter for e in rounds if isinstance(e, Round))
 
     assert first_drafter([0, 3, 4, 1, 2, 5, 0, 3]) == "model"  # a lone 4-token match
     assert first_drafter([0, 3, 4, 1, 2, 5, 0, 3], [9, 3, 4, 1, 2, 5, 0]) == "lookup:memory:3-5"  # witnessed
+    # The draft model not prefilled: lookup still takes in the prompt, so round 1 is known.
+    assert first_drafter([0, 3, 4, 1, 2, 5, 0, 3], prefill_draft=False) == "model"
 
 
 def test_a_repeated_workload_drafts_from_the_earlier_call_and_stays_exact():
