@@ -24,7 +24,8 @@ loop with no drafter, so both use the same backend, sampling and stopping code.
 
 The caller hands `generate` its policy (tuning/policy.py: a fixed k, or `auto`), so this module
 never imports tuning/policy.py. An engine given `earned` (the drafting memory's record of what
-its proposals earned in earlier calls, drafting/memory.py) starts the policy from it and writes
+its proposals earned in earlier calls, drafting/memory.py) starts the policy from what it keeps
+for this drafter (`resumed`) and writes
 back what the policy learnt of them, when the generation ends however it ends. Stages pass named values: `speculative_round` returns a `Scored`,
 `decode_round` a `Decoded` (its `Emission`s, the rejected draft, the `Round`).
 
@@ -44,7 +45,7 @@ import numpy as np
 from .. import clock
 from ..drafting.interface import Drafter, Proposal, Proposer
 from ..drafting.kv_sync import CausalModel, catch_up, common_prefix
-from ..drafting.memory import recalled
+from ..drafting.memory import recalled, resumed
 from ..errors import ContextOverflow
 from ..events import DraftPolicy, Earned, Event, Finished, Logprobs, Prefill, Rejected, Round, Source, Token
 from ..maths.sampling import SamplingParams, log_probabilities
@@ -263,7 +264,7 @@ class Engine:
         rng = np.random.default_rng(config.seed)
         rules = rule_chooser(config.verify)
         if policy is not None and self.earned is not None:
-            policy.resume(recalled(self.earned))
+            policy.resume(resumed(self.earned, self.drafter.name if self.drafter is not None else ""))
         context = list(prompt)
         stream = TextStream(config.stop)
         reason = None

@@ -114,11 +114,12 @@ some ten rounds of drafts from the priors (with a draft that never agrees, 1.4 r
 against speculation off's 1.1, at one client of 48-token answers, docs/serving.md). Rounds 1
 and 2, which draft before the call has timed anything, take the carried step (`unit_draft_cost`)
 in place of the prior 0.2, as do a proposer's plans before its step is timed (in units of
-T_batch(1) as it then stands: `plan`), and a cascade's guessed rounds take their prior scaled
-alike: the built-in pair's Q4_1 draft costs 0.45-0.7 of its F32 target's step on a 2-core CPU,
-and a high record carried with the prior's cost drafted long there (the suite's prompts with
-the memory, 0.95x at T = 0; the cascade's, whose guesses then looked cheap beside the carried
-step, 0.96x). The server starts each request of a tenant from the draft model's record at
+T_batch(1) as it then stands: `plan`): the built-in pair's Q4_1 draft costs 0.45-0.7 of its F32
+target's step on a 2-core CPU, and a high record carried with the prior's cost drafted long
+there (the suite's prompts with the memory, 0.95x at T = 0). A cascade's call starts from its
+guesses' records in the memory alone (drafting/memory.resumed): its other guessed rounds start
+from their priors each call, which a carried draft step made look cheap (0.96x on the suite's
+prompts) and, scaled to it, dear (0.96x on `edit` at T = 0.8). The server starts each request of a tenant from the draft model's record at
 the end of that tenant's last request the same way; its costs come from its batches
 (decoding/batch.py).
 
@@ -479,19 +480,10 @@ class AdaptivePolicy:
 
     def unit_draft_cost(self, name: str) -> float:
         """A proposer's draft step in units of T_batch(1) before this run timed one: what an
-        earlier call measured (`resume`), else the prior (prior_draft_cost). A cascade's guessed
-        round, whose record is not carried, runs the draft model too: where the draft model's own
-        step was carried, its prior scales as that step does against the model's prior, so that
-        a measured dear step does not make the cascade's guesses look cheap beside it (the
-        suite's prompts with the memory: 0.96x without this, 1.04x with it). Example: 'model'
-        carried at 0.6 -> 'cascade:3-5' 0.05 x 0.6 / 0.2 = 0.15; 'lookup:3-5' stays 0.01."""
+        earlier call measured (`resume`), else the prior (prior_draft_cost). Example: 'model'
+        carried at 0.6 -> 0.6; 'cascade:3-5', 'lookup:3-5' not carried -> 0.05, 0.01."""
         carried = self.record(name).carried_cost
-        if carried is not None:
-            return carried
-        model = self.drafters.get("model")
-        if kind(name) in MODEL_KINDS and model is not None and model.carried_cost is not None:
-            return prior_draft_cost(name) * model.carried_cost / prior_draft_cost("model")
-        return prior_draft_cost(name)
+        return carried if carried is not None else prior_draft_cost(name)
 
     def unproven(self, name: str) -> bool:
         """Whether a proposer has drafted fewer than MIN_TRIALS positions (exponentially weighted,

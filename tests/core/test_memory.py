@@ -22,12 +22,13 @@ import numpy as np
 import pytest
 
 from fakes import MarkovModel, random_markov
+from specdec_cli.drafting.cascade import CascadeDrafter
 from specdec_cli.drafting.combined import ModelAndLookup
 from specdec_cli.drafting.lookup import LookupDrafter, LookupOptions, MemoryMatch, lone, memory_class
 from specdec_cli.drafting.model import ModelDrafter
 from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.events import Earned, Round, Token
-from specdec_cli.drafting.memory import RIVAL_SHARE, BadCache, DraftMemory, Recall, read_cache, read_earned, recalled, save_cache, uncontested
+from specdec_cli.drafting.memory import RIVAL_SHARE, BadCache, DraftMemory, Recall, read_cache, read_earned, recalled, resumed, save_cache, uncontested
 from specdec_cli.drafting.ngram import agreement, agreements, longest
 from specdec_cli.tuning.cost_curve import CostCurve
 from specdec_cli.tuning.estimates import Acceptance
@@ -422,6 +423,38 @@ def test_the_draft_models_record_is_carried_from_call_to_call_with_lookups():
     assert any(name.startswith("lookup:memory:") for name in resumed[2]), resumed
     assert "model" in resumed[1] and "model" in resumed[2], resumed
     assert all(name == "model" or name.startswith("lookup:") for name in memory.earned), memory.earned
+
+
+def test_resumed_leaves_the_draft_models_record_out_of_a_cascades_call_only():
+    """`resumed`'s example: the model's record and a cascade guess's from the memory."""
+    a, b = Earned((0.9,), (1.0,), 0.5), Earned((1.2,), (2.0,), 0.02)
+    earned = {"model": a, "cascade:memory:3-5": b, "cascade:2": Earned((1.0,), (1.0,))}
+    assert resumed(earned, "model+lookup") == {"model": a, "cascade:memory:3-5": b}
+    assert resumed(earned, "cascade") == {"cascade:memory:3-5": b}
+
+
+def test_a_cascades_call_starts_without_the_draft_models_record_and_leaves_it_in_the_memory():
+    """A model+lookup call writes the draft model's record; the cascade's calls after it are not
+    handed it (counted: each policy's resume is watched) and the memory still holds it, now the
+    cascade's own model rounds' record, for the next model+lookup call, which is handed it."""
+    rng = np.random.default_rng(5)
+    table = random_markov(8, rng, scale=3.0)
+    memory = DraftMemory(10_000)
+    resumed_by = []
+
+    class Watching(AdaptivePolicy):
+        def resume(self, earned):
+            resumed_by.append(set(earned))
+            super().resume(earned)
+
+    drafters = (ModelAndLookup, CascadeDrafter, CascadeDrafter, ModelAndLookup)
+    for make, prompt in zip(drafters, ([1, 2, 3, 1, 2, 3], [1, 2, 3, 4, 1, 2, 3], [5, 1, 2, 3, 4, 1, 2], [2, 3, 1, 2, 3])):
+        draft = MarkovModel(table + rng.standard_normal(table.shape).astype(np.float32))
+        engine = Engine(MarkovModel(table), make(ModelDrafter(draft), LookupDrafter(memory=memory)), earned=memory.earned)
+        events = list(engine.generate(prompt, GenerationConfig(max_tokens=60, sampling=GREEDY), Watching()))
+        memory.add(prompt + list(events[-1].tokens))
+        assert "model" in memory.earned, make
+    assert resumed_by[0] == set() and "model" not in resumed_by[1] | resumed_by[2] and "model" in resumed_by[3], resumed_by
 
 
 def test_greedy_output_is_the_targets_while_the_memory_and_its_record_choose():

@@ -836,16 +836,15 @@ def test_the_first_rounds_draft_on_a_carried_draft_cost():
         assert policy.choose(["model"], 16) == ("model", k), cost
 
 
-def test_a_cascades_guesses_cost_what_the_carried_draft_step_says():
-    """unit_draft_cost's example: the draft model carried at 0.6 puts the cascade's guessed rounds
-    (prior 0.05) at 0.15 and leaves lookup at its 0.01; without a carried step, the priors; a
-    guess's own carried cost comes first."""
+def test_a_draft_step_before_one_is_timed_is_the_carried_one_else_the_prior():
+    """unit_draft_cost's example: the draft model carried at 0.6 -> 0.6; the cascade's and lookup's
+    rounds, not carried, their priors 0.05 and 0.01; a guess's own carried cost where it has one."""
     policy = AdaptivePolicy()
     assert [policy.unit_draft_cost(n) for n in ("cascade:3-5", "lookup:3-5", "model")] == [0.05, 0.01, 0.2]
     policy.resume({"model": Earned((), (), 0.6)})
-    assert [policy.unit_draft_cost(n) for n in ("cascade:3-5", "lookup:3-5", "model")] == [pytest.approx(0.15), 0.01, 0.6]
+    assert [policy.unit_draft_cost(n) for n in ("cascade:3-5", "lookup:3-5", "model")] == [0.05, 0.01, 0.6]
     policy.resume({"cascade:memory:6+": Earned((1.0,), (1.0,), 0.02)})
-    assert policy.unit_draft_cost("cascade:memory:6+") == 0.02 and policy.unit_draft_cost("cascade:2") == pytest.approx(0.15)
+    assert policy.unit_draft_cost("cascade:memory:6+") == 0.02 and policy.unit_draft_cost("cascade:2") == 0.05
 
 
 def test_earned_hands_on_the_draft_step_measured_in_units_of_a_plain_step():
