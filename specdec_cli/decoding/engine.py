@@ -25,8 +25,8 @@ loop with no drafter, so both use the same backend, sampling and stopping code.
 The caller hands `generate` its policy (tuning/policy.py: a fixed k, or `auto`), so this module
 never imports tuning/policy.py. An engine given `earned` (the drafting memory's record of what
 its proposals earned in earlier calls, drafting/memory.py) starts the policy from what it keeps
-for this drafter (`resumed`) and writes
-back what the policy learnt of them, when the generation ends however it ends. Stages pass named values: `speculative_round` returns a `Scored`,
+for this drafter (`resumed`) and writes back what the policy learnt of them, when the generation
+ends however it ends. Stages pass named values: `speculative_round` returns a `Scored`,
 `decode_round` a `Decoded` (its `Emission`s, the rejected draft, the `Round`).
 
 Left out: printing (cli/render.py), statistics (stats.py), how k is chosen (tuning/policy.py), which

@@ -119,9 +119,9 @@ target's step on a 2-core CPU, and a high record carried with the prior's cost d
 there (the suite's prompts with the memory, 0.95x at T = 0). A cascade's call starts from its
 guesses' records in the memory alone (drafting/memory.resumed): its other guessed rounds start
 from their priors each call, which a carried draft step made look cheap (0.96x on the suite's
-prompts) and, scaled to it, dear (0.96x on `edit` at T = 0.8). The server starts each request of a tenant from the draft model's record at
-the end of that tenant's last request the same way; its costs come from its batches
-(decoding/batch.py).
+prompts) and, scaled to it, dear (0.96x on `edit` at T = 0.8). The server starts each request
+of a tenant from the draft model's record at the end of that tenant's last request the same way
+(but a cascade's); its costs come from its batches (decoding/batch.py).
 
 Across calls on the same models. A fresh policy spends a short call's first rounds learning:
 k = 3 on the priors in round 1, a first batch size in round 2, a plain target step soon after

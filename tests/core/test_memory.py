@@ -435,8 +435,8 @@ def test_resumed_leaves_the_draft_models_record_out_of_a_cascades_call_only():
 
 def test_a_cascades_call_starts_without_the_draft_models_record_and_leaves_it_in_the_memory():
     """A model+lookup call writes the draft model's record; the cascade's calls after it are not
-    handed it (counted: each policy's resume is watched) and the memory still holds it, now the
-    cascade's own model rounds' record, for the next model+lookup call, which is handed it."""
+    handed it (counted: each policy's resume is watched), and the memory still holds a draft
+    model's record for the next model+lookup call, which is handed it."""
     rng = np.random.default_rng(5)
     table = random_markov(8, rng, scale=3.0)
     memory = DraftMemory(10_000)
