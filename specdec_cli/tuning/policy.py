@@ -121,7 +121,7 @@ guesses' records in the memory alone (drafting/memory.resumed): its other guesse
 from their priors each call, which a carried draft step made look cheap (0.96x on the suite's
 prompts) and, scaled to it, dear (0.96x on `edit` at T = 0.8). The server starts each request
 of a tenant from the draft model's record at the end of that tenant's last request the same way
-(but a cascade's); its costs come from its batches (decoding/batch.py).
+(a cascade server's excepted); its costs come from its batches (decoding/batch.py).
 
 Across calls on the same models. A fresh policy spends a short call's first rounds learning:
 k = 3 on the priors in round 1, a first batch size in round 2, a plain target step soon after
