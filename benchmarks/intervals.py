@@ -7,6 +7,10 @@ interval lies below 1.
 
     ratio_interval([0.96, 0.98, 1.00, 1.02])   # -> (0.950, 1.032): not shown to be slower
 
+Many such intervals taken together call for care: of twenty ratios whose true value is 1, about
+one has a 95 % interval wholly below 1 or above it by chance (2.5 % each way). `across_interval`
+asks the question once for several workloads: is a configuration slower across them?
+
 Left out: the repeats themselves (memory_workloads.py, serving_batch.py measure them).
 """
 
@@ -28,6 +32,31 @@ def ratio_interval(ratios: list[float], level: float = 0.95) -> tuple[float, flo
     logs = np.log(ratios)
     half = stats.t.ppf(0.5 + level / 2, len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs))
     return float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half))
+
+
+def across_interval(groups: list[list[float]], level: float = 0.95) -> tuple[float, float, float] | None:
+    """A ratio over several groups (workloads) of ratios measured once per repeat, each group
+    weighing the same, and a `level` confidence interval for it: (estimate, low, high). The
+    estimate is the mean over the groups of each one's mean log ratio, turned back into a ratio
+    (the geometric mean of the groups' geometric means); its standard error is sqrt(sum of
+    s_g^2 / n_g) / G (the groups are measured apart), with Student's t on the Welch-Satterthwaite
+    degrees of freedom, since the groups' spreads differ. None where a group has under two repeats.
+    Example: groups [0.96, 1.00] and [1.02, 1.04]: mean logs -0.0204 and 0.0294, their mean 0.0045
+    (estimate 1.0046); per group s^2 / n = 0.000416 and 0.0000942, standard error 0.01130; degrees
+    of freedom 0.000510^2 / (0.000416^2 + 0.0000942^2) = 1.43; t(0.975, 1.43) = 6.44 -> (0.934, 1.080)."""
+    if not groups or any(len(ratios) < 2 for ratios in groups):
+        return None
+    from scipy import stats
+
+    logs = [np.log(ratios) for ratios in groups]
+    variances = np.array([g.var(ddof=1) / len(g) for g in logs])  # of each group's mean log ratio
+    mean = float(np.mean([g.mean() for g in logs]))
+    se = float(np.sqrt(variances.sum())) / len(logs)
+    if se == 0.0:
+        return float(np.exp(mean)), float(np.exp(mean)), float(np.exp(mean))
+    dof = variances.sum() ** 2 / sum(v**2 / (len(g) - 1) for v, g in zip(variances, logs))
+    half = stats.t.ppf(0.5 + level / 2, dof) * se
+    return float(np.exp(mean)), float(np.exp(mean - half)), float(np.exp(mean + half))
 
 
 def shown(interval: tuple[float, float] | None) -> str:

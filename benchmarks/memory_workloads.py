@@ -21,7 +21,9 @@ With --repeats, every workload runs again from empty memories (at temperature > 
 seeds), and each repeat's ratio is shown beside the pooled one, with a 95 % confidence interval
 for the ratio (intervals.py: Student's t over the repeats' log ratios). On a shared machine
 one repeat's ratio moves by several per cent, so a ratio under 1 says the memory made that
-workload slower only where the whole interval lies below 1; the script names those cells.
+workload slower only where the whole interval lies below 1; the script names those cells. Of
+many cells some fall wholly below 1 by chance (one in forty where the memory changes nothing), so
+it also gives each drafter's ratio over all the workloads run (intervals.across_interval).
 Greedy (T = 0) output must be identical across configurations; the script checks it.
 Reported per workload and configuration: tokens per target pass, decode tokens/s, and the
 speed-up over target-only (the ratio of tokens/s, decode only), and the drafting time per
@@ -73,7 +75,7 @@ from specdec_cli.maths.sampling import SamplingParams  # noqa: E402
 from specdec_cli.session import LoadOptions, open_pair  # noqa: E402
 from specdec_cli.decoding.consume import consume  # noqa: E402
 from specdec_cli.decoding.stats import RunStats  # noqa: E402
-from intervals import ratio_interval, shown  # noqa: E402
+from intervals import across_interval, ratio_interval, shown  # noqa: E402
 
 PEOPLE = [
     ("Alice Moreau", 34, "Lyon", "nurse"), ("Bram de Vries", 51, "Utrecht", "carpenter"), ("Chen Wei", 28, "Chengdu", "designer"),
@@ -268,6 +270,16 @@ def spread(result: dict, name: str) -> str:
     return " (" + ", ".join(f"{rep[name]:.2f}" for rep in result["memory_on_off_by_repeat"]) + f"; {shown(result['memory_on_off_interval'][name])})"
 
 
+def across_workloads(results: dict) -> dict[str, tuple[float, float, float]]:
+    """Per drafter, the memory on / off over all the workloads run, each weighing the same, with
+    its 95 % interval (intervals.across_interval): whether the memory costs across workloads,
+    where one workload's own interval may fall below 1 by chance. Needs two repeats or more."""
+    by_workload = [r["memory_on_off_by_repeat"] for r in results.values()]
+    names = by_workload[0][0] if by_workload else {}
+    found = {name: across_interval([[rep[name] for rep in reps] for reps in by_workload]) for name in names}
+    return {name: interval for name, interval in found.items() if interval is not None}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", nargs="*", choices=list(MAX_TOKENS))
@@ -297,15 +309,17 @@ def main(argv=None) -> int:
     if ratios:
         print("worst: {:.2f}x ({}, {})".format(*min(ratios)))
     slower = [f"{workload} {name}" for workload, r in results.items() for name, ci in r["memory_on_off_interval"].items() if ci and ci[1] < 1.0]
+    across = across_workloads(results)
     if any(r["repeats"] >= 2 for r in results.values()):
         print("slower with the memory, the whole 95 % interval below 1: " + (", ".join(slower) or "none"))
+        print("over the workloads, each weighing the same: " + "  ".join(f"{name} {x:.2f}x ({shown((low, high))})" for name, (x, low, high) in across.items()))
     if any(r.get("memory_on_off_same_text") for r in results.values()):
         print("memory on / off over the calls whose texts agree (calls left out):")
         for workload, r in results.items():
             print(f"  {workload:<8} " + "  ".join(f"{name} {ratio:.2f}x ({left})" for name, (ratio, left) in r["memory_on_off_same_text"].items()))
     print(f"({time.perf_counter() - start:.0f} s)")
     if args.out:
-        args.out.write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k != "out"}, "results": results}, indent=1, default=str))
+        args.out.write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k != "out"}, "results": results, "across_workloads": across}, indent=1, default=str))
     return 0
 
 

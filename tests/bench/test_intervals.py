@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import importlib
+import math
 import sys
 from pathlib import Path
+
+from scipy import stats
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -25,3 +28,20 @@ def test_the_interval_of_a_ratio_measured_per_repeat():
     # Repeats all below 1 that agree: the whole interval lies below 1 (slower, not noise).
     assert intervals.ratio_interval([0.95, 0.96, 0.94, 0.95])[1] < 1.0
     assert intervals.ratio_interval([0.95]) is None and intervals.shown(None) == ""  # one repeat: none
+
+
+def test_a_ratio_over_workloads_weighs_each_workload_the_same():
+    # The docstring's example, by hand: mean logs -0.020411 and 0.029512, their mean 0.0045505
+    # (exp: 1.00456); s^2 / n per group 0.00041661 and 0.000094263, standard error
+    # sqrt(0.00051087) / 2 = 0.011301; Welch-Satterthwaite 0.00051087^2 / (0.00041661^2 +
+    # 0.000094263^2) = 1.4305 degrees of freedom.
+    estimate, low, high = intervals.across_interval([[0.96, 1.00], [1.02, 1.04]])
+    half = stats.t.ppf(0.975, 1.4305) * 0.011301
+    assert abs(estimate - 1.00456) < 1e-4
+    assert abs(low - math.exp(0.0045505 - half)) < 1e-4 and abs(high - math.exp(0.0045505 + half)) < 1e-4
+    assert abs(low - 0.934) < 1e-3 and abs(high - 1.080) < 1e-3  # as the docstring rounds them
+    # One workload: the interval of its own repeats (ratio_interval).
+    alone = intervals.across_interval([[0.96, 0.98, 1.00, 1.02]])
+    assert all(abs(a - b) < 1e-12 for a, b in zip(alone[1:], intervals.ratio_interval([0.96, 0.98, 1.00, 1.02])))
+    # A workload of one repeat has no spread to go by: none.
+    assert intervals.across_interval([[0.96, 1.00], [1.02]]) is None and intervals.across_interval([]) is None

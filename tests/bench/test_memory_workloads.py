@@ -28,3 +28,19 @@ def test_a_call_whose_texts_differ_is_left_out_of_the_ratio():
     # Where every text agrees, it is the pooled ratio: (12 + 60) / 3 s against (10 + 20) / 3 s.
     ratio, left_out = memory_workloads.same_text_ratios(calls, {**texts, "lookup+memory": ["a", "b"]})["lookup"]
     assert abs(ratio - 2.4) < 1e-12 and left_out == 0
+
+
+def test_each_drafters_ratio_over_the_workloads_weighs_each_workload_the_same():
+    # intervals.across_interval's example as two workloads of two repeats each: lookup's ratios
+    # 0.96, 1.00 on one and 1.02, 1.04 on the other -> 1.0046 (0.934-1.080); cascade's are 1 everywhere.
+    results = {
+        "extract": {"memory_on_off_by_repeat": [{"lookup": 0.96, "cascade": 1.0}, {"lookup": 1.00, "cascade": 1.0}]},
+        "edit": {"memory_on_off_by_repeat": [{"lookup": 1.02, "cascade": 1.0}, {"lookup": 1.04, "cascade": 1.0}]},
+    }
+    across = memory_workloads.across_workloads(results)
+    assert list(across) == ["lookup", "cascade"]
+    estimate, low, high = across["lookup"]
+    assert abs(estimate - 1.0046) < 1e-4 and abs(low - 0.934) < 1e-3 and abs(high - 1.080) < 1e-3
+    assert across["cascade"] == (1.0, 1.0, 1.0)  # no spread at all: no interval to widen
+    # One repeat per workload gives no interval, so no ratio over the workloads either.
+    assert memory_workloads.across_workloads({name: {"memory_on_off_by_repeat": r["memory_on_off_by_repeat"][:1]} for name, r in results.items()}) == {}
