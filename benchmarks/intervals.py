@@ -25,13 +25,8 @@ def ratio_interval(ratios: list[float], level: float = 0.95) -> tuple[float, flo
     back into ratios (so it is an interval for their geometric mean). None under two repeats.
     Example: ratios 0.9 and 1.1: logs -0.1054 and 0.0953, mean -0.0050, standard error 0.1003,
     t(0.975, 1) = 12.71 -> (0.278, 3.56); ratios 0.96, 0.98, 1.00, 1.02 -> (0.950, 1.032)."""
-    if len(ratios) < 2:
-        return None
-    from scipy import stats  # the test extras' (pyproject.toml); only here, where repeats are compared
-
-    logs = np.log(ratios)
-    half = stats.t.ppf(0.5 + level / 2, len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs))
-    return float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half))
+    found = across_interval([ratios], level)  # one group: its own spread, n - 1 degrees of freedom
+    return None if found is None else found[1:]
 
 
 def across_interval(groups: list[list[float]], level: float = 0.95) -> tuple[float, float, float] | None:
@@ -46,7 +41,7 @@ def across_interval(groups: list[list[float]], level: float = 0.95) -> tuple[flo
     of freedom 0.000510^2 / (0.000416^2 + 0.0000942^2) = 1.43; t(0.975, 1.43) = 6.44 -> (0.934, 1.080)."""
     if not groups or any(len(ratios) < 2 for ratios in groups):
         return None
-    from scipy import stats
+    from scipy import stats  # the test extras' (pyproject.toml); only here, where repeats are compared
 
     logs = [np.log(ratios) for ratios in groups]
     variances = np.array([g.var(ddof=1) / len(g) for g in logs])  # of each group's mean log ratio
