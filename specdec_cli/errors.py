@@ -58,3 +58,8 @@ class DownloadError(SpecdecError):
 
 class NumericalError(SpecdecError):
     """A model produced NaN or infinite logits, so no distribution can be formed."""
+
+
+class GrammarError(BadInput):
+    """A constraint (JSON schema, grammar, tool list) that cannot be compiled, or that a generation
+    cannot continue under; the message is llguidance's reason, after what was refused."""

@@ -4,7 +4,8 @@
 emits and one Round, then Finished. decoding/stats.py folds them into figures, cli/render.py draws them,
 tests and library users read them. Example, one round with k = 3 where the target took two
 drafts and corrected the third: Rejected(id, text, 3), Token(.., DRAFT, 1), Token(.., DRAFT, 2),
-Token(.., CORRECTION, 3), Round(drafted=3, accepted=2, ..).
+Token(.., CORRECTION, 3), Round(drafted=3, accepted=2, ..). Under a constraint, a token the grammar
+forced comes as Token(.., FORCED, i) and is counted in Round.forced, not in drafted or accepted.
 
 Also here, as the engine and its policy share them: `DraftPolicy`, the interface of a
 draft-length policy (implemented in tuning/policy.py), `DraftTokens`, a fixed k or AUTO, and
@@ -28,6 +29,7 @@ class Source(str, enum.Enum):
     CORRECTION = "correction"  # the target's token after it rejected a draft
     BONUS = "bonus"  # the target's extra token after every draft was accepted
     TARGET = "target"  # a plain target step (target-only decoding, or nothing was drafted)
+    FORCED = "forced"  # the one token a constraint allowed at its position (grammar/guide.py): a free draft, or a plain step's only choice
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,8 @@ class Round:
     rule_seconds: float = 0.0  # that rule's own computation, after the target's batch
     block_gain: float | None = None  # block rounds: drafts kept beyond the token rule's, in expectation (maths/speculative.expected_kept)
     sequences: int = 1  # sequences whose rows shared this round's target pass (decoding/batch.py; 1 alone)
+    forced: int = 0  # tokens the round emitted that a constraint forced (Source.FORCED); never in drafted or accepted
+    grammar_seconds: float = 0.0  # computing the constraint's masks (grammar/guide.py), within draft_seconds and seconds
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,16 @@ loop with no drafter, so both use the same backend, sampling and stopping code.
     for event in engine.generate(prompt_ids, GenerationConfig(max_tokens=64), draft_policy(8)):
         ...
 
+Under a constraint (GenerationConfig.grammar: a JSON schema, a grammar; grammar/) each
+sequence has a `Guide`: the drafter masks q at each position it drafts (q' = normalise(q ·
+mask)), the target's rows are masked by the same masks (p'), so verify applies the same rule
+to p' and q' and the output is exactly target-only sampling from p' (maths/masking.py); the
+matcher rolls back to the last kept token in `settle`. A position whose mask admits one token
+alone is forced: it joins the round as a draft no drafter proposed, which p' cannot reject
+(p'(x) = q'(x) = 1), so it costs a target row and never a draft step or a rejection; it is
+emitted as Source.FORCED and counted in Round.forced, not in drafted or accepted (the policy
+learns from the drafter's own tokens). A target-only engine (no drafter) decodes them one a pass.
+
 The caller hands `generate` its policy (tuning/policy.py: a fixed k, or `auto`), so this module
 never imports tuning/policy.py. An engine given `earned` (the drafting memory's record of what
 its proposals earned in earlier calls, drafting/memory.py) starts the policy from what it keeps
@@ -48,7 +58,10 @@ from ..drafting.kv_sync import CausalModel, catch_up, common_prefix
 from ..drafting.memory import recalled, resumed
 from ..errors import ContextOverflow
 from ..events import DraftPolicy, Earned, Event, Finished, Logprobs, Prefill, Rejected, Round, Source, Token
-from ..maths.sampling import SamplingParams, log_probabilities
+from ..grammar.compile import Grammar
+from ..grammar.guide import Guide
+from ..maths.masking import masked_rows
+from ..maths.sampling import SamplingParams, log_probabilities, point_mass
 from ..maths.speculative import DEFAULT_VERIFY, VERIFIERS, sample_row
 from ..tuning.rule_choice import RuleChooser, rule_chooser
 from .text_stream import TextStream
@@ -64,6 +77,7 @@ class GenerationConfig:
     stop: tuple[str, ...] = ()
     logprobs: int | None = None  # None: none; n: each token's log p and its n likeliest alternatives (Token.logprobs)
     verify: str = DEFAULT_VERIFY  # the rule that keeps drafts: "token", "block" (speculative.VERIFIERS) or "auto" (tuning/rule_choice.py)
+    grammar: Grammar | None = None  # a constraint on the output (grammar/compile.py); None: free text
 
 
 @dataclass(frozen=True)
@@ -79,6 +93,7 @@ class Scored:
     rule: str = ""  # the rule that verified the drafts; "" for a plain step
     rule_seconds: float = 0.0  # the rule's own computation
     block_gain: float | None = None  # Verdict.block_gain
+    forced: tuple[bool, ...] = ()  # per position of the drafts and the target's token: whether the constraint forced it
 
 
 class Emission(NamedTuple):
@@ -111,8 +126,11 @@ class Engine:
         is_end=None,
         vocab_limit: int | None = None,
         earned: MutableMapping[str, Earned] | None = None,
+        grammar_tokenizer=None,
     ) -> None:
         self.target = target
+        # The target's vocabulary as llguidance reads it (llama/model.LlamaModel.grammar_tokenizer), asked for only under a constraint
+        self.grammar_tokenizer = grammar_tokenizer or (lambda: target.grammar_tokenizer)
         self.drafter = drafter
         self.earned = earned  # lookup's record, kept by the memory across calls (DraftMemory.earned); None: each call starts afresh
         self.piece = piece or target.piece
@@ -138,12 +156,16 @@ class Engine:
         return Prefill(prompt_tokens=len(prompt), seconds=clock.now() - start)
 
     def target_step(
-        self, context: list[int], params: SamplingParams, rng: np.random.Generator, logprobs: int | None = None
+        self, context: list[int], params: SamplingParams, rng: np.random.Generator, logprobs: int | None = None, guide: Guide | None = None
     ) -> tuple[int, tuple[Logprobs, ...]]:
-        """One plain decoding step of the target: the baseline's whole loop body (and the token's logprobs if asked)."""
-        logits = catch_up(self.target, context)
-        row = logits[0, : self.vocab_limit]
-        token = sample_row(row, params, rng)
+        """One plain decoding step of the target: the baseline's whole loop body (and the token's
+        logprobs if asked); under a constraint, from the masked row (p'), and the guide takes the token."""
+        logits = catch_up(self.target, context)[:, : self.vocab_limit]
+        if guide is not None:
+            logits = masked_rows(logits, guide.masks())
+        token = sample_row(logits[0], params, rng)
+        if guide is not None:
+            guide.settle(0, token)
         return token, self.token_logprobs(logits, [token], params, logprobs)
 
     def token_logprobs(self, rows: np.ndarray, tokens: Sequence[int], params: SamplingParams, n_top: int | None) -> tuple[Logprobs, ...]:
@@ -167,59 +189,91 @@ class Engine:
         return (chosen, k) if chosen is not None and k > 0 else (None, 0)
 
     def speculative_round(
-        self, context: list[int], drafter: Proposer, k: int, p_min: float, config: GenerationConfig, rng: np.random.Generator,
-        rules: RuleChooser,
+        self, context: list[int], drafter: Proposer | None, k: int, p_min: float, config: GenerationConfig, rng: np.random.Generator,
+        rules: RuleChooser, guide: Guide | None = None,
     ) -> Scored:  # fmt: skip
-        """Draft up to k tokens, score them in one target batch, verify by the rule `rules` gives.
+        """Draft up to k tokens (and, under a constraint, the forced tokens: `force`), score them in
+        one target batch, verify by the rule `rules` gives (on the masked rows under a constraint).
 
         On return the target's cache holds context + accepted drafts, whatever happened inside.
         """
         params = config.sampling
         t0 = clock.now()
-        proposal = drafter.propose(context, k, params, rng, p_min)
+        if drafter is not None:
+            proposal = drafter.propose(context, k, params, rng, p_min, guide) if guide is not None else drafter.propose(context, k, params, rng, p_min)
+        else:
+            proposal = Proposal()
+        if guide is not None:
+            self.force(proposal, guide, params)
         t1 = clock.now()
         drafts = proposal.tokens
         accepted = 0  # what survives in the target's cache if anything below raises
         try:
-            logits = catch_up(self.target, list(context) + drafts, len(drafts) + 1)
+            logits = catch_up(self.target, list(context) + drafts, len(drafts) + 1)[:, : self.vocab_limit]
             t2 = clock.now()
+            forced = ()
+            if guide is not None:
+                masks = guide.masks()
+                forced = tuple(guide.forced_at(i) for i in range(len(masks)))
+                logits = masked_rows(logits, masks)
             # The rule was fixed by earlier rounds; the proposal only tells where the two rules coincide
             # (no q rows, T = 0, one draft). tuning/rule_choice.py says why that keeps the law.
             rule = rules.choose(sampled=proposal.q_rows is not None and not params.greedy, drafts=len(drafts))
-            verdict = VERIFIERS[rule](logits[:, : self.vocab_limit], drafts, proposal.q_rows, params, rng)
+            verdict = VERIFIERS[rule](logits, drafts, proposal.q_rows, params, rng)
             t3 = clock.now()
             accepted = verdict.accepted
             kept = self.token_logprobs(logits, drafts[:accepted] + [verdict.token], params, config.logprobs)
         finally:
             self.target.rewind(len(context) + accepted)
-        return Scored(proposal, verdict.accepted, verdict.token, t1 - t0, t2 - t1, kept, rule, t3 - t2, verdict.block_gain)
+        if guide is not None:
+            guide.settle(verdict.accepted, verdict.token)
+        return Scored(proposal, verdict.accepted, verdict.token, t1 - t0, t2 - t1, kept, rule, t3 - t2, verdict.block_gain, forced)
+
+    def force(self, proposal: Proposal, guide: Guide, params: SamplingParams) -> None:
+        """Add the tokens the constraint forces after the proposal, while the round has room: drafts
+        that p' cannot reject (deterministic: a one-point q where the proposal has q rows)."""
+        while not guide.full():
+            token = guide.forced()
+            if token is None or (proposal.tokens and self.is_end(proposal.tokens[-1])):
+                return
+            proposal.tokens.append(token)
+            if proposal.q_rows is not None and not params.greedy:
+                proposal.q_rows.append(point_mass(self.vocab_limit, token))
+            guide.push(token)
 
     def decode_round(
         self, context: list[int], budget: int, policy: DraftPolicy | None, config: GenerationConfig, rng: np.random.Generator,
-        rules: RuleChooser,
+        rules: RuleChooser, guide: Guide | None = None,
     ) -> Decoded:  # fmt: skip
         """Plan, then draft and verify (or take one plain target step); the round's `seconds`
-        cover planning to verification."""
+        cover planning to verification. Under a constraint a drafting engine's round also holds the
+        tokens the grammar forces, a plain step included."""
         start = clock.now()
+        grammar_before = guide.mask_seconds if guide is not None else 0.0
         drafter, k = self.plan(context, budget, policy) if policy is not None else (None, 0)
-        if drafter is None:
+        if guide is not None:
+            guide.room = budget
+        only = guide.forced() if guide is not None else None  # the one token the grammar allows next, if so
+        if drafter is None and (only is None or self.drafter is None or budget <= 0):
             t0 = clock.now()
-            token, kept = self.target_step(context, config.sampling, rng, config.logprobs)
-            scored = Scored(Proposal(), 0, token, 0.0, clock.now() - t0, kept)
+            token, kept = self.target_step(context, config.sampling, rng, config.logprobs, guide)
+            scored = Scored(Proposal(), 0, token, 0.0, clock.now() - t0, kept, forced=(only is not None,))
         else:
-            scored = self.speculative_round(context, drafter, k, policy.p_min, config, rng, rules)
+            scored = self.speculative_round(context, drafter, k, policy.p_min if policy is not None else 0.0, config, rng, rules, guide)
         drafts, accepted = scored.proposal.tokens, scored.accepted
+        by_grammar = scored.forced or (False,) * (len(drafts) + 1)
         lps = scored.logprobs or (None,) * (accepted + 1)
-        emitted = [Emission(d, Source.DRAFT, i + 1, lps[i]) for i, d in enumerate(drafts[:accepted])]
+        emitted = [Emission(d, Source.FORCED if by_grammar[i] else Source.DRAFT, i + 1, lps[i]) for i, d in enumerate(drafts[:accepted])]
         last = Source.CORRECTION if accepted < len(drafts) else Source.BONUS if drafts else Source.TARGET
-        emitted.append(Emission(scored.token, last, accepted + 1, lps[accepted]))
+        emitted.append(Emission(scored.token, Source.FORCED if by_grammar[accepted] else last, accepted + 1, lps[accepted]))
         rejected = None
         if accepted < len(drafts):
             x = drafts[accepted]
             rejected = Rejected(x, self.piece(x).decode("utf-8", "replace"), accepted + 1)
+        own = [i for i in range(len(drafts)) if not by_grammar[i]]  # the drafter's tokens: what the policy learns from
         figures = Round(
-            drafted=len(drafts),
-            accepted=accepted,
+            drafted=len(own),
+            accepted=sum(1 for i in own if i < accepted),
             draft_seconds=scored.draft_seconds,
             draft_decode_seconds=scored.proposal.decode_seconds,
             target_seconds=scored.target_seconds,
@@ -231,6 +285,8 @@ class Engine:
             rule_seconds=scored.rule_seconds,
             block_gain=scored.block_gain,
             sequences=getattr(self.target, "last_pass_sequences", 1),
+            forced=sum(by_grammar[: accepted + 1]),
+            grammar_seconds=guide.mask_seconds - grammar_before if guide is not None else 0.0,
         )
         return Decoded(emitted, rejected, figures)
 
@@ -263,6 +319,7 @@ class Engine:
         assert policy is not None or self.drafter is None, "a drafting engine needs a policy (policy.draft_policy)"
         rng = np.random.default_rng(config.seed)
         rules = rule_chooser(config.verify)
+        guide = Guide.over(config.grammar.matcher(self.grammar_tokenizer()), self.grammar_tokenizer()) if config.grammar is not None else None
         if policy is not None and self.earned is not None:
             policy.resume(resumed(self.earned, self.drafter.name if self.drafter is not None else ""))
         context = list(prompt)
@@ -277,7 +334,7 @@ class Engine:
                     reason = "max_tokens" if left <= 0 else "context_full"
                     break
                 # Never draft past the token budget or the context: a round makes up to k + 1 tokens.
-                decoded = self.decode_round(context, min(left, room) - 1, policy, config, rng, rules)
+                decoded = self.decode_round(context, min(left, room) - 1, policy, config, rng, rules, guide)
                 if decoded.rejected is not None:
                     yield decoded.rejected
                 emitting = clock.now()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from ..events import Event, Finished, Prefill, Rejected, Round, Token
+from ..events import Event, Finished, Prefill, Rejected, Round, Source, Token
 
 
 def measured_speedup(run: "RunStats", baseline: "RunStats") -> float:
@@ -39,6 +39,8 @@ class RunStats:
     draft_decode_seconds: float = 0.0
     verify_seconds: float = 0.0
     generation_seconds: float = 0.0
+    forced: int = 0  # tokens a constraint forced (Token events of Source.FORCED): free drafts, never in drafted
+    grammar_seconds: float = 0.0  # computing the constraint's masks
     finish_reason: str = ""
 
     def add(self, event: Event) -> None:
@@ -47,12 +49,14 @@ class RunStats:
             self.prefill_seconds = event.seconds
         elif isinstance(event, Token):
             self.new_tokens += 1
+            self.forced += event.source is Source.FORCED
         elif isinstance(event, Round):
             self.target_passes += 1
             self.generation_seconds += event.seconds
             self.draft_seconds += event.draft_seconds
             self.draft_decode_seconds += event.draft_decode_seconds
             self.verify_seconds += event.target_seconds
+            self.grammar_seconds += event.grammar_seconds
             if event.drafted:
                 self.rounds_with_draft += 1
                 self.drafted += event.drafted
@@ -77,9 +81,9 @@ class RunStats:
         """Both runs' counters and timings summed, as if they were one run (prompt and finish
         reason are per run, and stay out). Example: 10 + 12 new tokens -> 22."""
         out = RunStats()
-        for name in ("new_tokens", "target_passes", "rounds_with_draft", "drafted", "accepted", "rejections"):
+        for name in ("new_tokens", "target_passes", "rounds_with_draft", "drafted", "accepted", "rejections", "forced"):
             setattr(out, name, getattr(self, name) + getattr(other, name))
-        for name in ("draft_seconds", "draft_decode_seconds", "verify_seconds", "generation_seconds"):
+        for name in ("draft_seconds", "draft_decode_seconds", "verify_seconds", "generation_seconds", "grammar_seconds"):
             setattr(out, name, getattr(self, name) + getattr(other, name))
         for s in (self, other):
             for rule, rounds in s.rounds_by_rule.items():

@@ -11,10 +11,11 @@ from typing import Sequence
 import numpy as np
 
 from .. import clock
+from ..maths.masking import masked_row
 from ..maths.sampling import SamplingParams, argmax, proposal, sample
 from ..maths.speculative import keep_or_resample
 from .combined import ModelAndLookup
-from .interface import Proposal, Proposer
+from .interface import Guide, Proposal, Proposer
 from .kv_sync import catch_up
 
 
@@ -27,10 +28,11 @@ class GuessedDraft:
     guess: Proposer
 
     def propose(
-        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
-    ) -> Proposal:
-        guessed = self.guess.propose(context, k, params, rng, p_min).tokens
-        return self.drafter.sample_with_guess(context, guessed, k, params, rng, p_min)
+        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0,
+        guide: Guide | None = None,
+    ) -> Proposal:  # fmt: skip
+        guessed = self.guess.propose(context, k, params, rng, p_min).tokens  # a guess, not a proposal: the guide stays where it is
+        return self.drafter.sample_with_guess(context, guessed, k, params, rng, p_min, guide)
 
 
 
@@ -51,6 +53,9 @@ class CascadeDrafter(ModelAndLookup):
     [7, 8, 9], the draft's greedy choices 7, 8, 5 -> proposal [7, 8, 5] from one draft batch of 4
     rows, then one step from 5 on gives the fourth token (2 of ModelDrafter's 4 steps saved).
 
+    Under a constraint each row of the batch is masked by the guide's mask after the sample so
+    far (q'), so a guessed token the grammar forbids is never kept, and the sample stays exact.
+
     Left out: p_min's early stop in a guessed round (the batch is scored whole); drafts of another
     vocabulary (the guess is in target ids: session uses it for a same-vocabulary pair only).
     """
@@ -66,8 +71,9 @@ class CascadeDrafter(ModelAndLookup):
         return guessed + self.model.candidates(context)
 
     def sample_with_guess(
-        self, context: Sequence[int], guess: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
-    ) -> Proposal:
+        self, context: Sequence[int], guess: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0,
+        guide: Guide | None = None,
+    ) -> Proposal:  # fmt: skip
         """Up to k tokens of the draft model's own sample: decided from one batch that scores `guess`
         as far as the sample follows it (and one token more), then step by step as ModelDrafter drafts."""
         drafter = self.model
@@ -83,21 +89,23 @@ class CascadeDrafter(ModelAndLookup):
         kept = 0
         try:
             for i in range(len(guess) + 1):
+                if guide is not None and guide.full():
+                    break
                 row = logits[i, : drafter.vocab_limit]
+                if guide is not None:
+                    row = masked_row(row, guide.mask())
                 q = None if params.greedy else proposal(row, params)
                 x = argmax(row) if q is None else sample(q, rng) if i == len(guess) else keep_or_resample(q, guess[i], rng)
-                out.tokens.append(x)
-                if q is not None:
-                    out.q_rows.append(q)
+                drafter.append(out, x, q, guide)
                 if i == len(guess) or x != guess[i] or drafter.is_end(x):
                     break
                 kept += 1
         finally:
             model.rewind(len(own) + kept)  # the cache holds the sample but its last token, as ModelDrafter leaves it
         out.decode_seconds = out.catch_up_seconds = clock.now() - t0
-        if len(out.tokens) < k and not drafter.is_end(out.tokens[-1]):
+        if out.tokens and len(out.tokens) < k and not drafter.is_end(out.tokens[-1]) and not (guide is not None and guide.full()):
             t0 = clock.now()
             row = model.decode(out.tokens[-1:], 1)[0]
             out.decode_seconds += clock.now() - t0
-            drafter.extend(out, row, k, params, rng, p_min)
+            drafter.extend(out, row, k, params, rng, p_min, guide)
         return out

@@ -37,6 +37,12 @@ While drafting, each drafted token is appended to the draft's cache as its draft
 draft conditions on its own tokens); the next round translates the true text again and the
 KV cache keeps the longest common prefix (kv_sync.catch_up).
 
+Under a constraint the mask is over TARGET ids (the grammar reads the target's tokens); the
+draft's row is masked in its own ids through the map: a draft id stays only where its target
+partner is allowed (`masked_draft_row`), so q' is the draft's processed distribution over the
+shared, allowed tokens. A forced target token with no draft partner ends the draft model's
+part of the round (the engine still adds the forced tokens themselves).
+
 Left out: the vocabulary intersection (vocab_map.py), verification (maths/speculative.py), the choice
 of k (tuning/policy.py), loading and checking the pair (session.py).
 """
@@ -48,6 +54,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..maths.masking import allowed_ids
 from ..maths.sampling import Distribution, SamplingParams, proposal, sample, softmax_at
 from .kv_sync import CausalModel, common_prefix
 from .model import ModelDrafter
@@ -172,14 +179,38 @@ class CrossVocabDrafter(ModelDrafter):
         """The draft's tokens for the same text (TextMirror)."""
         return self.mirror.update(context)
 
+    def own_id(self, token: int) -> int | None:
+        """The draft id of a (forced) target token: its partner, or None where it has none."""
+        d = int(self.vocab.target_to_draft[token]) if 0 <= token < self.vocab.n_target else -1
+        return d if d >= 0 else None
+
+    @property
+    def q_size(self) -> int:
+        return self.vocab.n_target
+
+    def masked_draft_row(self, row: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """The draft's row with -inf wherever the draft id has no target partner the mask allows.
+        Example: target ids 1, 2 allowed, partners draft 3 and 1 -> only draft ids 1 and 3 keep their logits."""
+        partners = self.vocab.target_to_draft[allowed_ids(mask, self.vocab.n_target)]
+        partners = partners[partners >= 0]
+        out = np.full(row.shape[-1], -np.inf, dtype=np.float32)
+        out[partners] = row[partners]
+        return out
+
     def pick(
-        self, row: np.ndarray, params: SamplingParams, rng: np.random.Generator, p_min: float
+        self, row: np.ndarray, params: SamplingParams, rng: np.random.Generator, p_min: float, mask: np.ndarray | None = None
     ) -> tuple[int, int, Distribution | None] | None:
         """A shared token: at T = 0 the argmax over the shared ids, else x ~ q restricted to them
         (VocabMap.restrict). Stops, from q or the logits alone, when no shared token survives
-        the filters or the draft is unsure (p_min)."""
+        the filters (or the constraint's mask) or the draft is unsure (p_min)."""
+        if mask is not None:
+            row = self.masked_draft_row(row, mask)
+            if not np.isfinite(row).any():
+                return None
         if params.greedy:
             d = self.vocab.restrict_logits(row)
+            if not np.isfinite(row[d]):
+                return None
             if p_min > 0.0 and softmax_at(row, d) < p_min:
                 return None
             return int(self.vocab.draft_to_target[d]), d, None

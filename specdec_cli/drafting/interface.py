@@ -13,6 +13,13 @@ draft-length policy (tuning/policy.py) picks one and its k each round. Lookup na
 length ("lookup:1", "lookup:2", "lookup:3-5", "lookup:6+"), so that the policy learns
 separately how well short and long matches are accepted.
 
+Under a constraint, `propose` also gets the sequence's `Guide` (grammar/guide.py): the drafter
+proposes only tokens its mask allows, pushes each one it proposes (so the next position's mask
+is the one after it), samples from q' = normalise(q · mask), and stops where the guide is full.
+A position whose mask allows one token alone is forced: a drafter may take it without a draft
+step (the draft model evaluates it with the next step's batch); the engine adds any forced
+tokens after the proposal.
+
 Left out: the drafters themselves (model.py, lookup.py, combined.py, cascade.py, cross_vocab.py).
 """
 
@@ -34,6 +41,28 @@ class Proposal:
     catch_up_seconds: float = 0.0  # of which bringing its cache up to the context (see policy.draft_step_seconds)
 
 
+class Guide(Protocol):
+    """A sequence's constraint as drafting sees it (grammar/guide.Guide)."""
+
+    def mask(self) -> np.ndarray:
+        """The tokens allowed at the next position (maths/masking.py's bitmask words)."""
+        ...
+
+    def allows(self, token: int) -> bool: ...
+
+    def forced(self) -> int | None:
+        """The one token allowed at the next position, or None."""
+        ...
+
+    def push(self, token: int) -> None:
+        """Take a proposed token: the next position is after it."""
+        ...
+
+    def full(self) -> bool:
+        """The round holds as many tokens as it may: propose no more."""
+        ...
+
+
 class Proposer(Protocol):
     """One way to propose for the current context; `name` ("model", "lookup:3-5") is the key
     under which the policy keeps its measurements."""
@@ -41,7 +70,7 @@ class Proposer(Protocol):
     name: str
 
     def propose(
-        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
+        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0, guide: Guide | None = None
     ) -> Proposal: ...
 
 

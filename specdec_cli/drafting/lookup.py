@@ -6,7 +6,8 @@ Example, sizes (2, 1): context [5, 6, 7, 9, 5, 6] ends in (5, 6), seen before en
 -> proposal [7, 9, 5, 6, ...]: the copy may run on into the text it is producing (as in LZ77),
 so a repeating pattern is proposed in full. It proposes nothing when nothing matches, stops
 after an end-of-generation token, and before any id the verifier cannot score. With a memory
-(memory.py) it also proposes what followed the context's end in an earlier call.
+(memory.py) it also proposes what followed the context's end in an earlier call. Under a
+constraint (a `Guide`, interface.py) a proposal stops before the first token the grammar forbids.
 
 Left out: the index itself (ngram.py), the memory's file (memory.py).
 """
@@ -20,7 +21,7 @@ import numpy as np
 
 from ..errors import BadInput
 from ..maths.sampling import SamplingParams
-from .interface import Proposal, Proposer
+from .interface import Guide, Proposal, Proposer
 from .memory import DraftMemory, Recall
 from .ngram import MATCH_CAP, PLACES, RECALL_TOKENS, NgramIndex, agreement
 
@@ -142,7 +143,7 @@ class LookupDrafter:
                 out.append(MemoryMatch(memory_class(recall), self, recall))
         return out
 
-    def copy(self, context: Sequence[int], start: int, k: int) -> Proposal:
+    def copy(self, context: Sequence[int], start: int, k: int, guide: Guide | None = None) -> Proposal:
         """Up to k tokens of context from `start` on, running on into the copy itself."""
         n = len(context)
         out = Proposal()
@@ -153,15 +154,20 @@ class LookupDrafter:
                 yield context[j] if j < n else out.tokens[j - n]
                 j += 1
 
-        return self.take(source(), min(k, self.options.max_tokens), out)
+        return self.take(source(), min(k, self.options.max_tokens), out, guide)
 
-    def take(self, tokens, k: int, out: Proposal | None = None) -> Proposal:
-        """Up to k of `tokens` as a proposal: before any id the verifier cannot score, through an
-        end of generation at the latest (nothing after it can be emitted)."""
+    def take(self, tokens, k: int, out: Proposal | None = None, guide: Guide | None = None) -> Proposal:
+        """Up to k of `tokens` as a proposal: before any id the verifier cannot score or the
+        constraint forbids (or where its guide is full), through an end of generation at the
+        latest (nothing after it can be emitted)."""
         out = Proposal() if out is None else out
         for token in tokens:
             if len(out.tokens) >= k or (self.vocab_limit is not None and token >= self.vocab_limit):
                 break
+            if guide is not None:
+                if guide.full() or not guide.allows(token):
+                    break
+                guide.push(token)
             out.tokens.append(token)
             if self.is_end(token):
                 break
@@ -180,9 +186,10 @@ class LookupMatch:
     start: int
 
     def propose(
-        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
-    ) -> Proposal:
-        return self.drafter.copy(context, self.start, k)
+        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0,
+        guide: Guide | None = None,
+    ) -> Proposal:  # fmt: skip
+        return self.drafter.copy(context, self.start, k, guide)
 
 
 @dataclass(frozen=True)
@@ -194,7 +201,8 @@ class MemoryMatch:
     recall: Recall
 
     def propose(
-        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
-    ) -> Proposal:
-        return self.drafter.take(self.recall.tokens, min(k, recall_length(self.recall.length, self.drafter.options)))
+        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0,
+        guide: Guide | None = None,
+    ) -> Proposal:  # fmt: skip
+        return self.drafter.take(self.recall.tokens, min(k, recall_length(self.recall.length, self.drafter.options)), guide=guide)
 

@@ -10,6 +10,12 @@ target's `is_end`, it stops after a draft that ends generation.
 The draft model's KV cache follows kv_sync's rule: `propose` catches up lazily, `sync` eagerly
 (the engine calls it in a `finally`).
 
+Under a constraint (a `Guide`, interface.py) each step's row is masked before q is formed
+(maths/masking.py: q' = normalise(q · mask)), and a position the grammar forces takes its token
+without a step: the draft model evaluates it together with the next step's tokens, in one
+decode. Example: drafts '{', then the forced '"name": "', then one sampled token: two draft
+decodes ('{' with the forced tokens, then the last one is left to the target), not five.
+
 Left out: verification (maths/speculative.py), another vocabulary (cross_vocab.py).
 """
 
@@ -20,8 +26,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .. import clock
-from ..maths.sampling import Distribution, SamplingParams, argmax, proposal, sample, softmax_at
-from .interface import Proposal, Proposer
+from ..maths.masking import masked_row
+from ..maths.sampling import Distribution, SamplingParams, argmax, point_mass, proposal, sample, softmax_at
+from .interface import Guide, Proposal, Proposer
 from .kv_sync import CausalModel, catch_up, common_prefix
 
 
@@ -45,13 +52,25 @@ class ModelDrafter:
         """The draft model's tokens for the engine's context: the same ids."""
         return list(context)
 
+    def own_id(self, token: int) -> int | None:
+        """The id the draft model evaluates for a proposed token (a forced one): the same id."""
+        return token
+
+    @property
+    def q_size(self) -> int:
+        """The length of the q rows this drafter proposes from (the ids verify scores)."""
+        return self.vocab_limit
+
     def pick(
-        self, row: np.ndarray, params: SamplingParams, rng: np.random.Generator, p_min: float
+        self, row: np.ndarray, params: SamplingParams, rng: np.random.Generator, p_min: float, mask: np.ndarray | None = None
     ) -> tuple[int, int, Distribution | None] | None:
         """(proposed id, the id the draft model evaluates next, q or None if deterministic), or
         None to stop here. The early stop looks at q (or the softmax) only, before x is drawn:
-        the proposal stays "x ~ q" whenever there is one, which is what verify assumes."""
+        the proposal stays "x ~ q" whenever there is one, which is what verify assumes. With a
+        constraint's `mask`, the row is masked first (q')."""
         row = row[: self.vocab_limit]
+        if mask is not None:
+            row = masked_row(row, mask)
         if params.greedy:
             x = argmax(row)
             if p_min > 0.0 and softmax_at(row, x) < p_min:
@@ -71,8 +90,9 @@ class ModelDrafter:
         return [self]
 
     def propose(
-        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0
-    ) -> Proposal:
+        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, p_min: float = 0.0,
+        guide: Guide | None = None,
+    ) -> Proposal:  # fmt: skip
         out = Proposal(q_rows=None if params.greedy else [])
         t0 = clock.now()
         own = self.own_context(context)
@@ -81,28 +101,58 @@ class ModelDrafter:
             return out
         logits = catch_up(self.model, own)
         out.catch_up_seconds = out.decode_seconds = clock.now() - t0
-        self.extend(out, logits[0], k, params, rng, p_min)
+        self.extend(out, logits[0], k, params, rng, p_min, guide)
         return out
 
-    def extend(self, out: Proposal, row: np.ndarray, k: int, params: SamplingParams, rng: np.random.Generator, p_min: float) -> None:
-        """Draft on, one step at a time, from `row` (the draft's logits after its cache) until `out`
-        holds k tokens, the early stop, or an end of generation (nothing after it can be emitted,
-        so drafts past it cost a draft step and a target row each for nothing; like p_min's stop
-        it depends on the draft's own tokens only, which keeps the law); the last draft is never
-        evaluated here (the target does that)."""
-        while len(out.tokens) < k:
-            picked = self.pick(row, params, rng, p_min)
+    def extend(
+        self, out: Proposal, row: np.ndarray, k: int, params: SamplingParams, rng: np.random.Generator, p_min: float,
+        guide: Guide | None = None,
+    ) -> None:  # fmt: skip
+        """Draft on from `row` (the draft's logits after its cache) until `out` holds k tokens of
+        its own, the early stop, or an end of generation (nothing after it can be emitted, so
+        drafts past it cost a draft step and a target row each for nothing; like p_min's stop it
+        depends on the draft's own tokens only, which keeps the law); the last draft is never
+        evaluated here (the target does that). Under a constraint, forced tokens join without a
+        pick (they are not counted in k) and are evaluated with the next step's batch; the
+        proposal ends where the guide is full."""
+        own = len(out.tokens)  # tokens already in `out` (a cascade's guessed batch) count as the drafter's own
+        pending: list[int] = []  # draft ids not yet evaluated since `row`
+        while guide is None or not guide.full():
+            forced = guide.forced() if guide is not None else None
+            if forced is not None:
+                d = self.own_id(forced)
+                if d is None:
+                    break
+                self.append(out, forced, point_mass(self.q_size, forced) if out.q_rows is not None else None, guide)
+                pending.append(d)
+                if self.is_end(forced):
+                    break
+                continue
+            if own >= k:
+                break
+            if pending:
+                t0 = clock.now()
+                row = self.model.decode(pending, 1)[0]
+                out.decode_seconds += clock.now() - t0
+                pending = []
+            picked = self.pick(row, params, rng, p_min, guide.mask() if guide is not None else None)
             if picked is None:
                 break
             x, d, q = picked
-            if q is not None:
-                out.q_rows.append(q)
-            out.tokens.append(x)
-            if len(out.tokens) == k or self.is_end(x):
+            self.append(out, x, q, guide)
+            own += 1
+            pending = [d]
+            if self.is_end(x):
                 break
-            t0 = clock.now()
-            row = self.model.decode([d], 1)[0]
-            out.decode_seconds += clock.now() - t0
+
+    @staticmethod
+    def append(out: Proposal, x: int, q: Distribution | None, guide: Guide | None) -> None:
+        """Add draft x (drawn from q, None: deterministic) to the proposal, and to the guide's position."""
+        if q is not None:
+            out.q_rows.append(q)
+        out.tokens.append(x)
+        if guide is not None:
+            guide.push(x)
 
     def sync(self, context: Sequence[int]) -> None:
         self.model.rewind(common_prefix(self.model.tokens, self.own_context(context)))

@@ -303,6 +303,16 @@ class LlamaModel:
         """Every token's piece and kind (see `token_kind`), for vocab_map.build. Read once (a second for 262k tokens)."""
         return [self.piece(t) for t in range(self.n_vocab)], [self.token_kind(t) for t in range(self.n_vocab)]
 
+    @functools.cached_property
+    def grammar_tokenizer(self):
+        """The vocabulary as llguidance reads it, for constraints (grammar/): every token's bytes,
+        control tokens marked special (a grammar never emits them), the end-of-generation tokens
+        as what ends a grammar's output. Built once: about 0.2 s at 49,152 tokens, 1.6 s at 262,144."""
+        from llguidance.llamacpp import lltokenizer_from_vocab  # imports llama_cpp: it belongs here
+
+        ends = [t for t in range(self.n_vocab) if lc.llama_vocab_is_eog(self._vocab, t)]
+        return lltokenizer_from_vocab(self._vocab, eos_token=ends or None)
+
     def detokenize(self, tokens: Sequence[int]) -> str:
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
 

@@ -6,6 +6,7 @@ The core's parts, lowest first; a core module imports only its own part and lowe
     maths     maths/                              pure numpy: p, q, the accept/reject rules
     llama     llama/                              the only importer of llama_cpp
     models    models/                             where model files come from
+    grammar   grammar/                            constraints: compiled grammars, a sequence's masks, tool calls
     drafting  drafting/                           who proposes tokens
     tuning    tuning/                             how many tokens, which rule
     decoding  decoding/                           the round, the driver, the counters
@@ -36,7 +37,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "specdec_cli"
 FRONT_ENDS = ("cli", "bench", "audit", "doctor", "serve")
-CORE_PARTS = ("shared", "maths", "llama", "models", "drafting", "tuning", "decoding", "wiring")  # lowest first
+CORE_PARTS = ("shared", "maths", "llama", "models", "grammar", "drafting", "tuning", "decoding", "wiring")  # lowest first
 TOP_LEVEL = {"errors": "shared", "clock": "shared", "events": "shared", "inputs": "shared", "prompts": "shared", "options": "wiring", "compat": "wiring", "session": "wiring", "": "wiring"}
 # cli/ is the shell of the other front-ends: each of its commands hands one of them its flags.
 MAY_IMPORT = {"cli": {"bench", "audit", "doctor", "serve"}}
