@@ -156,3 +156,33 @@ class ToyModel(MarkovModel):
     def apply_chat_template(self, messages):
         self.messages = list(messages)
         return messages[-1][1]
+
+
+def grammar_tokenizer(pieces: Sequence[bytes], eos: int):
+    """llguidance's view of a toy vocabulary (what llama/model.LlamaModel.grammar_tokenizer is for a
+    real one): token i spells pieces[i], `eos` is special and ends a grammar's output; text is
+    tokenised by longest match (bytes no piece covers are skipped). Example: grammar_tokenizer([b"a", b"b", b"ab", b""], 3)."""
+    import llguidance
+
+    spelled = [b"\xff<eos>" if i == eos else p for i, p in enumerate(pieces)]
+
+    class Vocabulary:
+        tokens = spelled
+        eos_token_id = eos
+        bos_token_id = None
+        special_token_ids = [eos]
+
+        def __call__(self, text):
+            data = text.encode() if isinstance(text, str) else text
+            out, i = [], 0
+            while i < len(data):
+                found = [j for j, p in enumerate(spelled) if j != eos and p and data.startswith(p, i)]
+                if not found:  # a byte no piece covers is skipped
+                    i += 1
+                    continue
+                best = max(found, key=lambda j: len(spelled[j]))
+                out.append(best)
+                i += len(spelled[best])
+            return out
+
+    return llguidance.LLTokenizer(llguidance.TokenizerWrapper(Vocabulary()))

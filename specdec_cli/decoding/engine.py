@@ -285,7 +285,7 @@ class Engine:
             rule_seconds=scored.rule_seconds,
             block_gain=scored.block_gain,
             sequences=getattr(self.target, "last_pass_sequences", 1),
-            forced=sum(by_grammar[: accepted + 1]),
+            forced=sum(1 for e in emitted if e.source is Source.FORCED and not self.is_end(e.id)),  # an end is never emitted
             grammar_seconds=guide.mask_seconds - grammar_before if guide is not None else 0.0,
         )
         return Decoded(emitted, rejected, figures)

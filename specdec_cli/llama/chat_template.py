@@ -4,17 +4,32 @@ A chat template is code that comes with the model file, so it runs in jinja2's i
 sandbox, under a time limit and a size limit (`render_jinja_template`). model.py renders a
 model's template here and falls back to llama.cpp's built-in matcher when Jinja cannot.
 
+Messages are (role, content) pairs, or dicts in Hugging Face's form: assistant turns may hold
+`tool_calls` ([{"id", "type": "function", "function": {"name", "arguments": {...}}}]) and
+`tool` turns a `tool_call_id`. `tools` (OpenAI's form) reaches the template as its `tools`
+variable. The template sees what Hugging Face's `apply_chat_template` gives it: `messages`,
+`tools`, `add_generation_prompt`, `bos_token`, `eos_token`, `raise_exception`,
+`strftime_now(format)`, a `tojson` filter that keeps non-ASCII text and HTML characters as they
+are (jinja2's own escapes them), and `{% break %}` / `{% continue %}`.
+
     template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
     render_jinja_template(template, [("user", "hi")], bos="", eos="")  -> "<user>hi<assistant>"
 
-Left out: reading the template from the model and the fallback (model.py).
+    template = "{% for t in tools %}{{ t.function | tojson }}{% endfor %}{% for m in messages %}{{ m.content }}{% endfor %}"
+    render_jinja_template(template, [{"role": "user", "content": "<weather>?"}], bos="", eos="",
+                          tools=[{"type": "function", "function": {"name": "w"}}])  -> '{"name": "w"}<weather>?'
+
+Left out: reading the template from the model and the fallback (model.py); what tools and tool
+calls become for a template that knows none (grammar/tools.py).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import time
-from typing import Sequence
+from datetime import datetime
+from typing import Any, Sequence, Union
 
 from ..errors import BadInput
 
@@ -23,28 +38,43 @@ TEMPLATE_SECONDS = 2.0  # real templates render in milliseconds
 TEMPLATE_MIN_CHARS = 1 << 16  # output allowed beyond 8x the messages' own length
 
 
+Message = Union[tuple[str, str], dict[str, Any]]  # (role, content), or Hugging Face's dict form
+
+
 class _TemplateTimeout(BaseException):
     """Raised by the watchdog inside the template's code; a BaseException, so no `except Exception` there swallows it."""
 
 
 def render_jinja_template(
-    template: str, messages: Sequence[tuple[str, str]], *, bos: str, eos: str, seconds: float = TEMPLATE_SECONDS
+    template: str,
+    messages: Sequence[Message],
+    *,
+    bos: str,
+    eos: str,
+    seconds: float = TEMPLATE_SECONDS,
+    tools: list[dict] | None = None,
 ) -> str:
     """Render a Hugging Face chat template in a sandbox, with the generation prompt added, within limits.
+
+    `messages` are (role, content) pairs or Hugging Face's dicts; `tools`, where not None, is
+    the template's `tools` variable.
 
     Limits (BadInput when one is passed, so the caller does not fall back to another
     template): `seconds` of rendering, checked on every line the template's compiled code
     runs (a trace function, only when no debugger or coverage tool has set one); output of
-    at most TEMPLATE_MIN_CHARS + 8 x the messages' length; `*` and `**` that would build a
-    string, list or number beyond that; recursion beyond Python's limit. Jinja's sandbox
-    itself caps each range() at 100000 items.
+    at most TEMPLATE_MIN_CHARS + 8 x the messages' length (a dict message, and the tools,
+    count as their JSON text); `*` and `**` that would build a string, list or number beyond
+    that; recursion beyond Python's limit. Jinja's sandbox itself caps each range() at
+    100000 items.
 
     Example: "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"
     -> BadInput("the chat template did not finish within 2 s ...")
     """
     import jinja2.sandbox  # only when a template is rendered
 
-    max_chars = TEMPLATE_MIN_CHARS + 8 * sum(len(role) + len(content) for role, content in messages)
+    rendered = [_as_dict(message) for message in messages]
+    own = sum(_length(message) for message in messages) + (_json_length(tools) if tools is not None else 0)
+    max_chars = TEMPLATE_MIN_CHARS + 8 * own
 
     def too_big() -> BadInput:
         return BadInput(
@@ -68,8 +98,10 @@ def render_jinja_template(
     def raise_exception(message: str) -> None:
         raise ValueError(message)
 
-    env = Sandbox(trim_blocks=True, lstrip_blocks=True)
+    env = Sandbox(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    env.filters["tojson"] = _tojson
     deadline = time.monotonic() + seconds
 
     def watchdog(frame, event, arg):
@@ -83,12 +115,10 @@ def render_jinja_template(
     try:
         if timed:
             sys.settrace(watchdog)
-        for piece in env.from_string(template).generate(
-            messages=[{"role": role, "content": content} for role, content in messages],
-            add_generation_prompt=True,
-            bos_token=bos,
-            eos_token=eos,
-        ):
+        variables: dict[str, Any] = {"messages": rendered, "add_generation_prompt": True, "bos_token": bos, "eos_token": eos}
+        if tools is not None:
+            variables["tools"] = tools
+        for piece in env.from_string(template).generate(**variables):
             size += len(piece)
             if size > max_chars:
                 raise too_big()
@@ -103,3 +133,34 @@ def render_jinja_template(
         if timed:
             sys.settrace(None)
     return "".join(pieces)
+
+
+def _as_dict(message: Message) -> dict[str, Any]:
+    """A message as the template sees it: a (role, content) pair becomes {"role", "content"}; a dict stays."""
+    if isinstance(message, dict):
+        return message
+    role, content = message
+    return {"role": role, "content": content}
+
+
+def _length(message: Message) -> int:
+    """What a message counts towards the size limit: its role and content, or a dict's JSON text."""
+    if isinstance(message, dict):
+        return _json_length(message)
+    role, content = message
+    return len(role) + len(content)
+
+
+def _json_length(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, default=str))
+
+
+def _tojson(value: Any, indent: int | None = None, separators: tuple[str, str] | None = None, sort_keys: bool = False,
+            ensure_ascii: bool = False) -> str:  # fmt: skip
+    """Hugging Face's `tojson` filter: plain json.dumps, non-ASCII and HTML characters kept as they are."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _strftime_now(fmt: str) -> str:
+    """Hugging Face's `strftime_now` global: the local time now, formatted. Example: "%d %b %Y" -> "26 Jul 2024"."""
+    return datetime.now().strftime(fmt)
