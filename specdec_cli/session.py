@@ -96,9 +96,11 @@ class LoadedPair:
             return self.chat_tokens(([("system", system)] if system else []) + [("user", prompt)])
         return self._tokens((system + "\n\n" + prompt) if system else prompt)
 
-    def chat_tokens(self, turns: Sequence[tuple[str, str]]) -> list[int]:
-        """A conversation, (role, text) turns, through the target's chat template, ready for the assistant's turn."""
-        return self._tokens(self.target.apply_chat_template(turns))
+    def chat_tokens(self, turns: Sequence, tools: list[dict] | None = None) -> list[int]:
+        """A conversation through the target's chat template, ready for the assistant's turn: (role,
+        text) turns, or Hugging Face's message dicts (tool calls, tool results) with the `tools` the
+        template shows the model."""
+        return self._tokens(self.target.apply_chat_template(turns, tools=tools) if tools else self.target.apply_chat_template(turns))
 
     def _tokens(self, text: str) -> list[int]:
         ids = self.target.tokenize(text, add_special=True, parse_special=True)

@@ -153,9 +153,21 @@ class ToyModel(MarkovModel):
     def tokenize(self, text, *, add_special=True, parse_special=True):
         return [ord(c) - ord("a") for c in text if "a" <= c <= "z"]
 
-    def apply_chat_template(self, messages):
+    def apply_chat_template(self, messages, tools=None):
         self.messages = list(messages)
-        return messages[-1][1]
+        self.tools = tools
+        last = messages[-1]
+        return (last.get("content") or "") if isinstance(last, dict) else last[1]
+
+    def chat_template(self):
+        return "{% for m in messages %}{{ m.content }}{% endfor %}"
+
+    @property
+    def grammar_tokenizer(self):
+        """The letters for llguidance, and an end id (26) past the model's rows: a grammar here never ends by itself."""
+        if not hasattr(self, "_grammar_tokenizer"):
+            self._grammar_tokenizer = grammar_tokenizer([bytes([97 + i]) for i in range(26)] + [b""], 26)
+        return self._grammar_tokenizer
 
 
 def grammar_tokenizer(pieces: Sequence[bytes], eos: int):

@@ -54,6 +54,9 @@ from ..decoding.engine import Engine, GenerationConfig
 from ..drafting.kv_sync import catch_up
 from ..errors import ContextOverflow
 from ..events import DraftPolicy, Finished, Round, Token
+from ..grammar.compile import Grammar
+from ..grammar.guide import Guide
+from ..maths.masking import masked_row
 from ..maths.sampling import GREEDY, Distribution, SamplingParams, distribution
 from ..options import DEFAULT_VERIFY
 from .gof import MIN_EXPECTED, TV_LEVEL, ChiSquare, SimulatedTest, TotalVariation, chi_square, simulated_test, total_variation
@@ -78,6 +81,7 @@ class AuditConfig:
     seed: int = 0  # draw i uses seed + i
     greedy_tokens: int = GREEDY_TOKENS
     verify: str = DEFAULT_VERIFY  # the rule that keeps drafts (options.VERIFY_RULES)
+    grammar: Grammar | None = None  # a constraint (--json-schema, --grammar): the law tested is then p' (the masked rows)
 
     @property
     def sampled(self) -> bool:
@@ -277,10 +281,11 @@ class AuditResult:
 
 
 def draw(
-    engine: Engine, prompt: Sequence[int], params: SamplingParams, seed: int, policy: DraftPolicy, verify: str = DEFAULT_VERIFY
+    engine: Engine, prompt: Sequence[int], params: SamplingParams, seed: int, policy: DraftPolicy, verify: str = DEFAULT_VERIFY,
+    grammar: Grammar | None = None,
 ) -> tuple[Outcome, Round | None]:
     """The first two outcomes of one generation (fewer only after END), and its round 1."""
-    config = GenerationConfig(max_tokens=DRAW_BUDGET, sampling=params, seed=seed, verify=verify)
+    config = GenerationConfig(max_tokens=DRAW_BUDGET, sampling=params, seed=seed, verify=verify, grammar=grammar)
     events = engine.generate(prompt, config, policy)
     out: list[int] = []
     first_round = None
@@ -303,11 +308,19 @@ def draw(
     return tuple(out[:2]), first_round
 
 
-def target_law(target: Engine, prompt: Sequence[int], params: SamplingParams, n: int) -> tuple[dict[int, float], dict[int, dict[int, float]]]:
-    """p(x1) after the prompt, and p(x2 | x1) for every x1 (not END) expecting >= MIN_EXPECTED of n draws."""
+def target_law(
+    target: Engine, prompt: Sequence[int], params: SamplingParams, n: int, grammar: Grammar | None = None
+) -> tuple[dict[int, float], dict[int, dict[int, float]]]:
+    """p(x1) after the prompt, and p(x2 | x1) for every x1 (not END) expecting >= MIN_EXPECTED of n draws;
+    under a constraint p', each row masked by the grammar's mask after the output so far."""
 
     def after(context: list[int]) -> dict[int, float]:
         row = catch_up(target.target, context)[0, : target.vocab_limit]
+        if grammar is not None:
+            guide = Guide.over(grammar.matcher(target.grammar_tokenizer()), target.grammar_tokenizer())
+            for token in context[len(prompt) :]:
+                guide.push(token)
+            row = masked_row(row, guide.mask())
         return token_cells(distribution(row, params), target.is_end)
 
     p1 = after(list(prompt))
@@ -316,10 +329,11 @@ def target_law(target: Engine, prompt: Sequence[int], params: SamplingParams, n:
 
 
 def greedy_check(
-    speculative: Engine, target: Engine, prompt: Sequence[int], tokens: int, policy: DraftPolicy, verify: str = DEFAULT_VERIFY
+    speculative: Engine, target: Engine, prompt: Sequence[int], tokens: int, policy: DraftPolicy, verify: str = DEFAULT_VERIFY,
+    grammar: Grammar | None = None,
 ) -> GreedyCheck:
     """Speculative against target-only decoding at temperature 0, token for token."""
-    config = GenerationConfig(max_tokens=tokens, sampling=GREEDY, seed=0, verify=verify)
+    config = GenerationConfig(max_tokens=tokens, sampling=GREEDY, seed=0, verify=verify, grammar=grammar)
     a = consume(speculative.generate(prompt, config, policy)).tokens
     b = consume(target.generate(prompt, config)).tokens
     for i, (x, y) in enumerate(zip(a, b)):
@@ -362,7 +376,7 @@ def run_audit(
     estimate = None
     if config.sampled:
         progress(Progress("law"))
-        p1, p2 = target_law(target, prompt, config.sampling, n)
+        p1, p2 = target_law(target, prompt, config.sampling, n, config.grammar)
         passes = len(p2)
         law_seconds = time.perf_counter() - start
         outcomes: list[Outcome] = []
@@ -372,7 +386,7 @@ def run_audit(
                 step = law_seconds / (passes + 1)  # the prompt's pass counts as one: a rough upper bound of a step
                 estimate = time.perf_counter() - start + per_draw * (n - i) + config.greedy_tokens * (per_draw + step)
             progress(Progress("drawing" if estimate is not None else "timing", i, n, estimate, time.perf_counter() - start))
-            outcome, first_round = draw(speculative, prompt, config.sampling, config.seed + i, policy, config.verify)
+            outcome, first_round = draw(speculative, prompt, config.sampling, config.seed + i, policy, config.verify, config.grammar)
             outcomes.append(outcome)
             drafting.add(first_round)
         progress(Progress("drawing", n, n, estimate, time.perf_counter() - start))
@@ -380,5 +394,5 @@ def run_audit(
         first_token = sampled_test(first_token_law(p1), [o[:1] for o in outcomes], config.level, rng)
         first_pair = sampled_test(first_pair_law(p1, p2, n), outcomes, config.level, rng)
     progress(Progress("greedy", 0, 0, estimate, time.perf_counter() - start))
-    greedy = greedy_check(speculative, target, prompt, config.greedy_tokens, policy, config.verify)
+    greedy = greedy_check(speculative, target, prompt, config.greedy_tokens, policy, config.verify, config.grammar)
     return AuditResult(config, first_token, first_pair, greedy, drafting, passes, estimate, time.perf_counter() - start)

@@ -21,6 +21,7 @@ from ..decoding.stats import RunStats
 from ..drafting.kv_sync import CausalModel
 from ..drafting.lookup import LookupOptions
 from ..events import AUTO, DraftTokens
+from ..grammar.compile import Grammar
 from ..maths.sampling import SamplingParams
 from ..options import DEFAULT_VERIFY
 from ..prompts import Prompt
@@ -70,6 +71,7 @@ class BenchConfig:
     cost_repeats: int = 3  # timings per batch size inside one cost-curve measurement
     warmup_tokens: int = 16  # one unrecorded A and B run first (0: none)
     verify: str = DEFAULT_VERIFY  # the rule B keeps drafts by (options.VERIFY_RULES)
+    grammar: Grammar | None = None  # a constraint on every run, A and B alike (--json-schema, --grammar)
 
     @property
     def fixed_k(self) -> tuple[int, ...]:
@@ -87,7 +89,7 @@ class BenchConfig:
 
     def generation(self, temperature: float, repeat: int) -> GenerationConfig:
         sampling = SamplingParams(temperature=temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p)
-        return GenerationConfig(max_tokens=self.max_tokens, sampling=sampling, seed=self.seed + repeat, verify=self.verify)
+        return GenerationConfig(max_tokens=self.max_tokens, sampling=sampling, seed=self.seed + repeat, verify=self.verify, grammar=self.grammar)
 
 
 @dataclass(frozen=True)

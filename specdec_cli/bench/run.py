@@ -117,6 +117,7 @@ def run_bench(
             max_tokens=min(config.warmup_tokens, config.max_tokens),
             sampling=config.generation(config.temperatures[0], 0).sampling,
             seed=config.seed,
+            grammar=config.grammar,
         )
         for mode, engine in ((TARGET, engines[TARGET]), (SPECULATIVE, engines[config.drafters[0]])):
             decode_once(engine, ids[first], warm, max(config.fixed_k, default=AUTO))

@@ -24,7 +24,7 @@ import typer
 from ..errors import BadInput
 from ..inputs import argv_text
 from ..options import DEFAULT_VERIFY, check_load_limits, check_p_min, check_sampling_options, check_seed, parse_draft_length, parse_drafter, parse_verify
-from .options import AUTO, CtxOption, DraftCtxOption, DraftGpuLayersOption, DraftOption, GpuLayersOption, MinPOption, PairOption, RepackOption, RpcOption, DraftRpcOption, TargetOption, ThreadsOption, TopKOption, TopPOption, VerifyOption, read_prompt
+from .options import AUTO, CtxOption, DraftCtxOption, DraftGpuLayersOption, DraftOption, GpuLayersOption, GrammarOption, JsonSchemaOption, MinPOption, PairOption, RepackOption, RpcOption, DraftRpcOption, TargetOption, ThreadsOption, TopKOption, TopPOption, VerifyOption, read_constraint, read_prompt
 
 if TYPE_CHECKING:
     from ..events import DraftTokens
@@ -52,6 +52,8 @@ def audit(
     top_p: TopPOption = 0.95,
     min_p: MinPOption = 0.05,
     seed: Annotated[Optional[int], typer.Option(help="Seed of the first draw; draw i uses seed + i (default: a fresh one, reported).")] = None,
+    json_schema: JsonSchemaOption = None,
+    grammar: GrammarOption = None,
     ctx: CtxOption = None,
     draft_ctx: DraftCtxOption = None,
     threads: ThreadsOption = None,
@@ -90,6 +92,7 @@ def audit(
     check_load_limits(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers)
     seed = secrets.randbits(32) if seed is None else seed
     check_seed(seed, samples)
+    constraint = read_constraint(json_schema, grammar)
     text = read_prompt(prompt)
     if system is not None:
         system = argv_text(system, "--system")
@@ -97,7 +100,7 @@ def audit(
 
     params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     verify = parse_verify(verify)
-    config = AuditConfig(samples=samples, alpha=alpha, sampling=params, seed=seed, greedy_tokens=greedy_tokens, verify=verify)
+    config = AuditConfig(samples=samples, alpha=alpha, sampling=params, seed=seed, greedy_tokens=greedy_tokens, verify=verify, grammar=constraint)
     console = stderr_console(False)
     options = LoadOptions.from_cli(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers, repack, pair_name, chat=chat, rpc=rpc, draft_rpc=draft_rpc)
     with contextlib.ExitStack() as stack:

@@ -22,7 +22,7 @@ from ..bench.native import DEFAULT_NATIVE_TIMEOUT
 from ..errors import BadInput, SpecdecError
 from ..inputs import writable_file
 from ..options import DEFAULT_VERIFY, check_load_limits, check_sampling_options, check_seed, option_list, parse_draft_tokens, parse_drafters, parse_temperatures, parse_verify
-from .options import CtxOption, DraftCtxOption, DraftGpuLayersOption, DraftOption, GpuLayersOption, MinPOption, PairOption, RepackOption, RpcOption, DraftRpcOption, TargetOption, ThreadsOption, TopKOption, TopPOption, VerifyOption, _err, resolve_paths
+from .options import CtxOption, DraftCtxOption, DraftGpuLayersOption, DraftOption, GpuLayersOption, GrammarOption, JsonSchemaOption, MinPOption, PairOption, RepackOption, RpcOption, DraftRpcOption, TargetOption, ThreadsOption, TopKOption, TopPOption, VerifyOption, _err, read_constraint, resolve_paths
 
 
 def check_plot_format(path: Path, matplotlib) -> None:
@@ -55,6 +55,8 @@ def bench(
     top_k: TopKOption = 40,
     top_p: TopPOption = 0.95,
     min_p: MinPOption = 0.05,
+    json_schema: JsonSchemaOption = None,
+    grammar: GrammarOption = None,
     ctx: CtxOption = None,
     draft_ctx: DraftCtxOption = None,
     threads: ThreadsOption = None,
@@ -109,6 +111,10 @@ def bench(
     if not (native_timeout > 0 and native_timeout != float("inf")):
         raise BadInput(f"--native-timeout must be a positive number of seconds, got {native_timeout}")
     suite = load_prompts(prompts) if prompts else builtin_prompts()
+    constraint = read_constraint(json_schema, grammar)
+    if binary is not None and constraint is not None:
+        _err("specdec: --native skipped: llama-speculative-simple takes no JSON schema or grammar here")
+        binary = None
     config = BenchConfig(
         draft_tokens=ks,
         drafters=drafters,
@@ -122,6 +128,7 @@ def bench(
         chat=not raw,
         warmup_tokens=warmup,
         verify=parse_verify(verify),
+        grammar=constraint,
     )
     draft_path, target_path = resolve_paths(draft, target, pair=pair_name)
     console = bench_console()

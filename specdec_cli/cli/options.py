@@ -64,6 +64,8 @@ LookupNgramMaxOption = Annotated[int, typer.Option(help="Lookup: longest n-gram 
 LookupMaxTokensOption = Annotated[int, typer.Option(help="Lookup: longest proposal.")]
 TemperatureOption = Annotated[float, typer.Option(help="0 is greedy.")]
 VerifyOption = Annotated[str, typer.Option(help="How drafts are kept: token (one by one), block (jointly, Sun et al. 2025; needs a sampling model draft) or auto (each round the rule this run measures faster).")]
+JsonSchemaOption = Annotated[Optional[str], typer.Option("--json-schema", metavar="FILE|JSON", help="Constrain the output to JSON valid against this schema: a file, or the schema itself ('{\"type\": \"object\", ...}'). The output stays exactly the target's, sampled among what the schema allows.")]
+GrammarOption = Annotated[Optional[Path], typer.Option("--grammar", metavar="FILE", help="Constrain the output to a llama.cpp GBNF grammar (its root rule), read from FILE.")]
 
 
 class ColorMode(str, enum.Enum):
@@ -100,6 +102,28 @@ def parse_stops(stops: list[str] | None) -> tuple[str, ...]:
         out.append(text)
     check_stops(out)
     return tuple(out)
+
+
+def read_constraint(json_schema: str | None, grammar: Path | None):
+    """--json-schema (a file, or inline JSON starting with '{') or --grammar (a GBNF file), compiled
+    (options.constraint); None without either. Both at once is refused."""
+    from ..options import constraint
+
+    if json_schema is not None and grammar is not None:
+        raise BadInput("--json-schema and --grammar exclude each other; pick one")
+    if grammar is not None:
+        return constraint("grammar", _read_text(grammar, "--grammar"))
+    if json_schema is None:
+        return None
+    text = json_schema if json_schema.lstrip().startswith(("{", "true", "false")) else _read_text(Path(json_schema), "--json-schema")
+    return constraint("json_schema", text)
+
+
+def _read_text(path: Path, flag: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"{flag}: cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
 def resolve_paths(

@@ -35,10 +35,10 @@ from ..events import AUTO, DraftTokens, Event, Rejected, Source, Token
 from ..tuning.cost_curve import CostCurve
 
 # ANSI SGR codes, shared by the stream, the legend and `specdec simulate`.
-SGR = {Source.DRAFT: "32", Source.CORRECTION: "33", Source.BONUS: "36", Source.TARGET: ""}
+SGR = {Source.DRAFT: "32", Source.CORRECTION: "33", Source.BONUS: "36", Source.FORCED: "35", Source.TARGET: ""}
 SGR_REJECTED = "2;9"  # dim, struck through
-COLOUR_NAMES = {Source.DRAFT: "green", Source.CORRECTION: "yellow", Source.BONUS: "cyan", Source.TARGET: "plain"}
-LABELS = {Source.DRAFT: "accepted draft", Source.CORRECTION: "correction", Source.BONUS: "bonus", Source.TARGET: "target"}
+COLOUR_NAMES = {Source.DRAFT: "green", Source.CORRECTION: "yellow", Source.BONUS: "cyan", Source.FORCED: "magenta", Source.TARGET: "plain"}
+LABELS = {Source.DRAFT: "accepted draft", Source.CORRECTION: "correction", Source.BONUS: "bonus", Source.FORCED: "forced by the constraint", Source.TARGET: "target"}
 
 
 def color_enabled(mode: str, stream: TextIO, environ: Mapping[str, str] | None = None) -> bool:
@@ -244,6 +244,8 @@ def stats_table(
             row("verified by (auto)", f"{by_rule} rounds")
     else:
         row("drafted / accepted", "0 (no round had room to draft)")
+    if stats.forced or stats.grammar_seconds:
+        row("forced by the constraint", f"{stats.forced} tokens (free drafts), masks {_ms(stats.grammar_seconds)}")
     row("generation speed", f"{stats.tokens_per_second:.1f} tokens/s (prefill excluded)")
     gen = stats.generation_seconds
     row("generation time", _ms(gen))

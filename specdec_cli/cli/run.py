@@ -38,6 +38,8 @@ from .options import (
     DraftOption,
     DraftTokensOption,
     GpuLayersOption,
+    GrammarOption,
+    JsonSchemaOption,
     LookupMaxTokensOption,
     LookupNgramMaxOption,
     LookupNgramMinOption,
@@ -56,6 +58,7 @@ from .options import (
     _err,
     pair_files,
     parse_stops,
+    read_constraint,
     read_prompt,
 )
 
@@ -89,6 +92,8 @@ def run(
     stop: Annotated[
         Optional[list[str]], typer.Option("--stop", metavar="TEXT", help="End the output just before this text; repeatable; \\n and \\t understood.")
     ] = None,
+    json_schema: JsonSchemaOption = None,
+    grammar: GrammarOption = None,
     ctx: CtxOption = None,
     draft_ctx: DraftCtxOption = None,
     threads: ThreadsOption = None,
@@ -109,7 +114,8 @@ def run(
     """Generate with speculative decoding; text streams to stdout, statistics to stderr.
 
     Colours: green = accepted draft token, yellow = the target's correction, cyan = the
-    bonus token after a fully accepted draft, plain = a target-only step.
+    bonus token after a fully accepted draft, magenta = a token the constraint forced
+    (--json-schema, --grammar), plain = a target-only step.
     """
     from ..drafting.lookup import LookupOptions
 
@@ -125,6 +131,7 @@ def run(
     check_load_limits(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers)
     check_seed(seed)
     stops = parse_stops(stop)
+    constraint = read_constraint(json_schema, grammar)
     text = read_prompt(prompt)
     if system is not None:
         system = argv_text(system, "--system")
@@ -149,6 +156,7 @@ def run(
         seed=seed,
         stop=stops,
         verify=verify,
+        grammar=constraint,
     )
     options = LoadOptions.from_cli(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers, repack, pair_name, chat=chat, rpc=rpc, draft_rpc=draft_rpc)
 

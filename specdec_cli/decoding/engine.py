@@ -60,7 +60,7 @@ from ..errors import ContextOverflow
 from ..events import DraftPolicy, Earned, Event, Finished, Logprobs, Prefill, Rejected, Round, Source, Token
 from ..grammar.compile import Grammar
 from ..grammar.guide import Guide
-from ..maths.masking import masked_rows
+from ..maths.masking import mask_rows
 from ..maths.sampling import SamplingParams, log_probabilities, point_mass
 from ..maths.speculative import DEFAULT_VERIFY, VERIFIERS, sample_row
 from ..tuning.rule_choice import RuleChooser, rule_chooser
@@ -162,7 +162,7 @@ class Engine:
         logprobs if asked); under a constraint, from the masked row (p'), and the guide takes the token."""
         logits = catch_up(self.target, context)[:, : self.vocab_limit]
         if guide is not None:
-            logits = masked_rows(logits, guide.masks())
+            mask_rows(logits, guide.masks())  # in place: the rows are read once, here
         token = sample_row(logits[0], params, rng)
         if guide is not None:
             guide.settle(0, token)
@@ -215,7 +215,7 @@ class Engine:
             if guide is not None:
                 masks = guide.masks()
                 forced = tuple(guide.forced_at(i) for i in range(len(masks)))
-                logits = masked_rows(logits, masks)
+                mask_rows(logits, masks)  # in place: the rows are read once, here
             # The rule was fixed by earlier rounds; the proposal only tells where the two rules coincide
             # (no q rows, T = 0, one draft). tuning/rule_choice.py says why that keeps the law.
             rule = rules.choose(sampled=proposal.q_rows is not None and not params.greedy, drafts=len(drafts))

@@ -11,7 +11,6 @@ from typing import Sequence
 import numpy as np
 
 from .. import clock
-from ..maths.masking import masked_row
 from ..maths.sampling import SamplingParams, argmax, proposal, sample
 from ..maths.speculative import keep_or_resample
 from .combined import ModelAndLookup
@@ -93,7 +92,7 @@ class CascadeDrafter(ModelAndLookup):
                     break
                 row = logits[i, : drafter.vocab_limit]
                 if guide is not None:
-                    row = masked_row(row, guide.mask())
+                    guide.mask().apply(row)  # in place: each row of the batch is read once
                 q = None if params.greedy else proposal(row, params)
                 x = argmax(row) if q is None else sample(q, rng) if i == len(guess) else keep_or_resample(q, guess[i], rng)
                 drafter.append(out, x, q, guide)

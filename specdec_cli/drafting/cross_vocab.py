@@ -54,7 +54,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..maths.masking import allowed_ids
+from ..maths.masking import Mask
 from ..maths.sampling import Distribution, SamplingParams, proposal, sample, softmax_at
 from .kv_sync import CausalModel, common_prefix
 from .model import ModelDrafter
@@ -188,17 +188,18 @@ class CrossVocabDrafter(ModelDrafter):
     def q_size(self) -> int:
         return self.vocab.n_target
 
-    def masked_draft_row(self, row: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def masked_draft_row(self, row: np.ndarray, mask: Mask) -> np.ndarray:
         """The draft's row with -inf wherever the draft id has no target partner the mask allows.
         Example: target ids 1, 2 allowed, partners draft 3 and 1 -> only draft ids 1 and 3 keep their logits."""
-        partners = self.vocab.target_to_draft[allowed_ids(mask, self.vocab.n_target)]
+        allowed = mask.among(mask.allowed if mask.allowed is not None else self.vocab.shared_target)
+        partners = self.vocab.target_to_draft[allowed[allowed < self.vocab.n_target]]
         partners = partners[partners >= 0]
         out = np.full(row.shape[-1], -np.inf, dtype=np.float32)
         out[partners] = row[partners]
         return out
 
     def pick(
-        self, row: np.ndarray, params: SamplingParams, rng: np.random.Generator, p_min: float, mask: np.ndarray | None = None
+        self, row: np.ndarray, params: SamplingParams, rng: np.random.Generator, p_min: float, mask: Mask | None = None
     ) -> tuple[int, int, Distribution | None] | None:
         """A shared token: at T = 0 the argmax over the shared ids, else x ~ q restricted to them
         (VocabMap.restrict). Stops, from q or the logits alone, when no shared token survives

@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .. import clock
-from ..maths.masking import masked_row
+from ..maths.masking import Mask
 from ..maths.sampling import Distribution, SamplingParams, argmax, point_mass, proposal, sample, softmax_at
 from .interface import Guide, Proposal, Proposer
 from .kv_sync import CausalModel, catch_up, common_prefix
@@ -62,7 +62,7 @@ class ModelDrafter:
         return self.vocab_limit
 
     def pick(
-        self, row: np.ndarray, params: SamplingParams, rng: np.random.Generator, p_min: float, mask: np.ndarray | None = None
+        self, row: np.ndarray, params: SamplingParams, rng: np.random.Generator, p_min: float, mask: Mask | None = None
     ) -> tuple[int, int, Distribution | None] | None:
         """(proposed id, the id the draft model evaluates next, q or None if deterministic), or
         None to stop here. The early stop looks at q (or the softmax) only, before x is drawn:
@@ -70,7 +70,7 @@ class ModelDrafter:
         constraint's `mask`, the row is masked first (q')."""
         row = row[: self.vocab_limit]
         if mask is not None:
-            row = masked_row(row, mask)
+            mask.apply(row)  # in place: the draft's row is read once, here
         if params.greedy:
             x = argmax(row)
             if p_min > 0.0 and softmax_at(row, x) < p_min:

@@ -33,7 +33,7 @@ import llguidance
 import numpy as np
 
 from ..errors import GrammarError
-from ..maths.masking import single_allowed, words_for
+from ..maths.masking import Mask, words_for
 
 
 class Guide:
@@ -46,14 +46,14 @@ class Guide:
         self.ends = ends  # end-of-generation ids: the matcher takes no token past one (llguidance does not count it as consumed)
         self.depth = 0  # tentative tokens taken since the last settle
         self._ended = False  # the last tentative token ends the generation
-        self._masks: list[np.ndarray] = []  # int32 words per position: index d is the mask after d tentative tokens
+        self._masks: list[Mask] = []  # per position: index d is the mask after d tentative tokens
         self._taken: list[int] = []  # the tentative tokens
         self.room = 0  # the most tentative tokens this round may hold (the engine sets it each round)
         self.mask_seconds = 0.0  # in llguidance's mask computation, over the generation
         self.masks_computed = 0
 
-    def mask(self) -> np.ndarray:
-        """The mask at the current position (int32 words, bit i of word w: token 32 w + i allowed)."""
+    def mask(self) -> Mask:
+        """The mask at the current position (maths/masking.Mask: llguidance's words, read once)."""
         while len(self._masks) <= self.depth:
             self._masks.append(self._compute())
         return self._masks[self.depth]
@@ -63,30 +63,28 @@ class Guide:
         """A guide over a tokenizer's vocabulary, its EOS tokens as the ends."""
         return cls(matcher, tokenizer.vocab_size, frozenset(tokenizer.eos_tokens))
 
-    def _compute(self) -> np.ndarray:
+    def _compute(self) -> Mask:
         if self._ended:  # past an end of generation nothing is emitted: any token may stand there
-            return np.full(self.words, -1, dtype=np.int32)
-        out = np.zeros((1, self.words), dtype=np.int32)
+            return Mask.of(np.full(self.words, -1, dtype=np.int32), self.n_vocab)
+        out = np.zeros(self.words, dtype=np.int32)
         start = time.perf_counter()
         self.matcher.unsafe_compute_mask_ptr(out.ctypes.data, out.nbytes)
-        self.mask_seconds += time.perf_counter() - start
-        self.masks_computed += 1
         if self.matcher.is_error():
             raise GrammarError(f"the constraint cannot go on: {self.matcher.get_error()}")
-        if not out.any():
+        mask = Mask.of(out, self.n_vocab)
+        self.mask_seconds += time.perf_counter() - start
+        self.masks_computed += 1
+        if mask.allowed is not None and not len(mask.allowed):
             raise GrammarError("the constraint allows no token here (the grammar has no way to go on)")
-        return out[0]
+        return mask
 
     def allows(self, token: int) -> bool:
         """Whether the mask at the current position admits `token`."""
-        if not 0 <= token < self.n_vocab:
-            return False
-        word = int(self.mask()[token >> 5])
-        return bool((word >> (token & 31)) & 1)
+        return self.mask().allows(token)
 
     def forced(self) -> int | None:
         """The token the grammar forces here (its mask admits it alone), or None."""
-        return single_allowed(self.mask())
+        return self.mask().single
 
     def full(self) -> bool:
         """The round holds `room` tentative tokens: nothing more may be proposed."""
@@ -94,7 +92,7 @@ class Guide:
 
     def forced_at(self, depth: int) -> bool:
         """Whether the mask at tentative position `depth` (computed) admitted one token alone."""
-        return single_allowed(self._masks[depth]) is not None
+        return self._masks[depth].single is not None
 
     def push(self, token: int) -> None:
         """Take a draft tentatively. Only a token the mask admits may be pushed (drafters check `allows`)."""
@@ -108,7 +106,7 @@ class Guide:
         self._taken.append(token)
         self.depth += 1
 
-    def masks(self) -> list[np.ndarray]:
+    def masks(self) -> list[Mask]:
         """The masks of positions 0..depth: each draft's and the one after the last draft."""
         self.mask()
         return self._masks[: self.depth + 1]

@@ -320,26 +320,45 @@ class LlamaModel:
         raw = lc.llama_model_chat_template(self._model, None)
         return raw.decode("utf-8", errors="replace") if raw else None
 
-    def apply_chat_template(self, messages: Sequence[tuple[str, str]]) -> str:
-        """Format (role, content) messages with the model's own template, ending on the assistant's turn.
+    def apply_chat_template(self, messages: Sequence, tools: list[dict] | None = None) -> str:
+        """Format messages with the model's own template, ending on the assistant's turn: (role,
+        content) tuples, or Hugging Face's message dicts, with `tools` for the template's `tools`.
 
         The GGUF's Jinja template is rendered as Hugging Face does (so a default system
         prompt written into the template is kept); llama.cpp's built-in template matcher is
-        the fallback for templates Jinja cannot render.
+        the fallback for templates Jinja cannot render (without tools: it knows none).
         """
         template = self.chat_template()
         if not template:
             raise no_chat_template(self.path)
         try:
-            return render_jinja_template(template, messages, bos=self.token_text(self.vocab.bos), eos=self.token_text(self.vocab.eos))
+            return render_jinja_template(
+                template, messages, bos=self.token_text(self.vocab.bos), eos=self.token_text(self.vocab.eos), tools=tools
+            )
         except BadInput as exc:  # a limit was hit: the template is at fault, no fallback
             raise BadInput(f"{self.path.name}: {exc}") from None
         except Exception as exc:  # jinja2 errors of every kind: fall back to llama.cpp's matcher
+            if tools:
+                raise BadInput(f"{self.path.name}: the chat template cannot render this conversation with tools: {exc}") from None
             log.debug("jinja rendering of the chat template failed (%s); using llama.cpp's matcher", exc)
         return self._apply_builtin_template(template, messages)
 
-    def _apply_builtin_template(self, template: str, messages: Sequence[tuple[str, str]]) -> str:
-        keep = [(role.encode(), content.encode()) for role, content in messages]
+    def special_id(self, text: str) -> int | None:
+        """The id of the one token that spells `text` and that llguidance reads as special (a control
+        token, or a user-defined one in angle brackets: llguidance.llamacpp's rule), or None.
+        Example: Qwen 2.5's "<tool_call>" -> its id; "hello" -> None."""
+        ids = self.tokenize(text, add_special=False, parse_special=True)
+        if len(ids) != 1:
+            return None
+        attr = int(lc.llama_vocab_get_attr(self._vocab, ids[0]))
+        spelled = self.token_text(ids[0])
+        if attr & lc.LLAMA_TOKEN_ATTR_CONTROL or (attr & lc.LLAMA_TOKEN_ATTR_USER_DEFINED and spelled.startswith("<") and spelled.endswith(">")):
+            return ids[0]
+        return None
+
+    def _apply_builtin_template(self, template: str, messages: Sequence) -> str:
+        turns = [(m["role"], m.get("content") or "") if isinstance(m, dict) else m for m in messages]
+        keep = [(role.encode(), content.encode()) for role, content in turns]
         chat = (lc.llama_chat_message * len(keep))()
         for i, (role, content) in enumerate(keep):
             chat[i].role = role

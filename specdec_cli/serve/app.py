@@ -8,6 +8,11 @@
     GET  /metrics               Prometheus' text format (metrics.py), behind the key
     GET  /                      the page (static/index.html, page.js, page.css)
 
+A chat request with tools is planned against the target's chat template here (grammar/tools.py:
+the family, the prompt's tools, the grammar, the parser of the answer); constraints are compiled
+over the target's vocabulary before the job is queued, so a bad schema, grammar or tool list is
+a 400 naming the field, and the server goes on. That work runs in a thread, not on the event loop.
+
 Every request first passes `_Guard` (guard.py's Host and Origin rules, CORS for the origins
 --cors-origin allows); /v1 and /metrics then need a key when there are keys, and the key is
 the request's tenant. A request goes: body (application/json, else 415; size-limited, read
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import importlib.resources
 import json
 import logging
@@ -48,8 +54,10 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from ..errors import BadInput, SpecdecError
+from ..errors import BadInput, GrammarError, SpecdecError
 from ..events import Token
+from ..grammar import compile as grammars
+from ..grammar import tools as tool_calls
 from ..options import BadSetting
 from .guard import Access, Refused
 from .metrics import CONTENT_TYPE as METRICS_TYPE
@@ -221,9 +229,28 @@ def create_app(
         if request.model is not None and request.model != alias:
             raise ApiError(404, f"the model {request.model!r} does not exist; this server answers to {alias!r}", param="model", code="model_not_found")
         try:
-            return request, Settings.of(request, defaults)
+            return request, Settings.of(request, defaults, worker.grammar_tokenizer())
         except SpecdecError as exc:
             raise _from_specdec(exc) from None
+
+    def chat_job(value: dict, who: str) -> tuple[Job, Settings, object]:
+        """A chat request as the worker's Job, its settings and (with tools) the parser of its answer."""
+        body, settings = parse(ChatRequest, value)
+        try:
+            messages = body.conversation()
+            tools, parser = None, None
+            if settings.tools is not None:
+                asked = settings.tools
+                plan = tool_calls.plan(messages, list(asked.tools), asked.choice, asked.parallel, worker.chat_template(), worker.special_id)
+                if plan.grammar is not None:
+                    grammars.check(plan.grammar, worker.grammar_tokenizer())
+                messages, tools, parser = plan.messages, plan.tools, plan.parser()
+                settings = dataclasses.replace(settings, config=dataclasses.replace(settings.config, grammar=plan.grammar))
+        except GrammarError as exc:
+            raise _from_specdec(BadSetting("tools", str(exc))) from None
+        except SpecdecError as exc:
+            raise _from_specdec(exc) from None
+        return Job(settings=settings, messages=messages, tools=tools, tenant=who), settings, parser
 
     # -- the routes -------------------------------------------------------------------------
 
@@ -254,14 +281,16 @@ def create_app(
     async def chat(request: Request):
         who = tenant(request)
         ready_or_503()
-        body, settings = parse(ChatRequest, await read_json(request))
-        return await answer(request, Job(settings=settings, turns=body.turns(), tenant=who), "chat", settings)
+        value = await read_json(request)
+        job, settings, parser = await asyncio.to_thread(chat_job, value, who)  # a constraint compiles in llguidance: off the event loop
+        return await answer(request, job, "chat", settings, parser)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
         who = tenant(request)
         ready_or_503()
-        body, settings = parse(CompletionRequest, await read_json(request))
+        value = await read_json(request)
+        body, settings = await asyncio.to_thread(parse, CompletionRequest, value)
         return await answer(request, Job(settings=settings, prompt=body.text(), tenant=who), "completion", settings)
 
     @app.get("/")
@@ -291,7 +320,7 @@ def create_app(
             request.state.stats = item.outcome.stats
             metrics.finished(item.outcome.stats, cached_tokens, self.first, time.perf_counter() - self.arrived)
 
-    async def answer(request: Request, job: Job, kind: str, settings: Settings):
+    async def answer(request: Request, job: Job, kind: str, settings: Settings, parser=None):
         timing = Timing()
         try:
             worker.submit(job, asyncio.get_running_loop())
@@ -304,7 +333,7 @@ def create_app(
         if isinstance(first, Failed):
             raise _from_specdec(first.error)
         assert isinstance(first, Started), first
-        reply = Answer(kind=kind, model=alias, settings=settings, cached_tokens=first.cached_tokens)
+        reply = Answer(kind=kind, model=alias, settings=settings, cached_tokens=first.cached_tokens, parser=parser)
         if settings.stream:
             return StreamingResponse(stream(request, job, reply, timing), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         try:

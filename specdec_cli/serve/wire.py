@@ -23,6 +23,14 @@ round's rejected draft first, then the tokens it emitted (the drafts kept, the c
 then the round; a client that shows the rejected draft in place holds it until its
 correction arrives (the page does). Other clients never see them.
 
+Tool calls (a chat request with tools: grammar/tools.py's parser reads the answer): streamed as
+OpenAI streams them, `delta.tool_calls` with the call's `index`, then its `id`, type and
+function name in one chunk, then the arguments in pieces (`function.arguments`); text before a
+call is `delta.content`. A whole answer has `message.tool_calls` (arguments as JSON text) and
+content null when there is none. An answer that made calls and ended by itself finishes with
+"tool_calls"; one cut by max_tokens with "length" (its JSON is incomplete, as is any
+constrained answer's that ends so).
+
 Left out: reading requests (types.py), sending anything (app.py).
 """
 
@@ -36,6 +44,7 @@ from dataclasses import dataclass, field
 from ..decoding.consume import Outcome
 from ..decoding.stats import RunStats
 from ..events import Rejected, Round, Token
+from ..grammar.tools import ArgumentsDelta, CallStart, ContentDelta, Reply
 from .types import Settings
 
 FINISH_REASONS = {"eog": "stop", "stop": "stop", "max_tokens": "length", "context_full": "length", "time_limit": "length"}
@@ -105,6 +114,8 @@ def timings(stats: RunStats, cached_tokens: int, seed: int) -> dict:
         "acceptance_by_position": stats.acceptance_by_position,
         "drafted_by_position": stats.drafted_by_position,  # the counts behind it: a 0/0 position reads 0.0 above
         "accepted_by_position": stats.accepted_by_position,
+        "forced_n": stats.forced,  # tokens the constraint forced: free drafts (grammar/guide.py)
+        "grammar_ms": stats.grammar_seconds * 1e3,  # computing the constraint's masks
         "seed": seed,
     }
 
@@ -120,6 +131,8 @@ class Answer:
     created: int = field(default_factory=lambda: int(time.time()))
     entries: list[dict] = field(default_factory=list)  # logprob entries so far
     offset: int = 0  # characters of the logprob entries so far (the legacy endpoint's next text_offset)
+    parser: object | None = None  # a chat with tools: grammar/tools.py's parser of this answer (feed, finish)
+    calls_seen: int = 0  # tool calls begun so far (streaming)
 
     def __post_init__(self) -> None:
         self.id = ("chatcmpl-" if self.kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
@@ -155,7 +168,10 @@ class Answer:
                 self.entries.append(entry)
                 logprobs = {"content": [entry]} if self.kind == "chat" else completion_logprobs([entry], self.offset)
                 self.offset += len(entry["token"])
-            chunk = self._envelope([self._choice(event.text, None, logprobs)])
+            if self.parser is not None:
+                chunk = self._envelope([{"index": 0, "delta": self._delta(self.parser.feed(event.text)), "logprobs": logprobs, "finish_reason": None}])
+            else:
+                chunk = self._envelope([self._choice(event.text, None, logprobs)])
             if self.settings.events:
                 chunk["specdec"] = {"source": event.source.value, "position": event.position}
             return chunk
@@ -168,10 +184,43 @@ class Answer:
             return self._envelope([], specdec={"round": figures})
         return None
 
-    def closing(self, outcome: Outcome) -> list[dict]:
-        """The finish chunk, then (stream_options.include_usage) the usage chunk with no choices."""
+    def _delta(self, deltas: list) -> dict:
+        """One chunk's `delta` from the parser's deltas: content joined, tool call pieces by index."""
+        out: dict = {}
+        content = "".join(d.text for d in deltas if isinstance(d, ContentDelta))
+        if content:
+            out["content"] = content
+        calls = []
+        for d in deltas:
+            if isinstance(d, CallStart):
+                self.calls_seen = max(self.calls_seen, d.index + 1)
+                calls.append({"index": d.index, "id": d.id, "type": "function", "function": {"name": d.name, "arguments": ""}})
+            elif isinstance(d, ArgumentsDelta):
+                if calls and calls[-1]["index"] == d.index:
+                    calls[-1]["function"]["arguments"] += d.text
+                else:
+                    calls.append({"index": d.index, "function": {"arguments": d.text}})
+        if calls:
+            out["tool_calls"] = calls
+        return out
+
+    def _reason(self, outcome: Outcome, calls: int) -> str:
         reason = FINISH_REASONS.get(outcome.stats.finish_reason, "stop")
-        out = [self._envelope([self._choice(None if self.kind == "chat" else "", reason, None)])]
+        return "tool_calls" if calls and reason == "stop" else reason
+
+    def closing(self, outcome: Outcome) -> list[dict]:
+        """The finish chunk (after what the tool-call parser held back), then (stream_options.include_usage)
+        the usage chunk with no choices."""
+        out = []
+        if self.parser is not None:
+            reply: Reply = self.parser.finish()
+            rest = self._delta(getattr(reply, "deltas", []))
+            if rest:
+                out.append(self._envelope([{"index": 0, "delta": rest, "logprobs": None, "finish_reason": None}]))
+            reason = self._reason(outcome, len(reply.calls))
+        else:
+            reason = FINISH_REASONS.get(outcome.stats.finish_reason, "stop")
+        out.append(self._envelope([self._choice(None if self.kind == "chat" else "", reason, None)]))
         if self.settings.include_usage or self.settings.events:
             stats = outcome.stats
             out.append(self._envelope([], usage=usage(stats, self.cached_tokens), timings=timings(stats, self.cached_tokens, self.settings.config.seed)))
@@ -185,7 +234,14 @@ class Answer:
         logprobs = None
         if self.settings.top_logprobs is not None:
             logprobs = {"content": self.entries} if self.kind == "chat" else completion_logprobs(self.entries)
-        if self.kind == "chat":
+        if self.kind == "chat" and self.parser is not None:
+            self.parser.feed(outcome.text)
+            reply: Reply = self.parser.finish()
+            message = {"role": "assistant", "content": reply.content}
+            if reply.calls:
+                message["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in reply.calls]
+            choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": self._reason(outcome, len(reply.calls))}
+        elif self.kind == "chat":
             choice = {"index": 0, "message": {"role": "assistant", "content": outcome.text}, "logprobs": logprobs, "finish_reason": reason}
         else:
             choice = {"index": 0, "text": outcome.text, "logprobs": logprobs, "finish_reason": reason}

@@ -5,6 +5,8 @@ files, text that is not UTF-8 (argv and stdin, in the C and a UTF-8 locale), std
 or a folder, stdout full or closed or cut off (`| head`), usage errors, chat templates that
 never finish, a broken models.toml / SPECDEC_MODELS / SPECDEC_CACHE, an ambiguous `hf:`
 pattern and a tampered refs/ file in the hub cache, and the bench's checks before loading.
+Beside the templates that never finish: templates given Hugging Face's messages and tools
+(llama/chat_template.py), rendered as Hugging Face renders them and within the same limits.
 
 Nearly all fail before a model loads, so they run in milliseconds through Typer's runner,
 or in a second or two as real subprocesses where the process itself matters (a FIFO that
@@ -327,6 +329,77 @@ def test_real_gguf_whose_template_loops_ends_in_exit_2(builtin_paths, tmp_path):
         "specdec: error: loops.gguf: the chat template did not finish within 2 s (an endless loop?); "
         "pass --raw and format the prompt yourself"
     )
+
+
+# -- chat templates given Hugging Face's messages and tools, within the same limits ---------------------------
+
+TOOL_TEMPLATE = (
+    "{% if tools is defined %}<tools>{% for tool in tools %}{{ tool.function | tojson }}{% endfor %}</tools>{% endif %}"
+    "{% for m in messages %}<{{ m.role }}>"
+    "{% if m.tool_calls %}{% for call in m.tool_calls %}[{{ call.id }}]{{ call.function | tojson }}{% endfor %}"
+    "{% elif m.role == 'tool' %}({{ m.tool_call_id }}) {{ m.content }}"
+    "{% else %}{{ m.content }}{% endif %}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
+)
+
+
+def test_a_template_sees_tools_and_tool_calls_as_hugging_face_gives_them():
+    from specdec_cli.llama.chat_template import render_jinja_template
+
+    tools = [{"type": "function", "function": {"name": "weather", "description": "Wetter <heute> & morgen",
+                                               "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]  # fmt: skip
+    messages = [
+        {"role": "user", "content": "Zürich?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": {"city": "Zürich"}}}]},
+        {"role": "tool", "tool_call_id": "call_1", "name": "weather", "content": "18 °C"},
+    ]  # fmt: skip
+    text = render_jinja_template(TOOL_TEMPLATE, messages, bos="", eos="", tools=tools)
+    assert text == (  # tojson as Hugging Face's: non-ASCII and <>& kept as they are
+        '<tools>{"name": "weather", "description": "Wetter <heute> & morgen", '
+        '"parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}</tools>'
+        '<user>Zürich?<assistant>[call_1]{"name": "weather", "arguments": {"city": "Zürich"}}<tool>(call_1) 18 °C<assistant>'
+    )
+
+
+def test_pairs_render_as_before_and_tools_is_undefined_without_tools():
+    from specdec_cli.llama.chat_template import render_jinja_template
+
+    assert render_jinja_template(TOOL_TEMPLATE, [("user", "hi")], bos="", eos="") == "<user>hi<assistant>"
+    assert render_jinja_template(TOOL_TEMPLATE, [{"role": "user", "content": "hi"}], bos="", eos="") == "<user>hi<assistant>"
+
+
+def test_a_template_has_hugging_faces_helpers():
+    from specdec_cli.llama.chat_template import render_jinja_template
+
+    template = (
+        "{{ strftime_now('%Y') }} {{ messages | tojson(indent=1) }} {{ {'b': 1, 'a': 2} | tojson(sort_keys=True) }}"
+        "{% for m in messages %}{% if loop.index > 1 %}{% break %}{% endif %}{{ m.content }}{% endfor %}"
+    )
+    text = render_jinja_template(template, [("user", "a"), ("user", "b")], bos="", eos="")
+    year = time.strftime("%Y")
+    assert text == year + ' [\n {\n  "role": "user",\n  "content": "a"\n },\n {\n  "role": "user",\n  "content": "b"\n }\n] {"a": 2, "b": 1}a'
+
+
+def test_the_size_limit_counts_dict_messages_and_tools():
+    from specdec_cli.llama.chat_template import TEMPLATE_MIN_CHARS, render_jinja_template
+
+    big = "x" * TEMPLATE_MIN_CHARS  # output of 8x this is within the limit only if the message counts
+    eight = "{% for i in range(8) %}{{ messages[0].content }}{% endfor %}"
+    assert len(render_jinja_template(eight, [{"role": "user", "content": big}], bos="", eos="")) == 8 * len(big)
+    tools = [{"type": "function", "function": {"name": "f", "description": big}}]
+    tools_eight = "{% for i in range(8) %}{{ tools[0].function.description }}{% endfor %}"
+    assert len(render_jinja_template(tools_eight, [("user", "hi")], bos="", eos="", tools=tools)) == 8 * len(big)
+    with pytest.raises(BadInput, match="the chat template writes more than"):
+        render_jinja_template("{% for i in range(10) %}{{ tools | tojson }}{% endfor %}", [("user", "hi")], bos="", eos="", tools=tools)
+
+
+def test_the_chat_template_module_docstring_tools_example():
+    from specdec_cli.llama.chat_template import render_jinja_template
+
+    template = "{% for t in tools %}{{ t.function | tojson }}{% endfor %}{% for m in messages %}{{ m.content }}{% endfor %}"
+    text = render_jinja_template(template, [{"role": "user", "content": "<weather>?"}], bos="", eos="",
+                                 tools=[{"type": "function", "function": {"name": "w"}}])  # fmt: skip
+    assert text == '{"name": "w"}<weather>?'
 
 
 # -- models.toml, SPECDEC_MODELS, SPECDEC_CACHE -------------------------------------------------------------

@@ -43,7 +43,11 @@ from stat_checks import ALPHA, PLAIN, chi_square_pvalue
 
 def test_masking_examples_of_the_docstring():
     words = np.array([0b0101], dtype=np.int32)
-    assert masking.masked_row(np.array([1, 5, 3, 4], np.float32), words).tolist() == [1, -np.inf, 3, -np.inf]
+    mask = masking.Mask.of(words, 4)
+    assert masking.masked_row(np.array([1, 5, 3, 4], np.float32), mask).tolist() == [1, -np.inf, 3, -np.inf]
+    assert mask.allowed.tolist() == [0, 2] and mask.single is None and mask.among(np.array([1, 2, 3])).tolist() == [2]
+    assert masking.Mask.of(np.array([0b0100], dtype=np.int32), 4).single == 2
+    assert masking.Mask.of(np.array([-1, 0b1], dtype=np.int32), 40).allowed.tolist() == list(range(33))
     assert masking.single_allowed(np.array([0b0100], dtype=np.int32)) == 2
     assert masking.single_allowed(np.array([0, 0b1000], dtype=np.int32)) == 35
     assert masking.single_allowed(np.array([0b0101], dtype=np.int32)) is None
@@ -55,17 +59,23 @@ def test_masking_examples_of_the_docstring():
 
 
 @pytest.mark.parametrize("n", [33, 1000, 49152])
-@pytest.mark.parametrize("share", [0.0005, 0.01, 0.3, 1.0])
-def test_both_ways_of_masking_equal_np_where(n, share):
+@pytest.mark.parametrize("share", [0.0005, 0.01, 0.3, 0.995, 1.0])
+def test_every_way_of_masking_equals_np_where(n, share):
+    # Few words allowing anything (their blocks kept), few forbidding anything (their blocks masked),
+    # neither (every block): one result, for rows a multiple of 32 long or not.
     rng = np.random.default_rng(n)
     row = rng.standard_normal(n).astype(np.float32)
     allowed = rng.random(n) < share
     allowed[rng.integers(n)] = True
     words = np.packbits(np.concatenate([allowed, np.zeros(-n % 32, bool)]), bitorder="little").view(np.int32)
-    got = masking.masked_row(row, words)
+    mask = masking.Mask.of(words, n)
+    got = masking.masked_row(row, mask)
     assert got.dtype == np.float32 and np.array_equal(got, np.where(allowed, row, -np.inf))
     rows = np.stack([row, row[::-1].copy()])
-    assert np.array_equal(masking.masked_rows(rows, [words, words])[1], np.where(allowed, row[::-1], -np.inf))
+    assert np.array_equal(masking.mask_rows(rows, [mask, mask])[1], np.where(allowed, row[::-1], -np.inf))
+    short = row[: n - 3].copy()  # rows shorter than the mask (a vocabulary limit): the ids past them are dropped
+    assert np.array_equal(mask.apply(short), np.where(allowed[: n - 3], row[: n - 3], -np.inf))
+    assert masking.allowed_ids(words, n).tolist() == np.flatnonzero(allowed).tolist()
 
 
 # -- a toy vocabulary: 26 letters and an end token ---------------------------------------

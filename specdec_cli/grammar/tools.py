@@ -1,0 +1,876 @@
+"""Tool calls (OpenAI's `tools`) over a local model, per chat-template family: the prompt, the grammar, the parser.
+
+A chat request with tools becomes a `ToolPlan` (`plan`): the messages and tools to render with
+the model's chat template, a grammar that keeps every call valid JSON matching its function's
+parameters schema, and a parser per answer that turns the text back into OpenAI's
+`tool_calls`, streaming. The format is the one the model's family was trained on, found from
+its Jinja template's text as llama.cpp finds it (`family_of`):
+
+    hermes   (Hermes 2 Pro, Qwen 2.5/3)   <tool_call>\\n{"name": "f", "arguments": {...}}\\n</tool_call>  (one block per call)
+    mistral  (Mistral Nemo and later)     [TOOL_CALLS][{"name": "f", "arguments": {...}, "id": "a1b2c3d4e"}, ...]
+    llama3   (Llama 3.1+ JSON calling)    {"name": "f", "parameters": {...}}                         (the whole answer; one call)
+    generic  (any other template)         {"tool_calls": [{"name": "f", "arguments": {...}}, ...]} or {"response": "text"}
+
+hermes, mistral and llama3 templates render the tools themselves (the template's `tools`
+variable); for a generic template the tools and the answer's format are described in the
+system turn, the history's calls and results are written as JSON text, and consecutive turns of
+one role are merged (templates such as Gemma 3's refuse two user turns in a row).
+
+What the grammar allows, by tool_choice (`ToolChoice`): "none": no grammar, no tools shown,
+the answer is text. "auto": hermes and mistral: free text until the family's opener, a
+constrained call from there on, and after the last call nothing but whitespace; llama3: text
+that does not start with "{", or one call; generic: either JSON form. "required": one or more
+calls from the first token on. "function": the same, only that function. `parallel` false
+allows at most one call (llama3 has one anyway). Every call is `{"name": <the tool's name>,
+"arguments": <its parameters schema>}` in compile.JSON_LAYOUT, one `%json` per tool inside a
+Lark grammar, so that each tool keeps its own `strict` (false: llguidance's lenient mode). An
+opener that is one special token of the target's vocabulary (`special_id`) is written as the
+token (`<[id]>`), since a quoted string never matches a control token.
+
+The parser (`plan.parser()`) reads the answer as it streams, in pieces of any size, into
+ContentDelta / CallStart / ArgumentsDelta (the arguments' JSON text, as written), and `finish()`
+gives the `Reply`. Text is held back only while it may still become an opener, and whitespace
+until text follows it: whitespace before an opener, between calls and after the last call is
+the format's, not content. Special tokens must reach the parser as their text ("<tool_call>").
+Ids are the parser's own, made when a call's name is known ("call_" and 24 hex digits;
+Mistral: 9 alphanumerics): the id a Mistral model writes after the arguments is not used.
+
+    tools = tools_of([{"type": "function", "function": {"name": "weather", "parameters":
+                       {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])
+    p = plan([{"role": "user", "content": "Paris?"}], tools, ToolChoice.of("auto", tools), True, qwen_template)
+    p.family -> "hermes"; p.tools -> [tools[0].openai()]; p.grammar.kind -> "tools"
+    parser = p.parser()
+    parser.feed('Let me check.\\n<tool_call>\\n{"name": "weather", "argu')
+        -> [ContentDelta("Let me check."), CallStart(0, "call_…", "weather")]
+    parser.feed('ments": {"city": "Paris"}}\\n</tool_call>')  -> [ArgumentsDelta(0, '{"city": "Paris"}')]
+    parser.finish() -> Reply("Let me check.", [ToolCall("call_…", "weather", '{"city": "Paris"}')])
+
+An answer cut short (max_tokens) ends with what was complete: a call whose arguments object did
+not close is left out of `Reply.calls` (its CallStart and ArgumentsDelta have been streamed; the
+finish reason says the answer was cut), so every call there holds whole arguments (JSON, as
+the grammar made it). Where JSON was due and the text is not JSON (no grammar held it), the
+call is dropped and the text from there on is content.
+
+Left out: rendering the template (llama/chat_template.py), the vocabulary and which of its
+tokens are special (llama/model.py), running the grammar (guide.py), the wire format (serve/).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+import string
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence, Union
+
+import llguidance
+
+from ..errors import GrammarError
+from . import compile as gc
+
+FAMILIES = ("hermes", "llama3", "mistral", "generic")
+MODES = ("auto", "none", "required", "function")
+NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # OpenAI's rule for a function's name
+MISTRAL_ID = re.compile(r"[a-zA-Z0-9]{9}")  # Mistral's templates refuse any other tool-call id
+ALPHANUMERIC = string.ascii_letters + string.digits
+JSON_SEPARATORS = (gc.JSON_LAYOUT["item_separator"], gc.JSON_LAYOUT["key_separator"])
+
+
+# -- the request: tools and tool_choice ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One function the model may call: its name, what it does, and a JSON schema (an object) of its arguments."""
+
+    name: str
+    description: str
+    parameters: dict
+    strict: bool = False
+
+    @classmethod
+    def of(cls, value: Any, where: str = "tools[0]") -> "Tool":
+        """A tool from OpenAI's form {"type": "function", "function": {"name", "description", "parameters",
+        "strict"}}; GrammarError naming the field (`where`) that is wrong. A missing parameters schema
+        means no arguments; one without "type" is taken as an object's."""
+        if not isinstance(value, dict) or value.get("type", "function") != "function" or not isinstance(value.get("function"), dict):
+            raise GrammarError(f'{where} must be {{"type": "function", "function": {{"name": ..., "parameters": ...}}}}')
+        function = value["function"]
+        name = function.get("name")
+        if not isinstance(name, str) or not NAME.fullmatch(name):
+            raise GrammarError(f"{where}.function.name {name!r} is not a function name: use 1 to 64 letters, digits, '_' or '-'")
+        description = function.get("description") or ""
+        if not isinstance(description, str):
+            raise GrammarError(f"{where}.function.description must be a string")
+        strict = function.get("strict") or False
+        if not isinstance(strict, bool):
+            raise GrammarError(f"{where}.function.strict must be true or false")
+        parameters = function.get("parameters")
+        if parameters is None:
+            parameters = {"type": "object", "properties": {}}
+        if not isinstance(parameters, dict):
+            raise GrammarError(f"{where}.function.parameters must be a JSON schema object, not {type(parameters).__name__}")
+        if "type" not in parameters:
+            parameters = {"type": "object", **parameters}
+        if parameters["type"] != "object":
+            raise GrammarError(f'{where}.function.parameters must be a JSON schema of type "object", not {parameters["type"]!r}')
+        try:
+            gc.json_schema(parameters, strict)
+        except GrammarError as exc:
+            raise GrammarError(f"{where}.function.parameters: {exc}") from None
+        return cls(name, description, parameters, strict)
+
+    def function(self) -> dict:
+        """The function as OpenAI writes it: {"name", "description", "parameters"}."""
+        return {"name": self.name, "description": self.description, "parameters": self.parameters}
+
+    def openai(self) -> dict:
+        """The tool in OpenAI's form, as templates' `tools` variable expects it."""
+        return {"type": "function", "function": self.function()}
+
+
+def tools_of(value: Any) -> list[Tool]:
+    """A request's `tools` (OpenAI's form) as Tools; GrammarError naming the wrong field or a repeated name."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise GrammarError('tools must be a list of {"type": "function", "function": {...}} objects')
+    tools = [Tool.of(item, f"tools[{i}]") for i, item in enumerate(value)]
+    first: dict[str, int] = {}
+    for i, tool in enumerate(tools):
+        if tool.name in first:
+            raise GrammarError(f"tools[{i}].function.name {tool.name!r} is also the name of tools[{first[tool.name]}]: names must differ")
+        first[tool.name] = i
+    return tools
+
+
+@dataclass(frozen=True)
+class ToolChoice:
+    """What the answer may do (MODES): "auto" (text or calls), "none" (text), "required" (calls),
+    "function" (calls of the function `name` only)."""
+
+    mode: str
+    name: str | None = None
+
+    @classmethod
+    def of(cls, value: Any, tools: Sequence[Tool]) -> "ToolChoice":
+        """OpenAI's tool_choice: "auto", "none", "required", {"type": "function", "function": {"name": "f"}},
+        or None (auto where there are tools). "auto" without tools is "none"; GrammarError for the rest."""
+        names = [tool.name for tool in tools]
+        if value is None or value == "auto":
+            return cls("auto" if tools else "none")
+        if value == "none":
+            return cls("none")
+        if value == "required":
+            if not tools:
+                raise GrammarError('tool_choice is "required" but the request has no tools')
+            return cls("required")
+        if isinstance(value, dict) and value.get("type") == "function" and isinstance(value.get("function"), dict):
+            name = value["function"].get("name")
+            if not isinstance(name, str):
+                raise GrammarError("tool_choice.function.name must be a string")
+            if name not in names:
+                among = ", ".join(names) if names else "(none)"
+                raise GrammarError(f"tool_choice names the function {name!r}, which is not among the tools: {among}")
+            return cls("function", name)
+        raise GrammarError(
+            f'tool_choice must be "auto", "none", "required" or {{"type": "function", "function": {{"name": ...}}}}, not {json.dumps(value)[:80]}'
+        )
+
+
+def family_of(template: str | None) -> str:
+    """The tool-call format a chat template's text shows (FAMILIES), found as llama.cpp finds it.
+
+    Example: a template holding "<tool_call>" -> "hermes"; ChatML without tools -> "generic".
+    """
+    if not template:
+        return "generic"
+    if "<tool_call>" in template:
+        return "hermes"
+    if "[TOOL_CALLS]" in template:
+        return "mistral"
+    if "<|start_header_id|>" in template and ("ipython" in template or re.search(r"\btools\b", template)):
+        return "llama3"
+    return "generic"
+
+
+# -- the plan, and what its parser gives back ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ContentDelta:
+    """Answer text for the user."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class CallStart:
+    """Call `index` begins: its id and the function's name."""
+
+    index: int
+    id: str
+    name: str
+
+
+@dataclass(frozen=True)
+class ArgumentsDelta:
+    """A piece of call `index`'s arguments (JSON text); the pieces joined are the arguments object."""
+
+    index: int
+    text: str
+
+
+Delta = Union[ContentDelta, CallStart, ArgumentsDelta]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One finished call: `arguments` is the JSON text of its arguments object."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A whole answer: its text (None where there are calls and no text) and its complete calls."""
+
+    content: str | None
+    calls: list[ToolCall]
+
+
+@dataclass(frozen=True)
+class ToolPlan:
+    """What a chat request with tools becomes: the messages and tools to render (`tools` None: render
+    none), the grammar of the answer (None: free text), and `parser()` for each answer."""
+
+    family: str
+    messages: list[dict]
+    tools: list[dict] | None
+    grammar: gc.Grammar | None
+    choice: ToolChoice
+
+    def parser(self, new_id: Callable[[], str] | None = None) -> "ToolParser":
+        """A fresh parser for one answer; `new_id` makes each call's id (default: random, the family's form)."""
+        if self.choice.mode == "none":
+            return ToolParser(None, new_id or _new_id(self.family))
+        return ToolParser(_FORMATS[self.family], new_id or _new_id(self.family))
+
+
+def plan(
+    messages: Sequence[dict],
+    tools: Sequence[Tool],
+    choice: ToolChoice,
+    parallel: bool = True,
+    template: str | None = None,
+    special_id: Callable[[str], int | None] | None = None,
+) -> ToolPlan:
+    """A chat request with tools, for a model whose chat template is `template`.
+
+    `messages` are Hugging Face's dicts: assistant `tool_calls` [{"id", "type": "function",
+    "function": {"name", "arguments": {...}}}], `tool` messages with `tool_call_id` and content (a
+    string or None). `special_id(text)` is the id of the one special token whose text is `text`,
+    or None. GrammarError where the grammar cannot be built.
+    """
+    family = family_of(template)
+    if choice.mode != "none" and not tools:
+        raise GrammarError(f"tool_choice {choice.mode!r} needs tools, and the request has none")
+    shown = [tool.openai() for tool in tools] if choice.mode != "none" else None
+    if family == "generic":
+        rendered = _generic_history(messages)
+        if shown is not None:
+            rendered = _with_system(rendered, _generic_prompt(tools, choice, parallel))
+        rendered, shown = _merged(rendered), None
+    elif family == "mistral":
+        rendered = _mistral_ids(messages)
+    else:
+        rendered = [dict(message) for message in messages]
+    grammar = None
+    if choice.mode != "none":
+        allowed = [tool for tool in tools if choice.mode != "function" or tool.name == choice.name]
+        grammar = _grammar(family, allowed, choice.mode == "auto", parallel, special_id or (lambda text: None))
+    return ToolPlan(family, rendered, shown, grammar, choice)
+
+
+# -- messages ---------------------------------------------------------------------------------------
+
+
+def _json(value: Any) -> str:
+    """JSON text in the answer's layout (compile.JSON_LAYOUT), non-ASCII kept."""
+    return json.dumps(value, ensure_ascii=False, separators=JSON_SEPARATORS)
+
+
+def _calls_of(message: dict, where: str) -> list[tuple[str | None, str, Any]]:
+    """An assistant message's tool calls as (id, name, arguments); GrammarError naming a malformed one."""
+    calls = message.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise GrammarError(f"{where}.tool_calls must be a list")
+    out = []
+    for j, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise GrammarError(f'{where}.tool_calls[{j}] must be {{"id": ..., "type": "function", "function": {{"name": ..., "arguments": ...}}}}')
+        arguments = function.get("arguments", {})
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                pass  # kept as the text it is
+        out.append((call.get("id"), function["name"], arguments))
+    return out
+
+
+def _text(content: Any) -> str:
+    return "" if content is None else content if isinstance(content, str) else _json(content)
+
+
+def _generic_history(messages: Sequence[dict]) -> list[dict]:
+    """The history for a template that knows no tools: an assistant's calls become its content
+    '{"tool_calls": [{"name", "arguments", "id"}]}' (after its text, if any), a tool's result a
+    user turn '{"tool_response": {"tool", "tool_call_id", "content"}}'.
+
+    Example: [{"role": "tool", "tool_call_id": "c1", "name": "f", "content": "7"}]
+    -> [{"role": "user", "content": '{"tool_response": {"tool": "f", "tool_call_id": "c1", "content": "7"}}'}]
+    """
+    names: dict[str, str] = {}  # call id -> function name, for tool messages that do not name theirs
+    out = []
+    for i, message in enumerate(messages):
+        role, content = message.get("role"), message.get("content")
+        if role == "assistant" and message.get("tool_calls"):
+            calls = []
+            for call_id, name, arguments in _calls_of(message, f"messages[{i}]"):
+                calls.append({"name": name, "arguments": arguments} | ({"id": call_id} if call_id else {}))
+                if call_id:
+                    names[call_id] = name
+            text = "\n\n".join(part for part in (_text(content), _json({"tool_calls": calls})) if part)
+            out.append({"role": "assistant", "content": text})
+        elif role == "tool":
+            call_id = message.get("tool_call_id")
+            name = message.get("name") or names.get(call_id, "")
+            response = {"tool": name, "tool_call_id": call_id, "content": _text(content)}
+            out.append({"role": "user", "content": _json({"tool_response": response})})
+        else:
+            out.append({"role": role, "content": content})
+    return out
+
+
+def _with_system(messages: list[dict], text: str) -> list[dict]:
+    """`text` before the first system message's content, or as a system message of its own first."""
+    if messages and messages[0]["role"] == "system":
+        own = _text(messages[0]["content"])
+        return [{"role": "system", "content": f"{text}\n\n{own}" if own else text}] + messages[1:]
+    return [{"role": "system", "content": text}] + messages
+
+
+def _merged(messages: list[dict]) -> list[dict]:
+    """Consecutive messages of one role as one, contents joined by a blank line.
+    Example: user "a", user "b", assistant "c" -> user "a\\n\\nb", assistant "c"."""
+    out: list[dict] = []
+    for message in messages:
+        if out and out[-1]["role"] == message["role"]:
+            parts = [part for part in (_text(out[-1]["content"]), _text(message["content"])) if part]
+            out[-1] = {"role": message["role"], "content": "\n\n".join(parts)}
+        else:
+            out.append(dict(message))
+    return out
+
+
+def _generic_prompt(tools: Sequence[Tool], choice: ToolChoice, parallel: bool) -> str:
+    """The system turn's description of the tools and of the answer's format, for a generic template."""
+    call = '{"name": <tool name>, "arguments": <arguments object>}'
+    calls = f'{{"tool_calls": [{call}, ...]}}' if parallel else f'{{"tool_calls": [{call}]}}'
+    which = {"auto": "", "required": " one or more of the tools" if parallel else " one of the tools",
+             "function": f" the tool {choice.name}"}[choice.mode]  # fmt: skip
+    if choice.mode == "auto":
+        answer = f'Answer with one JSON object: {calls} to call tools, or {{"response": "<your answer>"}} to answer directly.'
+    else:
+        answer = f"Answer with one JSON object, {calls}, calling{which}."
+    return "\n".join(
+        ["You can call these tools (each one's name, what it does, and the JSON schema of its arguments):", ""]
+        + [_json(tool.function()) for tool in tools]
+        + ["", answer, 'Results of calls come back as {"tool_response": {"tool": <tool name>, "tool_call_id": <id>, "content": <result>}}.']
+    )
+
+
+def _mistral_id(call_id: Any) -> Any:
+    """A tool-call id as Mistral's templates accept it: 9 letters or digits; others are mapped to such
+    an id by their hash, so the same id always maps to the same one. Example: "call_1" -> 9 alphanumerics."""
+    if not isinstance(call_id, str) or MISTRAL_ID.fullmatch(call_id):
+        return call_id
+    number = int.from_bytes(hashlib.sha256(call_id.encode()).digest()[:8], "big")
+    chars = []
+    for _ in range(9):
+        number, digit = divmod(number, len(ALPHANUMERIC))
+        chars.append(ALPHANUMERIC[digit])
+    return "".join(chars)
+
+
+def _mistral_ids(messages: Sequence[dict]) -> list[dict]:
+    """The messages with every tool-call id (assistant calls and tool results) as `_mistral_id` makes it."""
+    out = []
+    for message in messages:
+        message = dict(message)
+        if message.get("tool_calls"):
+            message["tool_calls"] = [
+                {**call, "id": _mistral_id(call.get("id"))} if isinstance(call, dict) else call for call in message["tool_calls"]
+            ]
+        if "tool_call_id" in message:
+            message["tool_call_id"] = _mistral_id(message["tool_call_id"])
+        out.append(message)
+    return out
+
+
+# -- the grammar ------------------------------------------------------------------------------------
+
+
+def _refs_under(schema: Any, key: str) -> Any:
+    """`schema` with each local "$ref" ("#..." ) pointing below `key` of the wrapping call object, so
+    that a parameters schema's refs ("#/$defs/x", "#") still resolve once it is embedded."""
+    if isinstance(schema, list):
+        return [_refs_under(item, key) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for name, value in schema.items():
+        if name == "$ref" and isinstance(value, str) and value.startswith("#"):
+            out[name] = f"#/properties/{key}{value[1:]}"
+        elif name in ("const", "enum", "default", "examples"):
+            out[name] = value  # values, not schemas
+        else:
+            out[name] = _refs_under(value, key)
+    return out
+
+
+def _call_schema(tool: Tool, key: str, with_id: bool) -> dict:
+    """The JSON schema of one call of `tool`: {"name": <const>, key: <its parameters>} (Mistral: and "id"),
+    in compile.JSON_LAYOUT, lenient unless the tool is strict."""
+    properties: dict[str, Any] = {"name": {"const": tool.name}, key: _refs_under(tool.parameters, key)}
+    if with_id:
+        properties["id"] = {"type": "string", "pattern": "^[a-zA-Z0-9]{9}$"}
+    return {
+        "x-guidance": {**gc.JSON_LAYOUT, "lenient": not tool.strict},
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+def _grammar(family: str, tools: Sequence[Tool], auto: bool, parallel: bool, special_id: Callable[[str], int | None]) -> gc.Grammar:
+    """The checked Lark grammar of an answer (see the module docstring for what each family allows)."""
+
+    def literal(text: str) -> str:
+        token = special_id(text)
+        return f"<[{token}]>" if token is not None else json.dumps(text)
+
+    key = "parameters" if family == "llama3" else "arguments"
+    rules = [f"call_{i}: %json {json.dumps(_call_schema(tool, key, family == 'mistral'), ensure_ascii=False)}" for i, tool in enumerate(tools)]
+    rules.append("call: " + " | ".join(f"call_{i}" for i in range(len(tools))))
+    rules += ["TEXT: /(.|\\n)*/", "WS: /[ \\t\\r\\n]*/"]
+    if family in ("hermes", "mistral"):
+        opener = "<tool_call>" if family == "hermes" else "[TOOL_CALLS]"
+        if family == "hermes":
+            body = f'"\\n" call "\\n" {literal("</tool_call>")}'
+            rest = f"(WS {literal(opener)} {body})* WS" if parallel else "WS"
+        else:
+            body = '" "? "[" call (", " call)* "]"' if parallel else '" "? "[" call "]"'
+            rest = "WS"
+        if not auto:
+            start = f"{literal(opener)} {body} {rest}"
+        elif special_id(opener) is not None:
+            start = f"TEXT | TEXT {literal(opener)} {body} {rest}"
+        else:  # a lazy lexeme: any text, ended by the first opener (llguidance's docs/syntax.md, "Tool calling")
+            rules.append(f"opener[lazy]: TEXT {json.dumps(opener)}")
+            start = f"TEXT | opener {body} {rest}"
+    elif family == "llama3":
+        rules.append("NOT_A_CALL: /([^{](.|\\n)*)?/")
+        start = "NOT_A_CALL | call" if auto else "call"
+    else:
+        calls = '"{\\"tool_calls\\": [" call (", " call)* "]}"' if parallel else '"{\\"tool_calls\\": [" call "]}"'
+        rules.append('response: %json {"type": "string"}')
+        start = f'{calls} | "{{\\"response\\": " response "}}"' if auto else calls
+    text = "\n".join(["%llguidance {}", f"start: {start}"] + rules) + "\n"
+    if len(text) > gc.MAX_GRAMMAR_CHARS:
+        raise GrammarError(f"the tool list's grammar is {len(text):,} characters; at most {gc.MAX_GRAMMAR_CHARS:,} are accepted (MAX_GRAMMAR_CHARS)")
+    try:
+        source = llguidance.LLMatcher.grammar_from_lark(text)
+    except ValueError as exc:
+        raise GrammarError(f"the tool list cannot be used: {exc}") from None
+    return gc.check(gc.Grammar("tools", source))
+
+
+# -- the parser -------------------------------------------------------------------------------------
+
+
+def _new_id(family: str) -> Callable[[], str]:
+    """Random call ids in the family's form: Mistral's 9 alphanumerics, else "call_" and 24 hex digits."""
+    if family == "mistral":
+        return lambda: "".join(secrets.choice(ALPHANUMERIC) for _ in range(9))
+    return lambda: "call_" + secrets.token_hex(12)
+
+
+@dataclass(frozen=True)
+class _Format:
+    """Where a family's calls sit in its answer."""
+
+    opener: str | None  # the text that starts the calls; None: the answer is JSON if it starts with "{", else text
+    closer: str | None  # the text after each call's JSON (hermes)
+    calls_at: tuple[str, ...]  # the path of call objects in the JSON value ("[]": an array's item)
+    arguments: str  # the key of a call's arguments
+    content_at: tuple[str, ...] | None = None  # the path of a string that is the answer's text (generic)
+
+
+_FORMATS = {
+    "hermes": _Format("<tool_call>", "</tool_call>", (), "arguments"),
+    "mistral": _Format("[TOOL_CALLS]", None, ("[]",), "arguments"),
+    "llama3": _Format(None, None, (), "parameters"),
+    "generic": _Format(None, None, ("tool_calls", "[]"), "arguments", ("response",)),
+}
+
+
+@dataclass
+class _Call:
+    index: int = -1  # set by its CallStart
+    id: str = ""
+    name: list[str] = field(default_factory=list)
+    named: bool = False  # the name's string has ended
+    arguments: list[str] = field(default_factory=list)
+    complete: bool = False  # the arguments' value has ended
+
+
+class ToolParser:
+    """One answer, read as it streams: `feed` each piece, `end` for what was held back, `finish` for the Reply."""
+
+    def __init__(self, form: _Format | None, new_id: Callable[[], str]) -> None:
+        self.form = form  # None: tool_choice none, all text
+        self.new_id = new_id
+        self.state = "start" if form is not None and form.opener is None else "text"
+        self.held = ""  # text that may still be an opener, or whitespace that may be the format's
+        self.closing = ""  # the part of the closer read so far
+        self.scan: _JsonScan | None = None
+        self.calls: list[_Call] = []
+        self.started: list[_Call] = []  # calls with a CallStart, in index order
+        self.capturing: _Call | None = None  # the call whose arguments' value is being read
+        self.content: list[str] = []
+        self.out: list[tuple[Delta, list[str]]] = []  # this piece's deltas, each with the text that follows its own
+        self.ended = False
+
+    # what comes out
+
+    def _emit(self, delta: Delta) -> None:
+        """Add a delta to this piece's; text of consecutive content (or one call's arguments) is joined."""
+        if isinstance(delta, (ContentDelta, ArgumentsDelta)) and not delta.text:
+            return
+        if isinstance(delta, ContentDelta):
+            self.content.append(delta.text)
+        last = self.out[-1] if self.out else None
+        if isinstance(delta, CallStart) or last is None or type(last[0]) is not type(delta) or (
+            isinstance(delta, ArgumentsDelta) and last[0].index != delta.index
+        ):
+            self.out.append((delta, []))
+        else:
+            last[1].append(delta.text)
+
+    def _taken(self) -> list[Delta]:
+        """This piece's deltas, each run of text joined."""
+        out = []
+        for delta, more in self.out:
+            if more and isinstance(delta, ContentDelta):
+                delta = ContentDelta(delta.text + "".join(more))
+            elif more and isinstance(delta, ArgumentsDelta):
+                delta = ArgumentsDelta(delta.index, delta.text + "".join(more))
+            out.append(delta)
+        self.out = []
+        return out
+
+    def feed(self, text: str) -> list[Delta]:
+        """The deltas that `text`, the answer's next piece, makes known."""
+        assert not self.ended, "feed after end"
+        if self.form is None:
+            self._emit(ContentDelta(text))
+            return self._taken()
+        for ch in text:
+            self._char(ch)
+        return self._taken()
+
+    def end(self) -> list[Delta]:
+        """The answer has ended: the deltas of what was held back (text that did not become an opener,
+        whitespace that turned out to be content)."""
+        if not self.ended:
+            self.ended = True
+            if self.held and not (self.started and not self.held.strip()):
+                self._emit(ContentDelta(self.held))
+            self.held = ""
+        return self._taken()
+
+    def finish(self) -> Reply:
+        """The whole answer: its text and its complete calls (see the module docstring on answers cut short)."""
+        self.end()
+        calls = [ToolCall(call.id, "".join(call.name), "".join(call.arguments)) for call in self.started if call.complete]
+        content = "".join(self.content)
+        return Reply(None if calls and not content.strip() else content, calls)
+
+    # reading, one character at a time
+
+    def _char(self, ch: str) -> None:
+        form = self.form
+        assert form is not None
+        if self.state == "start":  # llama3, generic: JSON if the answer starts with "{"
+            if ch == "{":
+                self._open_json()
+                self._json(ch)
+            else:
+                self.state = "text"
+                self._text(ch)
+        elif self.state == "text":
+            self._text(ch)
+        elif self.state == "json":
+            self._json(ch)
+        elif self.state == "close":
+            self._close(ch)
+        else:  # "rest": after a JSON value that went wrong, all text
+            self._emit(ContentDelta(ch))
+
+    def _text(self, ch: str) -> None:
+        """Free text: content, but for a possible opener's start and whitespace, which are held."""
+        self.held += ch
+        opener = self.form.opener if self.form else None
+        if opener and self.held.endswith(opener):
+            before = self.held[: -len(opener)]
+            self._emit(ContentDelta(before[: len(before.rstrip())]))  # whitespace before an opener is the format's
+            self.held = ""
+            self._open_json()
+            return
+        keep = 0
+        if opener:
+            keep = next((k for k in range(min(len(opener) - 1, len(self.held)), 0, -1) if opener.startswith(self.held[-k:])), 0)
+        head = self.held[: len(self.held) - keep]
+        text = head.rstrip()
+        self._emit(ContentDelta(text))
+        self.held = self.held[len(text) :]
+
+    def _open_json(self) -> None:
+        self.state = "json"
+        self.scan = _JsonScan()
+
+    def _close(self, ch: str) -> None:
+        """After a hermes call: whitespace, then the closer; anything else is text again."""
+        closer = self.form.closer if self.form else None
+        assert closer is not None
+        if not self.closing and ch.isspace():
+            return
+        self.closing += ch
+        if self.closing == closer:
+            self.closing, self.state = "", "text"
+        elif not closer.startswith(self.closing):
+            pending, self.closing, self.state = self.closing, "", "text"
+            for c in pending:
+                self._text(c)
+
+    def _json(self, ch: str) -> None:
+        form, scan = self.form, self.scan
+        assert form is not None and scan is not None
+        belongs = self.capturing is not None
+        for event in scan.feed(ch):
+            kind, path = event[0], event[1]
+            if kind == "begin":
+                if path == form.calls_at and ch == "{":
+                    self.calls.append(_Call())
+                elif self._in_call(path, form.arguments):
+                    self.capturing, belongs = self.calls[-1], True
+            elif kind == "chars":
+                if self._in_call(path, "name"):
+                    self.calls[-1].name.append(event[2])
+                elif path == form.content_at:
+                    self._emit(ContentDelta(event[2]))
+            elif kind == "end":
+                if self._in_call(path, "name"):
+                    self._named(self.calls[-1])
+                elif self._in_call(path, form.arguments):
+                    if not event[2]:
+                        belongs = False  # a scalar ends on the character after it
+                    self.capturing.complete = True
+                    self.capturing = None
+                if not path:  # the answer's JSON value has ended
+                    self.state = "close" if form.closer else "text"
+            elif kind == "error":
+                self.capturing = None
+                self.state = "rest"
+                self._emit(ContentDelta(ch))
+                return
+        if belongs:
+            call = self.calls[-1]
+            call.arguments.append(ch)
+            if call.named:
+                self._emit(ArgumentsDelta(call.index, ch))
+
+    def _named(self, call: _Call) -> None:
+        """The call's name is known: its CallStart, then any arguments read before it."""
+        if not call.named:
+            call.named = True
+            call.index, call.id = len(self.started), self.new_id()
+            self.started.append(call)
+            self._emit(CallStart(call.index, call.id, "".join(call.name)))
+            if call.arguments:
+                self._emit(ArgumentsDelta(call.index, "".join(call.arguments)))
+
+    def _in_call(self, path: tuple, key: str) -> bool:
+        form = self.form
+        assert form is not None
+        return bool(self.calls) and len(path) == len(form.calls_at) + 1 and path[:-1] == form.calls_at and path[-1] == key
+
+
+class _JsonScan:
+    """An incremental JSON reader, one character at a time, that says where values begin and end.
+
+    `feed(ch)` returns events: ("begin", path) a value starts with this character; ("end", path,
+    inclusive) a value ended (inclusive: this character is its last; a number or literal ends on
+    the character after it); ("chars", path, text) decoded characters of a string value;
+    ("error", path) the text is not JSON. A path is the keys down to the value, "[]" for an
+    array's item. Example: feeding '{"a": [1]}' gives ("begin", ()), ("begin", ("a",)),
+    ("begin", ("a", "[]")), ("end", ("a", "[]"), False), ("end", ("a",), True), ("end", (), True).
+    """
+
+    ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+    def __init__(self) -> None:
+        self.stack: list[str] = []  # open containers, "{" or "["
+        self.keys: list[str] = []  # per open container: the current key ("[]" in arrays)
+        self.state = "value"
+        self.is_key = False
+        self.key: list[str] = []
+        self.hex = ""
+        self.high: int | None = None  # a \\uD8xx escape waiting for its low surrogate
+
+    def path(self) -> tuple[str, ...]:
+        return tuple(self.keys)
+
+    def feed(self, ch: str) -> list[tuple]:
+        events: list[tuple] = []
+        self._step(ch, events)
+        return events
+
+    def _step(self, ch: str, events: list[tuple]) -> None:
+        state = self.state
+        if state in ("value", "first_item"):
+            if ch.isspace():
+                return
+            if state == "first_item" and ch == "]":
+                self._close(ch, events)
+            elif ch in "{[":
+                events.append(("begin", self.path()))
+                self.stack.append(ch)
+                self.keys.append("" if ch == "{" else "[]")
+                self.state = "first_key" if ch == "{" else "first_item"
+            elif ch == '"':
+                events.append(("begin", self.path()))
+                self.state, self.is_key = "string", False
+            elif ch in "-0123456789tfn":
+                events.append(("begin", self.path()))
+                self.state = "scalar"
+            else:
+                self._error(events)
+        elif state in ("key", "first_key"):
+            if ch.isspace():
+                return
+            if ch == '"':
+                self.state, self.is_key, self.key = "string", True, []
+            elif state == "first_key" and ch == "}":
+                self._close(ch, events)
+            else:
+                self._error(events)
+        elif state == "colon":
+            if ch == ":":
+                self.state = "value"
+            elif not ch.isspace():
+                self._error(events)
+        elif state == "after":
+            if ch.isspace():
+                return
+            if ch == "," and self.stack:
+                self.state = "key" if self.stack[-1] == "{" else "value"
+            elif ch in "}]":
+                self._close(ch, events)
+            else:
+                self._error(events)
+        elif state == "string":
+            if ch == '"':
+                self._string_char(None, events)
+                if self.is_key:
+                    self.keys[-1] = "".join(self.key)
+                    self.state = "colon"
+                else:
+                    self._ended(events, True)
+            elif ch == "\\":
+                self.state = "escape"
+            else:
+                self._string_char(ch, events)
+        elif state == "escape":
+            if ch == "u":
+                self.state, self.hex = "unicode", ""
+            elif ch in self.ESCAPES:
+                self.state = "string"
+                self._string_char(self.ESCAPES[ch], events)
+            else:
+                self._error(events)
+        elif state == "unicode":
+            if ch not in string.hexdigits:
+                self._error(events)
+                return
+            self.hex += ch
+            if len(self.hex) == 4:
+                self.state = "string"
+                self._unit(int(self.hex, 16), events)
+        elif state == "scalar":
+            if ch.isalnum() or ch in "+-.":
+                return
+            self._ended(events, False)
+            self._step(ch, events)
+        elif state == "done":
+            if not ch.isspace():
+                self._error(events)
+        # "error": nothing more
+
+    def _unit(self, unit: int, events: list[tuple]) -> None:
+        """One \\uXXXX escape: a character, or half of a surrogate pair (a lone half reads as U+FFFD)."""
+        if 0xD800 <= unit < 0xDC00:
+            self._string_char(None, events)
+            self.high = unit
+        elif 0xDC00 <= unit < 0xE000 and self.high is not None:
+            pair = 0x10000 + ((self.high - 0xD800) << 10) + (unit - 0xDC00)
+            self.high = None
+            self._string_char(chr(pair), events)
+        else:
+            self._string_char("\ufffd" if 0xD800 <= unit < 0xE000 else chr(unit), events)
+
+    def _string_char(self, text: str | None, events: list[tuple]) -> None:
+        """Decoded text of the string being read (None: only settle a waiting high surrogate)."""
+        if self.high is not None:
+            self.high = None
+            self._string_char("\ufffd", events)
+        if text is None:
+            return
+        if self.is_key:
+            self.key.append(text)
+        else:
+            events.append(("chars", self.path(), text))
+
+    def _close(self, ch: str, events: list[tuple]) -> None:
+        if not self.stack or {"{": "}", "[": "]"}[self.stack[-1]] != ch:
+            self._error(events)
+            return
+        self.stack.pop()
+        self.keys.pop()
+        self._ended(events, True)
+
+    def _ended(self, events: list[tuple], inclusive: bool) -> None:
+        events.append(("end", self.path(), inclusive))
+        self.state = "after" if self.stack else "done"
+
+    def _error(self, events: list[tuple]) -> None:
+        self.state = "error"
+        events.append(("error", self.path()))
