@@ -75,10 +75,16 @@ def _bounded(text: str, kind: str) -> str:
 
 def check(grammar: Grammar, tokenizer: llguidance.LLTokenizer | None = None) -> Grammar:
     """The grammar, once llguidance has compiled it within LIMITS (over `tokenizer`'s vocabulary if
-    given); GrammarError with llguidance's reason otherwise."""
+    given, and computed its first mask there: llguidance builds its lexer lazily, so that is where
+    a limit is met first); GrammarError with llguidance's reason otherwise."""
     failed, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar.source, tokenizer, limits=LIMITS)
     if failed:
         raise GrammarError(f"the {describe(grammar.kind)} cannot be used: {_reason(messages[0])}")
+    if tokenizer is not None:
+        matcher = grammar.matcher(tokenizer)
+        matcher.compute_bitmask()
+        if matcher.is_error():
+            raise GrammarError(f"the {describe(grammar.kind)} cannot be used: {_reason(matcher.get_error())}")
     return grammar
 
 

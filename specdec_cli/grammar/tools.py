@@ -22,7 +22,8 @@ constrained call from there on, and after the last call nothing but whitespace; 
 that does not start with "{", or one call; generic: either JSON form. "required": one or more
 calls from the first token on. "function": the same, only that function. `parallel` false
 allows at most one call (llama3 has one anyway). Every call is `{"name": <the tool's name>,
-"arguments": <its parameters schema>}` in compile.JSON_LAYOUT, one `%json` per tool inside a
+"arguments": <its parameters schema>}` in compile.JSON_LAYOUT (objects that do not say otherwise
+take only the properties they name: `closed`), one `%json` per tool inside a
 Lark grammar, so that each tool keeps its own `strict` (false: llguidance's lenient mode). An
 opener that is one special token of the target's vocabulary (`special_id`) is written as the
 token (`<[id]>`), since a quoted string never matches a control token.
@@ -116,6 +117,7 @@ class Tool:
             parameters = {"type": "object", **parameters}
         if parameters["type"] != "object":
             raise GrammarError(f'{where}.function.parameters must be a JSON schema of type "object", not {parameters["type"]!r}')
+        parameters = closed(parameters)
         try:
             gc.json_schema(parameters, strict)
         except GrammarError as exc:
@@ -129,6 +131,21 @@ class Tool:
     def openai(self) -> dict:
         """The tool in OpenAI's form, as templates' `tools` variable expects it."""
         return {"type": "function", "function": self.function()}
+
+
+def closed(schema: Any) -> Any:
+    """A parameters schema whose objects take only the properties they name, where they do not say
+    otherwise (additionalProperties absent): a call's arguments are the function's, and a small
+    model left free to add keys may add them without end. Example: {"type": "object", "properties":
+    {}} -> {"type": "object", "properties": {}, "additionalProperties": False}."""
+    if isinstance(schema, list):
+        return [closed(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: closed(value) for key, value in schema.items()}
+    if (out.get("type") == "object" or "properties" in out) and "additionalProperties" not in out and "patternProperties" not in out:
+        out["additionalProperties"] = False
+    return out
 
 
 def tools_of(value: Any) -> list[Tool]:

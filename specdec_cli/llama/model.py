@@ -22,6 +22,7 @@ import ctypes
 import functools
 import logging
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -311,7 +312,9 @@ class LlamaModel:
         from llguidance.llamacpp import lltokenizer_from_vocab  # imports llama_cpp: it belongs here
 
         ends = [t for t in range(self.n_vocab) if lc.llama_vocab_is_eog(self._vocab, t)]
-        return lltokenizer_from_vocab(self._vocab, eos_token=ends or None)
+        with warnings.catch_warnings():  # it reads each token's attributes by a name llama-cpp-python deprecates: a warning per token
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return lltokenizer_from_vocab(self._vocab, eos_token=ends or None)
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")

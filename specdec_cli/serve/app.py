@@ -333,7 +333,7 @@ def create_app(
         if isinstance(first, Failed):
             raise _from_specdec(first.error)
         assert isinstance(first, Started), first
-        reply = Answer(kind=kind, model=alias, settings=settings, cached_tokens=first.cached_tokens, parser=parser)
+        reply = Answer(kind=kind, model=alias, settings=settings, cached_tokens=first.cached_tokens, parser=parser, spell=worker.special_text)
         if settings.stream:
             return StreamingResponse(stream(request, job, reply, timing), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         try:

@@ -170,13 +170,17 @@ class _Common(BaseModel):
         extra = self.model_extra or {}
         return out + [name for name in REFUSED if name in extra and extra[name] not in REFUSED[name]]
 
+    def constraints(self) -> list[str]:
+        """The constraint fields the request sets (response_format of type text is none)."""
+        given = [name for name in ("response_format", "json_schema", "grammar") if getattr(self, name) is not None]
+        if self.response_format is not None and self.response_format.type == "text":
+            given.remove("response_format")
+        return given
+
     def grammar_of(self, tokenizer=None) -> Grammar | None:
         """The request's constraint compiled (at most one of response_format, json_schema, grammar),
         checked over the target's vocabulary where `tokenizer` is given; None for free text."""
-        given = [name for name in ("response_format", "json_schema", "grammar") if getattr(self, name) is not None]
-        fmt = self.response_format
-        if fmt is not None and fmt.type == "text":
-            given.remove("response_format")
+        given, fmt = self.constraints(), self.response_format
         if len(given) > 1:
             raise BadSetting(given[1], f"cannot be combined with {given[0]}: give one constraint per request")
         if not given:
@@ -319,9 +323,9 @@ class Settings:
             name = unsupported[0]
             raise BadSetting(name, "is not supported by specdec serve (one answer per request; no penalties, logit_bias, functions, audio or echo)")
         tools = request.tool_request() if isinstance(request, ChatRequest) else None
+        if tools is not None and tools.choice.mode != "none" and request.constraints():
+            raise BadSetting(request.constraints()[0], "cannot be combined with tools: the reply is a tool call or free text (or send tool_choice none)")
         grammar = request.grammar_of(tokenizer)
-        if tools is not None and tools.choice.mode != "none" and grammar is not None:
-            raise BadSetting("response_format", "cannot be combined with tools: the reply is a tool call or free text (or send tool_choice none)")
         max_tokens = request.max_tokens
         if isinstance(request, ChatRequest) and request.max_completion_tokens is not None:
             max_tokens = request.max_completion_tokens

@@ -40,11 +40,12 @@ import math
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ..decoding.consume import Outcome
 from ..decoding.stats import RunStats
 from ..events import Rejected, Round, Token
-from ..grammar.tools import ArgumentsDelta, CallStart, ContentDelta, Reply
+from ..grammar.tools import ArgumentsDelta, CallStart, ContentDelta, ToolParser
 from .types import Settings
 
 FINISH_REASONS = {"eog": "stop", "stop": "stop", "max_tokens": "length", "context_full": "length", "time_limit": "length"}
@@ -131,8 +132,8 @@ class Answer:
     created: int = field(default_factory=lambda: int(time.time()))
     entries: list[dict] = field(default_factory=list)  # logprob entries so far
     offset: int = 0  # characters of the logprob entries so far (the legacy endpoint's next text_offset)
-    parser: object | None = None  # a chat with tools: grammar/tools.py's parser of this answer (feed, finish)
-    calls_seen: int = 0  # tool calls begun so far (streaming)
+    parser: ToolParser | None = None  # a chat with tools: grammar/tools.py's parser of this answer
+    spell: Callable[[int], str] | None = None  # the text of a special token (a family's call opener), which Token.text leaves out
 
     def __post_init__(self) -> None:
         self.id = ("chatcmpl-" if self.kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
@@ -169,7 +170,10 @@ class Answer:
                 logprobs = {"content": [entry]} if self.kind == "chat" else completion_logprobs([entry], self.offset)
                 self.offset += len(entry["token"])
             if self.parser is not None:
-                chunk = self._envelope([{"index": 0, "delta": self._delta(self.parser.feed(event.text)), "logprobs": logprobs, "finish_reason": None}])
+                delta = self._delta(self.parser.feed(self._parsed(event)))
+                if not delta and logprobs is None and not self.settings.events:
+                    return None  # the call format's own text (braces, keys): nothing for the client yet
+                chunk = self._envelope([{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": None}])
             else:
                 chunk = self._envelope([self._choice(event.text, None, logprobs)])
             if self.settings.events:
@@ -184,6 +188,10 @@ class Answer:
             return self._envelope([], specdec={"round": figures})
         return None
 
+    def _parsed(self, token: Token) -> str:
+        """What the tool-call parser reads of a token: its text, or a special token's own (an opener)."""
+        return token.text or (self.spell(token.id) if self.spell is not None else "")
+
     def _delta(self, deltas: list) -> dict:
         """One chunk's `delta` from the parser's deltas: content joined, tool call pieces by index."""
         out: dict = {}
@@ -193,7 +201,6 @@ class Answer:
         calls = []
         for d in deltas:
             if isinstance(d, CallStart):
-                self.calls_seen = max(self.calls_seen, d.index + 1)
                 calls.append({"index": d.index, "id": d.id, "type": "function", "function": {"name": d.name, "arguments": ""}})
             elif isinstance(d, ArgumentsDelta):
                 if calls and calls[-1]["index"] == d.index:
@@ -213,11 +220,10 @@ class Answer:
         the usage chunk with no choices."""
         out = []
         if self.parser is not None:
-            reply: Reply = self.parser.finish()
-            rest = self._delta(getattr(reply, "deltas", []))
+            rest = self._delta(self.parser.end())
             if rest:
                 out.append(self._envelope([{"index": 0, "delta": rest, "logprobs": None, "finish_reason": None}]))
-            reason = self._reason(outcome, len(reply.calls))
+            reason = self._reason(outcome, len(self.parser.finish().calls))
         else:
             reason = FINISH_REASONS.get(outcome.stats.finish_reason, "stop")
         out.append(self._envelope([self._choice(None if self.kind == "chat" else "", reason, None)]))
@@ -235,8 +241,7 @@ class Answer:
         if self.settings.top_logprobs is not None:
             logprobs = {"content": self.entries} if self.kind == "chat" else completion_logprobs(self.entries)
         if self.kind == "chat" and self.parser is not None:
-            self.parser.feed(outcome.text)
-            reply: Reply = self.parser.finish()
+            reply = self.parser.finish()
             message = {"role": "assistant", "content": reply.content}
             if reply.calls:
                 message["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in reply.calls]
@@ -251,8 +256,10 @@ class Answer:
         }  # fmt: skip
 
     def collect(self, event) -> None:
-        """Non-streaming: keep what `final` needs from a Token (its logprobs)."""
+        """Non-streaming: keep what `final` needs from a Token (its logprobs; the tool-call parser reads it)."""
         if isinstance(event, Token):
             entry = logprob_entry(event)
             if entry is not None:
                 self.entries.append(entry)
+            if self.parser is not None:
+                self.parser.feed(self._parsed(event))

@@ -286,6 +286,13 @@ class Worker:
         find = getattr(self.pair.target, "special_id", None) if self.pair is not None else None
         return find(text) if find is not None else None
 
+    def special_text(self, token: int) -> str:
+        """A special token's own text ("<tool_call>"), which its piece leaves out; "" for any other token."""
+        target = self.pair.target if self.pair is not None else None
+        if target is None or not hasattr(target, "token_kind") or target.token_kind(token) != "special":
+            return ""
+        return target.token_text(token)
+
     def slot_report(self, tenant: str) -> dict:
         """For the page: each slot's state, and for the asking tenant's own slots their cached tokens
         and this job's tokens per pass; how many sequences the target passes held, and their rows;

@@ -18,6 +18,7 @@ import pytest
 
 from specdec_cli.errors import GrammarError
 from specdec_cli.grammar.tools import (
+    closed,
     FAMILIES,
     ArgumentsDelta,
     CallStart,
@@ -271,8 +272,17 @@ def test_tools_of_names_the_field_that_is_wrong(tools, message):
 
 def test_a_tool_without_parameters_takes_an_empty_object():
     tool = Tool.of({"type": "function", "function": {"name": "ping"}})
-    assert tool.parameters == {"type": "object", "properties": {}} and not tool.strict
+    assert tool.parameters == {"type": "object", "properties": {}, "additionalProperties": False} and not tool.strict
     assert accepts(grammar_of("llama3", "required", tools=[tool]), '{"name": "ping", "parameters": {}}')
+    assert not accepts(grammar_of("llama3", "required", tools=[tool]), '{"name": "ping", "parameters": {"x": 1}}')
+
+
+def test_objects_that_do_not_say_otherwise_take_only_their_properties():
+    schema = {"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {"type": "integer"}}},
+                                               "c": {"type": "object", "additionalProperties": True}}}  # fmt: skip
+    got = closed(schema)
+    assert got["additionalProperties"] is False and got["properties"]["a"]["additionalProperties"] is False
+    assert got["properties"]["c"]["additionalProperties"] is True and schema.get("additionalProperties") is None  # the caller's is not changed
 
 
 # -- the messages ------------------------------------------------------------------------------------------
