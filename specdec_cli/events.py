@@ -83,6 +83,20 @@ class Round:
     sequences: int = 1  # sequences whose rows shared this round's target pass (decoding/batch.py; 1 alone)
     forced: int = 0  # tokens the round emitted that a constraint forced (Source.FORCED); never in drafted or accepted
     grammar_seconds: float = 0.0  # computing the constraint's masks (grammar/guide.py), within draft_seconds and seconds
+    forced_rows: int = 0  # forced tokens among the pass's drafts (kept or not): rows the target scored beyond drafted + 1
+    forced_last: bool = False  # the round's last token (the target's own) was forced, and is counted in `forced`
+
+    @property
+    def rows(self) -> int:
+        """The rows the round's target pass scored: its drafts, forced ones included, and one more."""
+        return self.drafted + self.forced_rows + 1
+
+    @property
+    def tokens(self) -> int:
+        """The tokens the round gave (before an end, a stop string or the budget cut them): the drafts
+        kept, the forced ones, and the target's own where it was not forced. Example: 3 kept and 2
+        forced, the last one the target's -> 5; nothing forced -> accepted + 1."""
+        return self.accepted + self.forced + (0 if self.forced_last else 1)
 
 
 @dataclass(frozen=True)

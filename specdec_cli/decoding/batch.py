@@ -424,7 +424,7 @@ class BatchedPolicy:
         return self.inner.earned()
 
     def observe(self, event: Round) -> None:
-        self.batcher.credit(self._epoch, event.accepted + 1, self)
+        self.batcher.credit(self._epoch, event.tokens, self)
         self.inner.observe(event)
 
     def choose(self, sources: Sequence[str], budget: int) -> tuple[str | None, int]:

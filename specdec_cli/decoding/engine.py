@@ -286,6 +286,8 @@ class Engine:
             block_gain=scored.block_gain,
             sequences=getattr(self.target, "last_pass_sequences", 1),
             forced=sum(1 for e in emitted if e.source is Source.FORCED and not self.is_end(e.id)),  # an end is never emitted
+            forced_rows=len(drafts) - len(own),
+            forced_last=emitted[-1].source is Source.FORCED and not self.is_end(emitted[-1].id),
             grammar_seconds=guide.mask_seconds - grammar_before if guide is not None else 0.0,
         )
         return Decoded(emitted, rejected, figures)

@@ -43,8 +43,9 @@ NaN or +inf raise NumericalError.
 Example (sparse): logits [1, 5, 3, 4.5] with top-k 2 at T = 1 -> ids [1, 3], probabilities
 [0.62, 0.38]; sampling, p/q and the residual never look at ids 0 and 2.
 
-Left out: penalties (repetition, DRY), grammars, typical-p and mirostat, which change p
-in ways that depend on more than the logits row. No global RNG: every draw takes a
+Left out: penalties (repetition, DRY), typical-p and mirostat, which change p in ways that
+depend on more than the logits row; a grammar's mask, applied to the row before all of this
+(masking.py). No global RNG: every draw takes a
 `numpy.random.Generator` that the caller seeded.
 """
 

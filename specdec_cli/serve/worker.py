@@ -82,6 +82,8 @@ from .types import Settings
 
 log = logging.getLogger("specdec")
 
+SIMILAR = 0.5  # a slot's cache is reused where the shared prefix is this share of the prompt or of the slot's tokens (as llama-server's --slot-prompt-similarity)
+
 
 class QueueFull(SpecdecError):
     """Every place in the queue is taken."""
@@ -374,12 +376,16 @@ class Worker:
 
     def _choose(self, ids: list[int], tenant: str) -> Slot:
         """The free slot whose sequence shares the longest prefix with the prompt (its own tenant's
-        only), else an empty one, else the least recently used."""
+        only), where that is at least SIMILAR of the prompt or of what the slot holds (a chat's next
+        turn keeps its history's slot however long the new part); else an empty one, else the least
+        recently used. (Without the bar, a prompt that shares only the chat template's first tokens
+        with a slot would take it, and a long prefix there, such as a tools prompt, would be lost
+        while other slots stood empty.)"""
 
         def merit(slot: Slot) -> tuple[int, bool, int]:
             held = slot.pair.target.tokens
             shared = common_prefix(held, ids[:-1]) if slot.tenant == tenant else 0
-            return shared, not held, -slot.used
+            return (shared if shared >= SIMILAR * min(len(ids), len(held)) else 0), not held, -slot.used
 
         return max((s for s in self.slots if s.job is None), key=merit)
 
@@ -456,7 +462,7 @@ class Worker:
                 raise _Cancelled
             if isinstance(event, Round):
                 slot.rounds += 1
-                slot.tokens += event.accepted + 1
+                slot.tokens += event.tokens
             round_events.append(event)
             # A round is whole (or the prefill, the end): one wake-up of the handler's loop. A
             # streamed answer goes out round by round; a whole one (stream false) is read at its end,

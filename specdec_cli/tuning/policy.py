@@ -550,12 +550,12 @@ class AdaptivePolicy:
         self.call_rounds += 1
         learn = self.learn_costs and self.call_rounds > 1  # the first round after a prefill runs slow
         if learn:
-            self.batch.add(event.drafted + 1, event.seconds - event.draft_seconds)
+            self.batch.add(event.rows, event.seconds - event.draft_seconds)
             if event.drafted == 0:
                 self.yardstick_round = self.rounds
         self.elapsed += event.seconds
         before = self.tokens  # the tokens of the rounds before this one
-        self.tokens += event.accepted + 1
+        self.tokens += event.tokens
         lagging = event.drafter != self.previous  # the drafter sat out the last round: its catch-up clears a backlog
         self.previous = event.drafter
         if not event.drafter:

@@ -131,7 +131,7 @@ class AutoRule:
         timed = self.rounds > 1  # the first round after a prefill runs slow (policy.py)
         if timed:
             self.round_seconds.add(event.seconds)
-            self.round_tokens.add(event.accepted + 1)
+            self.round_tokens.add(event.tokens)
         chose, self._chose = self._chose, False
         if not chose:
             return

@@ -56,6 +56,21 @@ def test_a_request_takes_the_slot_that_holds_its_prefix():
         s.stop()
 
 
+def test_a_prompt_that_shares_only_its_first_tokens_takes_an_empty_slot():
+    # "ab..." shares "a" with the slot that holds "amnopqrs": under half of the prompt, so it takes
+    # the empty slot, and the next "amnopqrs..." finds its whole prefix still cached.
+    s = Served(toy_pair(), slots=2)
+    try:
+        assert s.worker.ready.wait(10)
+        s.post("/v1/completions", {"prompt": "amnopqrs", "max_tokens": 4})
+        other = s.post("/v1/completions", {"prompt": "abcdefgh", "max_tokens": 4})[2]
+        again = s.post("/v1/completions", {"prompt": "amnopqrstuvw", "max_tokens": 4})[2]
+        assert other["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 11
+    finally:
+        s.stop()
+
+
 def test_slots_shows_each_key_only_its_own_slots_figures():
     s = Served(toy_pair(), slots=2, keys=("k1", "k2"))
     try:
