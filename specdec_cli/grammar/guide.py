@@ -74,7 +74,7 @@ class Guide:
         mask = Mask.of(out, self.n_vocab)
         self.mask_seconds += time.perf_counter() - start
         self.masks_computed += 1
-        if mask.allowed is not None and not len(mask.allowed):
+        if mask.count == 0:
             raise GrammarError("the constraint allows no token here (the grammar has no way to go on)")
         return mask
 

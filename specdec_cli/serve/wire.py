@@ -45,7 +45,7 @@ from typing import Callable
 from ..decoding.consume import Outcome
 from ..decoding.stats import RunStats
 from ..events import Rejected, Round, Token
-from ..grammar.tools import ArgumentsDelta, CallStart, ContentDelta, ToolParser
+from ..grammar.tool_parser import ArgumentsDelta, CallStart, ContentDelta, ToolParser
 from .types import Settings
 
 FINISH_REASONS = {"eog": "stop", "stop": "stop", "max_tokens": "length", "context_full": "length", "time_limit": "length"}

@@ -17,20 +17,8 @@ import llguidance
 import pytest
 
 from specdec_cli.errors import GrammarError
-from specdec_cli.grammar.tools import (
-    closed,
-    FAMILIES,
-    ArgumentsDelta,
-    CallStart,
-    ContentDelta,
-    Reply,
-    Tool,
-    ToolCall,
-    ToolChoice,
-    family_of,
-    plan,
-    tools_of,
-)
+from specdec_cli.grammar.tool_parser import ArgumentsDelta, CallStart, ContentDelta, Reply, ToolCall
+from specdec_cli.grammar.tools import FAMILIES, Tool, ToolChoice, closed, family_of, plan, tools_of
 
 EOS = 256
 SPECIALS = {"<tool_call>": 257, "</tool_call>": 258, "[TOOL_CALLS]": 259}
@@ -464,3 +452,12 @@ def test_the_module_docstring_example():
     assert first[0] == ContentDelta("Let me check.") and first[1].name == "weather" and len(first) == 2
     assert parser.feed('ments": {"city": "Paris"}}\n</tool_call>') == [ArgumentsDelta(0, '{"city": "Paris"}')]
     assert parser.finish() == Reply("Let me check.", [ToolCall(first[1].id, "weather", '{"city": "Paris"}')])
+
+
+def test_the_parser_docstring_example():
+    from specdec_cli.grammar.tool_parser import FORMATS, ToolParser
+
+    parser = ToolParser(FORMATS["generic"], lambda: "call_1")
+    assert parser.feed('{"tool_calls": [{"name": "weather", "arguments": {"city": ') == [CallStart(0, "call_1", "weather"), ArgumentsDelta(0, '{"city": ')]
+    assert parser.feed('"Paris"}}]}') == [ArgumentsDelta(0, '"Paris"}')]
+    assert parser.finish() == Reply(None, [ToolCall("call_1", "weather", '{"city": "Paris"}')])
