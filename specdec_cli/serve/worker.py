@@ -20,8 +20,9 @@ sequence in both models, with a thread of its own that runs the engine there; th
 passes are gathered by one Batcher (decoding/batch.py), so every generating request's rows
 share each target pass. The dispatcher (the worker's own thread) takes jobs from the FIFO in
 arrival order, one whenever a slot is free, so no request starves behind later ones; it gives
-each the free slot whose cached tokens share the longest prefix with its prompt (a chat's next
-turn evaluates only what is new, in both models, while others are served: engine.prefill via
+each the free slot whose cached tokens share the longest prefix with its prompt, where that is
+half the prompt or half the slot's tokens at least (`_choose`: a chat's next turn evaluates only
+what is new, in both models, while others are served: engine.prefill via
 drafting/kv_sync.catch_up; `cached_tokens` says how much was reused), else an empty slot, else
 the one used least recently.
 

@@ -129,14 +129,19 @@ def letter_pair(seed: int, weak: bool = True) -> tuple[np.ndarray, np.ndarray]:
     return table, (table + rng.standard_normal(table.shape) * noise).astype(np.float32)
 
 
-def toy_engine(table, draft_table, drafter: str = "model") -> Engine:
-    target = MarkovModel(table, eos=EOS, pieces=PIECES)
+def engine_over(table, draft_table, drafter: str, pieces, eos: int, tokenizer) -> Engine:
+    """A fake pair over `pieces` (the end `eos`) whose engine drafts with `drafter` ("none": target-only)."""
+    target = MarkovModel(table, eos=eos, pieces=pieces)
     end = target.is_end_of_generation
-    by_model = ModelDrafter(MarkovModel(draft_table, eos=EOS, pieces=PIECES), is_end=end)
+    by_model = ModelDrafter(MarkovModel(draft_table, eos=eos, pieces=pieces), is_end=end)
     by_lookup = LookupDrafter(LookupOptions(ngram_sizes=(2, 1)), is_end=end)
     chosen = {"model": by_model, "lookup": by_lookup, "model+lookup": ModelAndLookup(by_model, by_lookup),
               "cascade": CascadeDrafter(by_model, by_lookup), "none": None}[drafter]  # fmt: skip
-    return Engine(target, chosen, grammar_tokenizer=lambda: TOKENIZER)
+    return Engine(target, chosen, grammar_tokenizer=lambda: tokenizer)
+
+
+def toy_engine(table, draft_table, drafter: str = "model") -> Engine:
+    return engine_over(table, draft_table, drafter, PIECES, EOS, TOKENIZER)
 
 
 # -- the guide ----------------------------------------------------------------------------
@@ -192,13 +197,7 @@ PERSON = grammars.json_schema({
 
 
 def json_engine(table, draft_table, drafter: str) -> Engine:
-    target = MarkovModel(table, eos=JSON_EOS, pieces=JSON_PIECES)
-    end = target.is_end_of_generation
-    by_model = ModelDrafter(MarkovModel(draft_table, eos=JSON_EOS, pieces=JSON_PIECES), is_end=end)
-    by_lookup = LookupDrafter(LookupOptions(ngram_sizes=(2, 1)), is_end=end)
-    chosen = {"model": by_model, "lookup": by_lookup, "model+lookup": ModelAndLookup(by_model, by_lookup),
-              "cascade": CascadeDrafter(by_model, by_lookup), "none": None}[drafter]  # fmt: skip
-    return Engine(target, chosen, grammar_tokenizer=lambda: JSON_TOKENIZER)
+    return engine_over(table, draft_table, drafter, JSON_PIECES, JSON_EOS, JSON_TOKENIZER)
 
 
 @pytest.mark.parametrize("drafter", ["none", "model", "lookup", "model+lookup", "cascade"])
@@ -284,11 +283,12 @@ def test_a_q_not_masked_as_drawn_fails_the_law(monkeypatch):
     original = ModelDrafter.pick
 
     def pick(self, row, params, rng, p_min, mask=None):
+        unmasked = row[: self.vocab_limit].copy()  # (the mask is applied to the row in place)
         picked = original(self, row, params, rng, p_min, mask)
         if picked is None or mask is None or picked[2] is None:
             return picked
         x, d, _ = picked
-        return x, d, proposal(row[: self.vocab_limit], params)
+        return x, d, proposal(unmasked, params)
 
     monkeypatch.setattr(ModelDrafter, "pick", pick)
     table, draft_table = letter_pair(11)
