@@ -48,13 +48,13 @@ _COMMON = ConfigDict(strict=True, extra="allow", populate_by_name=True)  # the t
 # of _Common, checked in `unsupported`.
 REFUSED = {
     "functions": (None, []), "function_call": (None, "none", "auto"),  # OpenAI's old form of tools: send tools
-    "audio": (None,), "modalities": (None, ["text"]), "prediction": (None,), "web_search_options": (None,),
+    "audio": (None,), "modalities": (None, ["text"]), "web_search_options": (None,),
     "logit_bias_type": (None,), "typical_p": (None, 1, 1.0), "mirostat": (None, 0), "dry_multiplier": (None, 0, 0.0),
     "xtc_probability": (None, 0, 0.0), "ignore_eos": (None, False), "dynatemp_range": (None, 0, 0.0),
     "top_n_sigma": (None, -1, -1.0), "samplers": (None,), "n_probs": (None, 0), "repeat_last_n": (None, 64),
 }  # fmt: skip
 # Accepted and ignored: they change nothing in the output here.
-IGNORED = ("user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier", "reasoning_effort",
+IGNORED = ("user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier", "reasoning_effort", "prediction",
            "verbosity", "cache_prompt", "id_slot", "timings_per_token", "return_tokens", "parallel_tool_calls (without tools)")  # fmt: skip
 
 

@@ -37,8 +37,8 @@ pytestmark = [
 PROMPT = "Write a haiku about the sea."  # the built-in pair disagrees on it at k = 3: rejections, a newline
 DRAFT_TOKENS = 3  # fixed, so that the page's run and the API's make the same rounds (auto times them)
 STREAM_SECONDS = 120  # 24 tokens of the built-in pair on a 2-core CPU take a few seconds
-SOURCES = ("draft", "correction", "bonus", "target")
-HUES = {"draft": (90, 150), "correction": (30, 65), "bonus": (165, 200)}  # degrees: green, yellow, cyan
+SOURCES = ("draft", "correction", "bonus", "forced", "target")
+HUES = {"draft": (90, 150), "correction": (30, 65), "bonus": (165, 200), "forced": (280, 330)}  # degrees: green, yellow, cyan, magenta
 BROWSER_INTERNAL = ("chrome:", "chrome-extension:", "data:", "about:", "devtools:")
 
 

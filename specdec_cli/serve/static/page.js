@@ -16,7 +16,7 @@
 
 (function () {
   const $ = (id) => document.getElementById(id);
-  const SOURCES = ["draft", "correction", "bonus", "target"];
+  const SOURCES = ["draft", "correction", "bonus", "forced", "target"];
 
   // -- the numbers, formatted in one place --------------------------------------------------
 
