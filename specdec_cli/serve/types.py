@@ -18,7 +18,7 @@ Fields OpenAI clients send that change nothing here are accepted and ignored (IG
 metadata, store, ...); ones that would change the output and are not supported (REFUSED: n > 1,
 best_of > 1, penalties, logit_bias, functions, echo, suffix, audio ...) are refused with a 400
 naming them, never silently dropped. Unknown fields are ignored, as OpenAI's clients add new
-ones: docs/serving.md lists both sets.
+ones: docs/structured.md lists both sets.
 
 Left out: answering (app.py), generating (worker.py), the responses' shape (wire.py).
 """
@@ -53,9 +53,10 @@ REFUSED = {
     "xtc_probability": (None, 0, 0.0), "ignore_eos": (None, False), "dynatemp_range": (None, 0, 0.0),
     "top_n_sigma": (None, -1, -1.0), "samplers": (None,), "n_probs": (None, 0), "repeat_last_n": (None, 64),
 }  # fmt: skip
-# Accepted and ignored: they change nothing in the output here.
+# Accepted and ignored, whatever their value: they change nothing in the output here (as does
+# parallel_tool_calls without tools).
 IGNORED = ("user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier", "reasoning_effort", "prediction",
-           "verbosity", "cache_prompt", "id_slot", "timings_per_token", "return_tokens", "parallel_tool_calls (without tools)")  # fmt: skip
+           "verbosity", "cache_prompt", "id_slot", "timings_per_token", "return_tokens")  # fmt: skip
 
 
 class ContentPart(BaseModel):

@@ -18,7 +18,6 @@ from a fresh llguidance matcher's `compute_bitmask`, the masked row by np.where)
 
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 import pytest

@@ -14,6 +14,7 @@ import json
 import pytest
 
 from specdec_cli.grammar.compile import MAX_GRAMMAR_CHARS
+from specdec_cli.serve.types import IGNORED
 from toyserver import chat
 
 LETTERS = 'root ::= [a-e]+'
@@ -77,9 +78,8 @@ def test_a_bad_constraint_or_tool_is_a_400_naming_the_field_and_the_server_goes_
 
 
 def test_fields_that_change_nothing_are_accepted(served):
-    ignored = {"user": "u1", "metadata": {"a": "b"}, "store": False, "service_tier": "auto", "prompt_cache_key": "k", "parallel_tool_calls": True,
-               "reasoning_effort": "low", "response_format": {"type": "text"}, "n": 1, "best_of": 1, "functions": []}  # fmt: skip
-    assert content(served, **ignored) == "bcdefghij"
+    neutral = {"parallel_tool_calls": True, "response_format": {"type": "text"}, "n": 1, "best_of": 1, "functions": [], "repeat_penalty": 1.0}
+    assert content(served, **neutral, **{name: "x" for name in IGNORED}) == "bcdefghij"
 
 
 def test_a_tool_result_turn_is_taken(served):
