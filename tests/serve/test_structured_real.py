@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import urllib.request
 
 import pytest
@@ -100,7 +101,7 @@ def test_llm_takes_a_schema_and_runs_a_tool(live_server, tmp_path):
     env = {**os.environ, "LLM_USER_PATH": str(tmp_path), "OPENAI_API_KEY": "none"}
 
     def llm(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["llm", "-m", "specdec", "-o", "max_tokens", "60", *args], env=env, capture_output=True, text=True, timeout=300)
+        return subprocess.run([sys.executable, "-m", "llm", "-m", "specdec", "-o", "max_tokens", "60", *args], env=env, capture_output=True, text=True, timeout=300)
 
     done = llm("--schema", "name, age int, city", PERSON_PROMPT)
     assert done.returncode == 0, done.stderr
