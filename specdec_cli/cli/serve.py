@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import socket
 import threading
 from dataclasses import dataclass
@@ -75,6 +76,24 @@ MAX_SLOTS = 64
 DEFAULT_MAX_CONNECTIONS = 64  # open connections answered at once (serve/app.server_config); past it 503
 
 
+KEY_VARIABLE = "SPECDEC_API_KEY"  # a key given in the environment: the whole value, spaces and all
+
+
+def api_keys(given: list[str] | None, environment: str | None, key_file: Path | None) -> list[str]:
+    """The server's keys: --api-key (each whole), else SPECDEC_API_KEY's whole value, and the key
+    file's lines. An empty key, given or in the variable, is refused rather than leaving the server
+    open. Example: (None, "correct horse battery staple", None) -> ["correct horse battery staple"]."""
+    keys = list(given) if given else ([] if environment is None else [environment.strip()])
+    if any(not key for key in keys):
+        raise BadInput(f"--api-key must not be empty (unset {KEY_VARIABLE} for no key)")
+    if key_file is not None:
+        try:
+            keys += read_key_file(key_file)
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise BadInput(f"--api-key-file {key_file}: {getattr(exc, 'strerror', None) or exc}") from None
+    return keys
+
+
 def serve(
     draft: DraftOption = None,
     target: TargetOption = None,
@@ -101,7 +120,7 @@ def serve(
     draft_rpc: DraftRpcOption = None,
     host: Annotated[str, typer.Option(help="Address to listen on; 127.0.0.1 keeps the server to this machine.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on; 0 picks a free one (printed).")] = DEFAULT_PORT,
-    api_key: Annotated[Optional[List[str]], typer.Option(envvar="SPECDEC_API_KEY", show_envvar=False, metavar="KEY", help="Require Authorization: Bearer KEY on /v1 and /metrics (or set SPECDEC_API_KEY); repeat for several tenants, each with its own drafting memory and cache.")] = None,
+    api_key: Annotated[Optional[List[str]], typer.Option(metavar="KEY", help="Require Authorization: Bearer KEY on /v1 and /metrics (or set SPECDEC_API_KEY); repeat for several tenants, each with its own drafting memory and cache.")] = None,
     api_key_file: Annotated[Optional[Path], typer.Option(metavar="FILE", help="A file of API keys, one per line (# comments): each a tenant, as --api-key.")] = None,
     allowed_host: Annotated[Optional[List[str]], typer.Option(metavar="NAME", help="Another name the Host header may give (a loopback server takes only 127.0.0.1, localhost and [::1]); repeatable.")] = None,
     cors_origin: Annotated[Optional[List[str]], typer.Option(metavar="ORIGIN", help="A web page's origin that may call the API from a browser, e.g. http://localhost:3000; repeatable (others get 403).")] = None,
@@ -136,14 +155,7 @@ def serve(
         raise BadInput(f"--max-connections must be at least 1, got {max_connections}")
     if request_timeout is not None and not request_timeout > 0:
         raise BadInput(f"--request-timeout must be more than 0 seconds, got {request_timeout:g}")
-    keys = list(api_key or [])
-    if any(not key for key in keys):
-        raise BadInput("--api-key must not be empty (unset SPECDEC_API_KEY for no key)")
-    if api_key_file is not None:
-        try:
-            keys += read_key_file(api_key_file)
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            raise BadInput(f"--api-key-file {api_key_file}: {getattr(exc, 'strerror', None) or exc}") from None
+    keys = api_keys(api_key, os.environ.get(KEY_VARIABLE), api_key_file)
     defaults = Defaults(
         max_tokens=max_tokens,
         sampling=SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),

@@ -463,7 +463,8 @@ class _Guard:
         except Refused as exc:
             return await _error_response(ApiError(exc.status, exc.message, code=exc.code))(scope, receive, send)
         if cross and scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
-            return await Response(status_code=204, headers=self.access.preflight_headers(origin))(scope, receive, send)
+            requested = headers.get("access-control-request-headers")
+            return await Response(status_code=204, headers=self.access.preflight_headers(origin, requested))(scope, receive, send)
         if not cross:
             return await self.app(scope, receive, send)
         extra = [(k.lower().encode(), v.encode()) for k, v in self.access.cors_headers(origin).items()]

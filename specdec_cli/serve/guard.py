@@ -4,8 +4,8 @@ A web page the user visits can send requests to 127.0.0.1 as well as any program
 rules keep it out, in the order `Access.check` applies them to every request:
 
 1. **Host.** When the server listens on a loopback address, the Host header must name it:
-   127.0.0.1, localhost or [::1], plus each `--allowed-host NAME`, with the server's port or
-   none. A page that rebinds its own hostname to 127.0.0.1 (DNS rebinding) sends its own
+   127.0.0.1, localhost, [::1] or the address it listens on (127.0.0.2, say), plus each
+   `--allowed-host NAME`, with the server's port or none. A page that rebinds its own hostname to 127.0.0.1 (DNS rebinding) sends its own
    name, and gets 400. On another address the check applies only to names given with
    `--allowed-host`.
 2. **Origin.** A browser names the page that sends a request in `Origin`. The server's own
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,11 +59,12 @@ def is_loopback(host: str) -> bool:
 
 
 def read_key_file(path: Path) -> list[str]:
-    """The keys in FILE: one per line, `#` comments and blank lines ignored. OSError or ValueError
-    (no key in it) for the caller to show in one line. Example: "# ours\\nk1\\n\\n k2 \\n" -> ["k1", "k2"]."""
+    """The keys in FILE: one per line, blank lines and comments ignored: a `#` that starts a line or
+    follows whitespace starts one, so a key may hold `#`. OSError or ValueError (no key in it) for
+    the caller to show in one line. Example: "# ours\\nk1\\n\\n k2 # Bo's\\nXy#9f\\n" -> ["k1", "k2", "Xy#9f"]."""
     keys = []
     for line in path.read_text(encoding="utf-8").splitlines():
-        line = line.split("#", 1)[0].strip()
+        line = re.split(r"(?:^|\s)#", line, maxsplit=1)[0].strip()
         if line:
             keys.append(line)
     if not keys:
@@ -93,7 +95,8 @@ class Access:
         """The rules for a server listening on host:port (port as bound, not 0)."""
         names = None
         if is_loopback(host) or allowed_hosts:
-            names = frozenset([*LOOPBACK_NAMES, *(h.lower() for h in allowed_hosts)])
+            own = [f"[{host.strip('[]').lower()}]" if ":" in host else host.lower()] if is_loopback(host) else []
+            names = frozenset([*LOOPBACK_NAMES, *own, *(h.lower() for h in allowed_hosts)])
         return cls(tuple(keys), names, port, frozenset(o.rstrip("/") for o in cors_origins))
 
     def check_host(self, host: str | None) -> None:
@@ -140,11 +143,17 @@ class Access:
         """The headers that let an allowed page read a response."""
         return {"Access-Control-Allow-Origin": origin, "Vary": "Origin"}
 
-    def preflight_headers(self, origin: str) -> dict[str, str]:
-        """A preflight's answer for an allowed page: the methods and headers it may send."""
+    def preflight_headers(self, origin: str, requested: str | None = None) -> dict[str, str]:
+        """A preflight's answer for an allowed page: the methods it may use, and the headers it asks
+        to send (the openai JS SDK adds its own x-stainless-* headers), at least CORS_HEADERS. The
+        page is one --cors-origin allows; what it may read is still behind the key."""
+        asked = [h.strip() for h in (requested or "").split(",") if re.fullmatch(r"[A-Za-z0-9-]{1,100}", h.strip())]
+        allowed: dict[str, str] = {}
+        for name in [*CORS_HEADERS.split(", "), *asked[:64]]:  # each header once, whatever its case
+            allowed.setdefault(name.lower(), name)
         return {
             **self.cors_headers(origin),
             "Access-Control-Allow-Methods": CORS_METHODS,
-            "Access-Control-Allow-Headers": CORS_HEADERS,
+            "Access-Control-Allow-Headers": ", ".join(allowed.values()),
             "Access-Control-Max-Age": str(CORS_MAX_AGE),
         }

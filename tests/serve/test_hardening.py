@@ -21,6 +21,7 @@ import time
 
 import pytest
 
+from specdec_cli.serve.guard import Access, Refused
 from toyserver import Served, chat, toy_pair
 from specdec_cli.serve.app import MAX_INT, MAX_JSON_DEPTH
 from specdec_cli.options import MAX_STOP_CHARS, MAX_STOPS
@@ -247,6 +248,46 @@ def test_another_pages_origin_is_403_and_the_servers_own_page_passes(served):
     assert status == 200 and b"<html" in page.lower()
 
 
+def test_a_key_may_hold_spaces_and_hashes_and_an_empty_key_is_refused(tmp_path):
+    # SPECDEC_API_KEY is one key, its whole value (click split it on whitespace: "horse" alone
+    # passed); a key file's "#" starts a comment only at a line's start or after whitespace
+    # (a line "Xy#9fSecretPart" was cut to "Xy"); an empty variable is refused, not an open server.
+    from specdec_cli.cli.serve import api_keys
+    from specdec_cli.errors import BadInput
+
+    assert api_keys(None, "correct horse battery staple", None) == ["correct horse battery staple"]
+    assert api_keys(["a b"], "ignored when --api-key is given", None) == ["a b"]
+    (tmp_path / "keys").write_text("Xy#9fSecretPart\nk2  # the second\n")
+    assert api_keys(None, None, tmp_path / "keys") == ["Xy#9fSecretPart", "k2"]
+    with pytest.raises(BadInput, match="must not be empty"):
+        api_keys(None, "", None)
+    access = Access.for_bind("127.0.0.1", 1, keys=api_keys(None, "correct horse battery staple", None))
+    assert access.tenant("Bearer correct horse battery staple") == "key-1"
+    with pytest.raises(Refused):
+        access.tenant("Bearer horse")
+
+
+def test_a_server_on_another_loopback_address_takes_its_own_host_header():
+    access = Access.for_bind("127.0.0.2", 8080)
+    access.check_host("127.0.0.2:8080")
+    access.check_host("localhost:8080")
+    with pytest.raises(Refused):
+        access.check_host("127.0.0.3:8080")
+
+
+def test_the_preflight_allows_the_headers_the_page_asks_for():
+    # The openai JS SDK sends x-stainless-* headers; a preflight from an allowed page gets them allowed.
+    s = Served(toy_pair(), cors_origins=("http://localhost:3000",))
+    try:
+        assert s.worker.ready.wait(10)
+        asked = "authorization, content-type, x-stainless-os, x-stainless-lang, x-stainless-retry-count"
+        status, headers, _ = raw(s, "OPTIONS", "/v1/chat/completions", headers={"Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": asked})
+        allowed = [h.strip().lower() for h in headers["access-control-allow-headers"].split(",")]
+        assert status == 204 and set(asked.split(", ")) <= set(allowed) and len(allowed) == len(set(allowed))
+    finally:
+        s.stop()
+
+
 def test_cors_origin_allows_one_page_with_a_proper_preflight():
     s = Served(toy_pair(), cors_origins=("http://localhost:3000",))
     try:
@@ -455,8 +496,8 @@ def test_guard_docstring_examples(tmp_path):
     assert access.tenant("Bearer k2") == "key-2"
     assert (is_loopback("::1"), is_loopback("0.0.0.0"), is_loopback("localhost"), is_loopback("192.168.1.2")) == (True, False, True, False)
     keys = tmp_path / "keys"
-    keys.write_text("# ours\nk1\n\n k2 \n")
-    assert read_key_file(keys) == ["k1", "k2"]
+    keys.write_text("# ours\nk1\n\n k2 # Bo's\nXy#9f\n")
+    assert read_key_file(keys) == ["k1", "k2", "Xy#9f"]
     assert split_host("localhost:8080") == ("localhost", 8080) and split_host("[::1]:80") == ("[::1]", 80)
     assert split_host("example") == ("example", None) and split_host("a:b") == ("a:b", None)
     assert Access.for_bind("0.0.0.0", 8080).hosts is None  # another address: any Host, unless --allowed-host names some
