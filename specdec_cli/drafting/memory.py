@@ -205,8 +205,11 @@ def recalled(earned: Mapping[str, Earned]) -> dict[str, Earned]:
     lookup's proposals, in the call's own context and in the memory ("lookup:2",
     "lookup:memory:6+"), and of the cascade's guesses from the memory ("cascade:memory:3-5");
     lookup.py and cascade.py name them. Not the cascade's other rounds ("cascade:2": the draft
-    model's sample after a guess, whose record is not the model's own)."""
-    return {name: record for name, record in earned.items() if name == "model" or name.startswith("lookup:") or name.split(":")[1:2] == ["memory"]}
+    model's sample after a guess, whose record is not the model's own). Read from a copy taken at
+    once: another sequence of the same tenant may add to the memory's record meanwhile (a server's
+    slots), and iterating the live dict then raised "dictionary changed size during iteration"."""
+    snapshot = dict(earned)  # one C-level copy, which no other thread interleaves with
+    return {name: record for name, record in snapshot.items() if name == "model" or name.startswith("lookup:") or name.split(":")[1:2] == ["memory"]}
 
 
 def resumed(earned: Mapping[str, Earned], drafter: str) -> dict[str, Earned]:

@@ -45,7 +45,8 @@ A failure costs one request. Any exception while serving a job fails that job al
 may have left unknown, is emptied, and the other slots go on exactly. If it cannot be, or the
 load failed, `gone` holds the reason: /health answers 503 with it and every request gets 503 at once.
 `request_timeout` ends a generation that runs longer, with its tokens so far (finish reason
-"time_limit", OpenAI's "length").
+"time_limit", OpenAI's "length"), at the end of the round that crossed it: one that ends the
+answer by itself keeps its own finish reason.
 
 Example (what the tests do, with a scripted pair):
 
@@ -456,9 +457,10 @@ class Worker:
 
         round_events: list[Event] = []  # a round's Rejected and Tokens, handed over with its Round
         held = False  # a whole answer's rounds after its first token wait for the end
+        cut_at: int | None = None  # once past the deadline: the round whose end ends the generation
 
         def hand_over(event: Event) -> None:
-            nonlocal held
+            nonlocal held, cut_at
             if job.cancelled:
                 raise _Cancelled
             if isinstance(event, Round):
@@ -472,7 +474,12 @@ class Worker:
                 job._put(*round_events)
                 held = not s.stream and any(isinstance(e, Token) for e in round_events)
                 round_events.clear()
-            if deadline is not None and time.monotonic() > deadline:
+            # Past the deadline the generation ends where the next round would begin, not inside the
+            # round that crossed it: that round may end the answer itself (an end, a stop string),
+            # which then keeps its own finish reason and the text held back for the stop strings.
+            if cut_at is None and deadline is not None and time.monotonic() > deadline:
+                cut_at = slot.rounds + (1 if isinstance(event, Round) else 2)
+            if cut_at is not None and (isinstance(event, Rejected) or (isinstance(event, Round) and slot.rounds >= cut_at)):
                 raise EndEarly("time_limit")
 
         try:

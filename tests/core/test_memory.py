@@ -514,3 +514,19 @@ def test_the_first_two_tokens_follow_the_target_while_the_memory_chooses():
     assert all(first[name] > N_FIRST_TWO // 3 for name in sources), first
     law = first_two_law(lambda prefix: probabilities(table[(prompt + list(prefix))[-1]], PLAIN), N_FIRST_TWO)
     assert first_two_pvalue(samples, law) > ALPHA
+
+
+def test_the_record_is_read_from_a_copy_while_another_sequence_adds_to_it():
+    # A server's slots share a tenant's record: one reads it (a call's start) while another adds
+    # to it (a call's end). Here the adding happens in the middle of the reading's iteration, as a
+    # thread switch would put it; the reader must not iterate the live dict (it raised "dictionary
+    # changed size during iteration", a 500 for that request).
+    class AddedToWhileRead(dict):
+        def items(self):
+            for i, item in enumerate(super().items()):
+                if i == 0:
+                    self["lookup:3-5"] = Earned((1.0,), (1.0,))
+                yield item
+
+    earned = AddedToWhileRead({"model": Earned((0.5,), (1.0,)), "lookup:2": Earned((0.1,), (1.0,))})
+    assert set(resumed(earned, "model+lookup")) == {"model", "lookup:2"}

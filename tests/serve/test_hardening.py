@@ -413,6 +413,18 @@ def test_request_timeout_ends_a_generation_with_its_tokens_so_far_as_length():
         s.stop()
 
 
+def test_an_answer_that_ends_in_the_round_that_crosses_the_time_limit_keeps_its_finish_reason():
+    # Each decode takes 50 ms and the limit is 10 ms: it passes during the prefill. The answer
+    # ends by its stop string in round 1, and says so ("stop", not "length"), with its text.
+    s = Served(toy_pair(seconds_per_decode=0.05), request_timeout=0.01)
+    try:
+        assert s.worker.ready.wait(10)
+        status, _, body = post(s, {"prompt": "a", "max_tokens": 30, "stop": ["de"]})
+        assert status == 200 and body["choices"][0]["finish_reason"] == "stop" and body["choices"][0]["text"] == "bc"
+    finally:
+        s.stop()
+
+
 def test_a_stream_cut_by_the_time_limit_carries_every_token_it_counts():
     # The worker hands a round's events over together, with its Round; a limit that strikes
     # mid-round still sends the tokens of that round the answer counts. Each decode takes 10 ms,
