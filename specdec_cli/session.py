@@ -100,7 +100,7 @@ class LoadedPair:
         """A conversation through the target's chat template, ready for the assistant's turn: (role,
         text) turns, or Hugging Face's message dicts (tool calls, tool results) with the `tools` the
         template shows the model."""
-        return self._tokens(self.target.apply_chat_template(turns, tools=tools) if tools else self.target.apply_chat_template(turns))
+        return self._tokens(self.target.apply_chat_template(turns, tools=tools))
 
     def _tokens(self, text: str) -> list[int]:
         ids = self.target.tokenize(text, add_special=True, parse_special=True)

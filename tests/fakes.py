@@ -162,6 +162,12 @@ class ToyModel(MarkovModel):
     def chat_template(self):
         return "{% for m in messages %}{{ m.content }}{% endfor %}"
 
+    def special_id(self, text):
+        return None  # letters only: no special token spells anything
+
+    def token_kind(self, token):
+        return "text"
+
     @property
     def grammar_tokenizer(self):
         """The letters for llguidance, and an end id (26) past the model's rows: a grammar here never ends by itself."""

@@ -61,7 +61,7 @@ from ..events import DraftPolicy, Earned, Event, Finished, Logprobs, Prefill, Re
 from ..grammar.compile import Grammar
 from ..grammar.guide import Guide
 from ..maths.masking import mask_rows
-from ..maths.sampling import SamplingParams, log_probabilities, point_mass
+from ..maths.sampling import SamplingParams, log_probabilities
 from ..maths.speculative import DEFAULT_VERIFY, VERIFIERS, sample_row
 from ..tuning.rule_choice import RuleChooser, rule_chooser
 from .text_stream import TextStream
@@ -199,12 +199,9 @@ class Engine:
         """
         params = config.sampling
         t0 = clock.now()
-        if drafter is not None:
-            proposal = drafter.propose(context, k, params, rng, p_min, guide) if guide is not None else drafter.propose(context, k, params, rng, p_min)
-        else:
-            proposal = Proposal()
+        proposal = drafter.propose(context, k, params, rng, p_min, guide) if drafter is not None else Proposal()
         if guide is not None:
-            self.force(proposal, guide, params)
+            self.force(proposal, guide)
         t1 = clock.now()
         drafts = proposal.tokens
         accepted = 0  # what survives in the target's cache if anything below raises
@@ -229,17 +226,14 @@ class Engine:
             guide.settle(verdict.accepted, verdict.token)
         return Scored(proposal, verdict.accepted, verdict.token, t1 - t0, t2 - t1, kept, rule, t3 - t2, verdict.block_gain, forced)
 
-    def force(self, proposal: Proposal, guide: Guide, params: SamplingParams) -> None:
+    def force(self, proposal: Proposal, guide: Guide) -> None:
         """Add the tokens the constraint forces after the proposal, while the round has room: drafts
         that p' cannot reject (deterministic: a one-point q where the proposal has q rows)."""
         while not guide.full():
             token = guide.forced()
             if token is None or (proposal.tokens and self.is_end(proposal.tokens[-1])):
                 return
-            proposal.tokens.append(token)
-            if proposal.q_rows is not None and not params.greedy:
-                proposal.q_rows.append(point_mass(self.vocab_limit, token))
-            guide.push(token)
+            proposal.add_forced(token, self.vocab_limit, guide)
 
     def decode_round(
         self, context: list[int], budget: int, policy: DraftPolicy | None, config: GenerationConfig, rng: np.random.Generator,
@@ -321,7 +315,10 @@ class Engine:
         assert policy is not None or self.drafter is None, "a drafting engine needs a policy (policy.draft_policy)"
         rng = np.random.default_rng(config.seed)
         rules = rule_chooser(config.verify)
-        guide = Guide.over(config.grammar.matcher(self.grammar_tokenizer()), self.grammar_tokenizer()) if config.grammar is not None else None
+        guide = None
+        if config.grammar is not None:
+            tokenizer = self.grammar_tokenizer()
+            guide = Guide.over(config.grammar.matcher(tokenizer), tokenizer)
         if policy is not None and self.earned is not None:
             policy.resume(resumed(self.earned, self.drafter.name if self.drafter is not None else ""))
         context = list(prompt)

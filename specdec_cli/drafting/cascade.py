@@ -95,7 +95,7 @@ class CascadeDrafter(ModelAndLookup):
                     guide.mask().apply(row)  # in place: each row of the batch is read once
                 q = None if params.greedy else proposal(row, params)
                 x = argmax(row) if q is None else sample(q, rng) if i == len(guess) else keep_or_resample(q, guess[i], rng)
-                drafter.append(out, x, q, guide)
+                out.add(x, q, guide)
                 if i == len(guess) or x != guess[i] or drafter.is_end(x):
                     break
                 kept += 1

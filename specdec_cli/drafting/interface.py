@@ -30,7 +30,8 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from ..maths.sampling import Distribution, SamplingParams
+from ..maths.masking import Mask
+from ..maths.sampling import Distribution, SamplingParams, point_mass
 
 
 @dataclass
@@ -40,12 +41,24 @@ class Proposal:
     decode_seconds: float = 0.0  # time spent inside the draft model's decode calls
     catch_up_seconds: float = 0.0  # of which bringing its cache up to the context (see policy.draft_step_seconds)
 
+    def add(self, x: int, q: Distribution | None, guide: "Guide | None") -> None:
+        """Add draft x (drawn from q; None: deterministic), and take it at the guide's position."""
+        if q is not None:
+            self.q_rows.append(q)
+        self.tokens.append(x)
+        if guide is not None:
+            guide.push(x)
+
+    def add_forced(self, x: int, n: int, guide: "Guide") -> None:
+        """Add the token the constraint forces: a one-point q over n ids where the proposal has q rows."""
+        self.add(x, point_mass(n, x) if self.q_rows is not None else None, guide)
+
 
 class Guide(Protocol):
     """A sequence's constraint as drafting sees it (grammar/guide.Guide)."""
 
-    def mask(self) -> np.ndarray:
-        """The tokens allowed at the next position (maths/masking.py's bitmask words)."""
+    def mask(self) -> Mask:
+        """The tokens allowed at the next position (maths/masking.py)."""
         ...
 
     def allows(self, token: int) -> bool: ...

@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import clock
 from ..maths.masking import Mask
-from ..maths.sampling import Distribution, SamplingParams, argmax, point_mass, proposal, sample, softmax_at
+from ..maths.sampling import Distribution, SamplingParams, argmax, proposal, sample, softmax_at
 from .interface import Guide, Proposal, Proposer
 from .kv_sync import CausalModel, catch_up, common_prefix
 
@@ -123,7 +123,7 @@ class ModelDrafter:
                 d = self.own_id(forced)
                 if d is None:
                     break
-                self.append(out, forced, point_mass(self.q_size, forced) if out.q_rows is not None else None, guide)
+                out.add_forced(forced, self.q_size, guide)
                 pending.append(d)
                 if self.is_end(forced):
                     break
@@ -139,20 +139,11 @@ class ModelDrafter:
             if picked is None:
                 break
             x, d, q = picked
-            self.append(out, x, q, guide)
+            out.add(x, q, guide)
             own += 1
             pending = [d]
             if self.is_end(x):
                 break
-
-    @staticmethod
-    def append(out: Proposal, x: int, q: Distribution | None, guide: Guide | None) -> None:
-        """Add draft x (drawn from q, None: deterministic) to the proposal, and to the guide's position."""
-        if q is not None:
-            out.q_rows.append(q)
-        out.tokens.append(x)
-        if guide is not None:
-            guide.push(x)
 
     def sync(self, context: Sequence[int]) -> None:
         self.model.rewind(common_prefix(self.model.tokens, self.own_context(context)))

@@ -44,13 +44,20 @@ class Guide:
         self.n_vocab = n_vocab
         self.words = words_for(n_vocab)
         self.ends = ends  # end-of-generation ids: the matcher takes no token past one (llguidance does not count it as consumed)
-        self.depth = 0  # tentative tokens taken since the last settle
-        self._ended = False  # the last tentative token ends the generation
         self._masks: list[Mask] = []  # per position: index d is the mask after d tentative tokens
-        self._taken: list[int] = []  # the tentative tokens
+        self._taken: list[int] = []  # the tentative tokens since the last settle
         self.room = 0  # the most tentative tokens this round may hold (the engine sets it each round)
         self.mask_seconds = 0.0  # in llguidance's mask computation, over the generation
-        self.masks_computed = 0
+
+    @property
+    def depth(self) -> int:
+        """Tentative tokens taken since the last settle."""
+        return len(self._taken)
+
+    def _ends_at(self) -> int:
+        """The position of the first tentative end of generation (depth where there is none): the
+        matcher has consumed the tentative tokens before it, none from it on."""
+        return next((i for i, t in enumerate(self._taken) if t in self.ends), self.depth)
 
     def mask(self) -> Mask:
         """The mask at the current position (maths/masking.Mask: llguidance's words, read once)."""
@@ -64,7 +71,7 @@ class Guide:
         return cls(matcher, tokenizer.vocab_size, frozenset(tokenizer.eos_tokens))
 
     def _compute(self) -> Mask:
-        if self._ended:  # past an end of generation nothing is emitted: any token may stand there
+        if self._ends_at() < self.depth:  # past an end of generation nothing is emitted: any token may stand there
             return Mask.of(np.full(self.words, -1, dtype=np.int32), self.n_vocab)
         out = np.zeros(self.words, dtype=np.int32)
         start = time.perf_counter()
@@ -73,7 +80,6 @@ class Guide:
             raise GrammarError(f"the constraint cannot go on: {self.matcher.get_error()}")
         mask = Mask.of(out, self.n_vocab)
         self.mask_seconds += time.perf_counter() - start
-        self.masks_computed += 1
         if mask.count == 0:
             raise GrammarError("the constraint allows no token here (the grammar has no way to go on)")
         return mask
@@ -97,14 +103,10 @@ class Guide:
     def push(self, token: int) -> None:
         """Take a draft tentatively. Only a token the mask admits may be pushed (drafters check `allows`)."""
         assert self.allows(token), f"token {token} is not allowed by the constraint here"
-        if self._ended:
-            pass  # nothing after an end of generation is emitted, nor given to the matcher
-        elif token in self.ends:
-            self._ended = True  # kept out of the matcher: the output ends here
-        elif not self.matcher.consume_token(token):
+        # An end of generation, and anything after one, is kept out of the matcher: nothing after it is emitted.
+        if self._ends_at() == self.depth and token not in self.ends and not self.matcher.consume_token(token):
             raise GrammarError(f"the constraint refused token {token}: {self.matcher.get_error()}")
         self._taken.append(token)
-        self.depth += 1
 
     def masks(self) -> list[Mask]:
         """The masks of positions 0..depth: each draft's and the one after the last draft."""
@@ -115,24 +117,10 @@ class Guide:
         """Keep the first `kept` tentative tokens, roll the others back, take the target's `token`;
         the output so far then ends with it, and the next position starts afresh."""
         assert 0 <= kept <= self.depth, f"kept {kept} of {self.depth} drafts"
-        if kept < self.depth:
-            consumed = self._consumed(self._taken[kept:])
-            if consumed and not self.matcher.rollback(consumed):
-                raise GrammarError(f"the constraint could not roll back {consumed} tokens: {self.matcher.get_error()}")
-            del self._taken[kept:]
-            self.depth = kept
-            self._ended = any(t in self.ends for t in self._taken)
+        consumed = max(0, self._ends_at() - kept)  # of the tokens rolled back, those the matcher took
+        if consumed and not self.matcher.rollback(consumed):
+            raise GrammarError(f"the constraint could not roll back {consumed} tokens: {self.matcher.get_error()}")
+        del self._taken[kept:]
         self.push(token)
-        self.depth = 0
         self._taken.clear()
         self._masks.clear()
-
-    def _consumed(self, tokens: list[int]) -> int:
-        """How many of these tentative tokens (the last ones taken) the matcher consumed: those before any end."""
-        before = self._taken[: len(self._taken) - len(tokens)]
-        if any(t in self.ends for t in before):
-            return 0
-        for i, t in enumerate(tokens):
-            if t in self.ends:
-                return i
-        return len(tokens)

@@ -223,9 +223,7 @@ class Answer:
             rest = self._delta(self.parser.end())
             if rest:
                 out.append(self._envelope([{"index": 0, "delta": rest, "logprobs": None, "finish_reason": None}]))
-            reason = self._reason(outcome, len(self.parser.finish().calls))
-        else:
-            reason = FINISH_REASONS.get(outcome.stats.finish_reason, "stop")
+        reason = self._reason(outcome, len(self.parser.finish().calls) if self.parser is not None else 0)
         out.append(self._envelope([self._choice(None if self.kind == "chat" else "", reason, None)]))
         if self.settings.include_usage or self.settings.events:
             stats = outcome.stats

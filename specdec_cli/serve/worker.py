@@ -279,23 +279,20 @@ class Worker:
     # Facts of the loaded target that the handlers read to check and plan a request (fixed at load):
 
     def grammar_tokenizer(self):
-        """The target's vocabulary as llguidance reads it (built at load), or None for a pair without one."""
-        return getattr(self.pair.target, "grammar_tokenizer", None) if self.pair is not None else None
+        """The target's vocabulary as llguidance reads it (built at load)."""
+        return self.pair.target.grammar_tokenizer
 
     def chat_template(self) -> str | None:
-        return self.pair.target.chat_template() if self.pair is not None else None
+        return self.pair.target.chat_template()
 
     def special_id(self, text: str) -> int | None:
         """The id of a special token spelled `text` in the target's vocabulary (grammar/tools.plan's openers), or None."""
-        find = getattr(self.pair.target, "special_id", None) if self.pair is not None else None
-        return find(text) if find is not None else None
+        return self.pair.target.special_id(text)
 
     def special_text(self, token: int) -> str:
         """A special token's own text ("<tool_call>"), which its piece leaves out; "" for any other token."""
-        target = self.pair.target if self.pair is not None else None
-        if target is None or not hasattr(target, "token_kind") or target.token_kind(token) != "special":
-            return ""
-        return target.token_text(token)
+        target = self.pair.target
+        return target.token_text(token) if target.token_kind(token) == "special" else ""
 
     def slot_report(self, tenant: str) -> dict:
         """For the page: each slot's state, and for the asking tenant's own slots their cached tokens

@@ -309,7 +309,7 @@ class Toy(MarkovModel):
     def tokenize(self, text, *, add_special=True, parse_special=True):
         return [ord(c) - ord("a") for c in text if "a" <= c <= "f"]
 
-    def apply_chat_template(self, messages):
+    def apply_chat_template(self, messages, tools=None):
         return messages[-1][1]
 
 

@@ -299,7 +299,6 @@ def test_a_matcher_not_rolled_back_fails(monkeypatch):
     # against the wrong state: refused, or the output leaves the grammar.
     def settle(self, kept, token):
         self.push(token)
-        self.depth = 0
         self._taken.clear()
         self._masks.clear()
 

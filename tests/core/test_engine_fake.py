@@ -383,8 +383,8 @@ def test_a_smaller_draft_vocabulary_limits_drafts_and_output(params):
     proposals = []
 
     class Recording(ModelDrafter):
-        def propose(self, context, k, params, rng, p_min=0.0):
-            out = super().propose(context, k, params, rng, p_min)
+        def propose(self, context, k, params, rng, p_min=0.0, guide=None):
+            out = super().propose(context, k, params, rng, p_min, guide)
             proposals.extend(out.tokens)
             assert out.q_rows is None or all(len(q) == limit for q in out.q_rows)
             return out

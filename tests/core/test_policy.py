@@ -772,7 +772,7 @@ def test_auto_with_p_min_is_exact(params, p_min):
 class PostHocPMin(ModelDrafter):
     """Wrong on purpose: draws x ~ q and only then drops it (ending the draft) if q(x) < 0.3."""
 
-    def propose(self, context, k, params, rng, p_min=0.0):
+    def propose(self, context, k, params, rng, p_min=0.0, guide=None):
         out = Proposal(q_rows=[])
         last = context[-1]
         for _ in range(k):
