@@ -5,7 +5,7 @@ process that did not crash. So `guard(main)` forks once, before llama.cpp has st
 (its libraries and numpy are loaded by then, __init__.py says why; it has no backend, thread
 or model yet):
 
-    parent: waits; forwards SIGTERM (and a SIGINT/SIGHUP sent to its pid with `kill`) to the child
+    parent: waits; forwards SIGTERM (and a SIGINT/SIGHUP/SIGTSTP sent to its pid with `kill`), and SIGCONT, to the child
     child:  runs the command; marks what it is doing in a shared page (`mark("decoding with the
             draft tinydraft.gguf")`); faulthandler writes the Python stack to a log file
 
@@ -21,6 +21,14 @@ shell still sees 143 after `kill`). Ctrl-C on a terminal reaches the child direc
 terminal signals the whole foreground group), so the parent does not forward a SIGINT the
 kernel sent: the child must not see it twice. stdin, stdout and stderr are inherited, not
 piped: ttys, colour detection and `specdec run - < file` behave as without the fork.
+
+Pausing: `kill -TSTP PID` stops the child and then the parent, and `kill -CONT PID` resumes
+both (the parent passes SIGCONT on); Ctrl-Z and `fg` reach both already, as Ctrl-C does. A
+SIGSTOP cannot be caught, so `kill -STOP PID` stops only the parent while the child goes on;
+stop the whole group instead (`kill -STOP -- -PID` when specdec leads its group). A stop that
+outlasts the parent's wait (half a second) ends that wait in a siginfo CPython never filled
+in (`signal.sigtimedwait` after EINTR past its deadline: si_signo -757740680, say), so the
+parent acts only on the signals it waits for and skips any other number.
 
 Why a fork and not a subprocess: the child is the same interpreter with the same parsed
 state and file descriptors, there is nothing to re-exec, and it costs about a millisecond.
@@ -47,6 +55,8 @@ from typing import Callable, NoReturn
 
 CRASH_SIGNALS = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT)
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_JOB_CONTROL = (signal.SIGTSTP, signal.SIGCONT)  # a pause and a resume, passed on to the child too
+_WAITED = (*_FORWARDED, *_JOB_CONTROL, signal.SIGCHLD)  # blocked in the parent, which takes them with sigtimedwait
 _PAGE = 4096
 _SI_KERNEL = 0x80  # siginfo.si_code of a signal the kernel raised (a terminal's Ctrl-C)
 HINT = "try --no-repack, or --gpu-layers 0"
@@ -118,7 +128,7 @@ def guard(main: Callable[[], object]) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         if stream is not None:  # None: started with that descriptor closed (>&-); the command says so
             stream.flush()
-    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, (*_FORWARDED, signal.SIGCHLD))
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WAITED)
     pid = os.fork()
     if pid == 0:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
@@ -173,17 +183,28 @@ def _exit_child(main: Callable[[], object]) -> NoReturn:
 
 
 def _wait(pid: int) -> int:
-    """Wait for the child, forwarding the signals meant for it; return its wait status."""
-    waiting = (*_FORWARDED, signal.SIGCHLD)
+    """Wait for the child, passing on the signals meant for it; return its wait status."""
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return status
-        info = signal.sigtimedwait(waiting, 0.5)
-        if info is None or info.si_signo == signal.SIGCHLD:
-            continue
-        if info.si_signo == signal.SIGTERM or info.si_code != _SI_KERNEL:
-            try:
-                os.kill(pid, info.si_signo)
-            except ProcessLookupError:
-                pass
+        info = signal.sigtimedwait(_WAITED, 0.5)
+        if info is None or info.si_signo not in _WAITED or info.si_signo == signal.SIGCHLD:
+            continue  # not one we wait for: the unfilled siginfo of a wait a stop outlasted (see above)
+        number, sent = info.si_signo, info.si_code != _SI_KERNEL  # sent: by `kill`, not by the terminal
+        if number == signal.SIGCONT:
+            _send(pid, number)  # resumes a child stopped by a SIGTSTP we passed on; a no-op for a running one
+        elif number == signal.SIGTSTP:
+            if sent:  # the terminal's Ctrl-Z has stopped the child already
+                _send(pid, number)
+            if signal.getsignal(signal.SIGTSTP) != signal.SIG_IGN:
+                os.kill(os.getpid(), signal.SIGSTOP)  # stop as SIGTSTP would have stopped us; returns on SIGCONT
+        elif number == signal.SIGTERM or sent:
+            _send(pid, number)
+
+
+def _send(pid: int, number: int) -> None:
+    try:
+        os.kill(pid, number)
+    except ProcessLookupError:  # the child has just ended; waitpid says how
+        pass

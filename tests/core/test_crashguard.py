@@ -118,3 +118,53 @@ def test_without_fork_guard_just_runs_main(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
     out, _ = proc.communicate(timeout=60)
     assert int(out) == proc.pid and proc.returncode == 0
+
+
+def started_child(proc: subprocess.Popen, pid_file: Path) -> int:
+    """The guarded child's pid, once its body has written it to `pid_file`."""
+    deadline = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    return int(pid_file.read_text())
+
+
+def test_a_parent_stopped_and_continued_goes_on_and_ends_as_its_child(tmp_path):
+    """Issue 73: `kill -STOP` then `kill -CONT` on specdec's pid. Stopped past the guard's wait
+    (0.5 s), CPython's sigtimedwait returned an unfilled siginfo (si_signo -757740680, say), and
+    the guard forwarded it: OSError (Errno 22) and exit 1 with a traceback, or a wrong signal."""
+    pid_file = tmp_path / "child.pid"
+    proc = guarded(f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(2.5)\nprint('done')\nsys.exit(4)", tmp_path)
+    started_child(proc, pid_file)
+    for _ in range(2):  # each stop outlasts the guard's 0.5 s wait
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(0.8)
+        proc.send_signal(signal.SIGCONT)
+        time.sleep(0.1)
+    assert finish(proc) == (4, "done\n", "")
+    assert crash_logs(tmp_path) == []
+
+
+def process_state(pid: int) -> str:
+    """The state letter in /proc/PID/stat: R running, S sleeping, T stopped."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def wait_for_state(pid: int, state: str) -> str:
+    deadline = time.monotonic() + 10
+    while process_state(pid) != state and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return process_state(pid)
+
+
+def test_a_tstp_sent_to_the_parent_pauses_the_child_and_a_cont_resumes_both(tmp_path):
+    """`kill -TSTP` pauses the generation itself (the child), not only the waiting parent; `kill -CONT` resumes it."""
+    pid_file = tmp_path / "child.pid"
+    proc = guarded(f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(1.5)\nprint('done')", tmp_path)
+    child = started_child(proc, pid_file)
+    proc.send_signal(signal.SIGTSTP)
+    assert wait_for_state(child, "T") == "T"
+    assert wait_for_state(proc.pid, "T") == "T"
+    time.sleep(2)  # longer than the child's sleep: stopped, it cannot finish meanwhile
+    assert proc.poll() is None and process_state(child) == "T"
+    proc.send_signal(signal.SIGCONT)
+    assert finish(proc) == (0, "done\n", "")
