@@ -8,11 +8,12 @@ the caller's process only waits, and the quantizer runs in a child it can kill:
     convert_in_child(Path("SmolLM2-135M-Instruct.Q4_1.gguf"), Path(".x.F32.gguf.4242.partial"), "F32")
 
     parent: waits for the child, reading the one line it writes if it fails. Ctrl-C (or any
-            exception) kills the child, waits for it to end, and is raised again; the caller
-            then removes the partial file (models/cache.ensure_converted), which no one writes any more.
+            exception, SIGTERM included: cache.ensure_converted makes it one) kills the child,
+            waits for it to end, and is raised again; the caller then removes the partial file
+            (models/cache.ensure_converted), which no one writes any more.
     child:  `python -m specdec_cli.llama.convert SRC DST TYPE`, in a session of its own (a terminal's
             Ctrl-C reaches only the parent, which decides). A thread reads stdin, a pipe from
-            the parent: end of file means the parent has gone (killed by SIGTERM or SIGKILL),
+            the parent: end of file means the parent has gone (killed by SIGKILL, say),
             and the child ends at once instead of writing on for nobody. It exits 0 when the
             file is written, else 1 after one line on stdout, convert_gguf's message.
 

