@@ -1,23 +1,22 @@
 """Several generations at once: every sequence's rows in one pass of each model.
 
-Each sequence runs the one engine there is (engine.py's `Engine.generate`, the batch of one),
-in a thread of its own, over `SharedSequence`s: views of a model whose context holds several
-sequences (llama/model.LlamaModel with n_seq > 1, or a fake). A view is a CausalModel like any
-other, except that its `decode` hands the rows to the `Batcher` and waits. When every sequence
-that has joined is waiting, the last one to arrive has a pass run: ONE `decode_rows` call of one
-model that holds the waiting rows of every sequence for that model, each under its own sequence
-id, and hands each its own logits. Every pass runs on the process's one compute thread
-(compute_thread.py: with llama.cpp's OpenMP, passes from threads taking turns ran 1.25 to 2.9
-times as long). So
+Each sequence runs the one engine there is (engine.py's `Engine.generate`, the batch of one)
+over `SharedSequence`s: views of a model whose context holds several sequences
+(llama/model.LlamaModel with n_seq > 1, or a fake). A view is a CausalModel like any other,
+except that its `decode` hands the rows to the `Batcher` and waits for them. The scheduler
+(scheduler.py) runs every sequence's generation in one thread, one at a time, each until it
+waits on a decode; when every sequence that has joined is waiting, it has a pass run
+(`run_pass`): ONE `decode_rows` call of one model that holds the waiting rows of every sequence
+for that model, each under its own sequence id, and hands each its own logits. So
 
   - draft steps: all sequences that draft with the draft model at this moment take one step
     together (the draft model goes first: a target pass waits while anyone is still drafting,
     so that it holds every sequence's rows);
   - the target pass: each sequence's last token and drafts, verified afterwards by its own
-    rule, with its own RNG and sampling settings, in its own thread;
+    rule, with its own RNG and sampling settings;
   - roll back: each view drops its own sequence's entries (`seq_rm`).
 
-Sequences join and leave between passes (`joined`), as requests come and go. A long prompt is
+Sequences join and leave between passes (`join`, `leave`), as requests come and go. A long prompt is
 prefilled in chunks of at most `prefill_chunk` tokens while others are generating, so that it
 does not stall them; alone it takes whole batches. A pass that fails is retried part by part,
 so that the error reaches only the sequence whose rows caused it.
@@ -40,10 +39,12 @@ where it does not pay.
 
     batcher = Batcher([draft, target])             # pass order: the draft's steps first
     seqs = [(batcher.sequence(draft, i), batcher.sequence(target, i)) for i in range(4)]
-    # in each of four threads:  with batcher.joined(): ... Engine(seqs[i][1], ModelDrafter(seqs[i][0])).generate(...)
+    # each generation: Engine(seqs[i][1], ModelDrafter(seqs[i][0])).generate(...), run by scheduler.Scheduler
 
-Left out: which request gets which sequence, and the threads (serve/worker.py); the models'
-own decode (llama/model.py: `decode_rows`, `seq_rm`).
+A decode outside a scheduler (a reset, one sequence alone) runs its own passes at once.
+
+Left out: the loop over the generations (scheduler.py), which request gets which sequence
+(serve/worker.py); the models' own decode (llama/model.py: `decode_rows`, `seq_rm`).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
-import threading
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping, NamedTuple, Protocol, Sequence
@@ -66,7 +67,8 @@ from ..tuning.pass_cost import PassCost, aside_seconds, shares
 from ..tuning.policy import AdaptivePolicy
 from ..tuning.proposers import MODEL_KINDS, kind
 from ..tuning.switch import DraftingSwitch
-from .compute_thread import run_on_compute_thread
+
+log = logging.getLogger("specdec")
 
 PREFILL_CHUNK = 128  # prompt tokens per pass while other sequences are generating
 CATCH_UP_FREE = 2  # a draft model this many tokens behind the target's cache is drafting along (a round's last draft, its bonus)
@@ -99,6 +101,7 @@ class _Request:
     view: "SharedSequence"
     tokens: list[int]
     n_logits: int
+    owner: object = None  # whose generation waits on it (the scheduler's handle)
     done: int = 0  # tokens decoded so far (a prompt goes in chunks)
     finished: bool = False
     result: np.ndarray | None = None
@@ -130,14 +133,13 @@ class Batcher:
         self.models = list(models)  # pass order: while a sequence waits on an earlier model, later ones wait
         self.names = list(names or (f"model{i}" for i in range(len(self.models))))
         self.prefill_chunk = prefill_chunk
-        self.lock = threading.Lock()  # one llama.cpp call on these contexts at a time
         self.costs = [PassCost() for _ in self.models]
         self.log = PassLog()
-        self._cond = threading.Condition(threading.Lock())
         self._active = 0
         self._waiting: list[_Request] = []
-        self._running = False
-        self._joined = threading.local()
+        self.park: Callable[[_Request], None] | None = None  # set by a running scheduler: waits until the request is served
+        self.pass_began: float | None = None  # monotonic time the pass in progress began (a watchdog reads it), else None
+        self.pass_model: str | None = None  # the name of the model whose pass that is
         self._views: dict[tuple[int, int], SharedSequence] = {}
         self._drafting_together: float | None = None  # sequences per draft pass, a decaying mean
         self._last_end: float | None = None  # when the last pass ended, if sequences stayed joined since (PassLog.spans)
@@ -151,24 +153,25 @@ class Batcher:
             self._views[key] = SharedSequence(self, model, seq)
         return self._views[key]
 
+    def join(self) -> None:
+        """One more sequence that every pass waits for (the scheduler's, as a generation starts)."""
+        self._active += 1
+        self.switch.turn()
+
+    def leave(self) -> None:
+        self._active -= 1
+        self.switch.turn()
+        if self._active == 0:
+            self._last_end = None  # idle until the next sequence joins: not time between passes
+
     @contextlib.contextmanager
     def joined(self) -> Iterator[None]:
-        """This thread is one of the sequences every pass waits for, until the block ends."""
-        assert not getattr(self._joined, "yes", False), "a thread joins once"
-        with self._cond:
-            self._active += 1
-            self.switch.turn()
-        self._joined.yes = True
+        """A sequence joined for the length of the block."""
+        self.join()
         try:
             yield
         finally:
-            self._joined.yes = False
-            with self._cond:
-                self._active -= 1
-                self.switch.turn()
-                if self._active == 0:
-                    self._last_end = None  # idle until the next sequence joins: not time between passes
-                self._cond.notify_all()
+            self.leave()
 
     @property
     def active(self) -> int:
@@ -238,10 +241,9 @@ class Batcher:
         drafting way's rate all the same, which pulls the paired gain toward 1 where drafting would
         only pay without the catch-ups."""
         judge = lag > CATCH_UP_FREE
-        with self._cond:
-            n = self._active
-            mode, epoch = self.switch.drafting(n, time.perf_counter())
-            saving = self.switch.saving_per_token(n) if mode and judge and n >= 2 else None
+        n = self._active
+        mode, epoch = self.switch.drafting(n, time.perf_counter())
+        saving = self.switch.saving_per_token(n) if mode and judge and n >= 2 else None
         if mode and judge:
             saving = own_saving() if saving is None else saving
             cost = self.catch_up_seconds(lag)
@@ -251,53 +253,79 @@ class Batcher:
 
     def drafting_report(self) -> dict[int, dict]:
         """The switch's measurements per batch size (DraftingSwitch.report)."""
-        with self._cond:
-            return self.switch.report()
+        return self.switch.report()
 
     def credit(self, epoch: int | None, tokens: int, sequence: object) -> None:
         """A round of `sequence` chosen in the switch's `epoch` gave `tokens` (BatchedPolicy.observe)."""
-        with self._cond:
-            self.switch.credit(epoch, tokens, sequence)
+        self.switch.credit(epoch, tokens, sequence)
 
     def decode(self, view: "SharedSequence", tokens: Sequence[int], n_logits: int) -> np.ndarray | None:
-        """`view`'s tokens through the next passes; its logits rows (a view, valid until this thread's next decode)."""
-        if not getattr(self._joined, "yes", False):  # a thread outside generation (a reset, a test) joins for this call
-            with self.joined():
-                return self.decode(view, tokens, n_logits)
+        """`view`'s tokens through the next passes; its logits rows (a view, valid until this sequence's next decode).
+
+        Under a scheduler the generation waits (`park`) while the other sequences run and the passes
+        are run for all; alone (no scheduler: a reset, one sequence) the passes run now."""
         request = _Request(view, [int(t) for t in tokens], n_logits)
         start = time.perf_counter()
-        with self._cond:
-            self._waiting.append(request)
-            while not request.finished:
-                if not self._running and len(self._waiting) >= self._active:
-                    self._run_pass()
-                else:
-                    self._cond.wait()
+        self._waiting.append(request)
+        try:
+            if self.park is not None:
+                self.park(request)
+            else:
+                with self.joined():
+                    while not request.finished:
+                        self.run_pass()
+        finally:
+            if not request.finished:  # the generation was ended while it waited (a cancel): its rows go with it
+                self._waiting.remove(request)
         clock.charge(time.perf_counter() - start, request.charged)
         view.last_pass_sequences = request.sequences
         if request.error is not None:
             raise request.error
         return request.result
 
-    # -- a pass (under self._cond, released while the model computes) ---------------------
+    @property
+    def waiting(self) -> bool:
+        return bool(self._waiting)
 
-    def _run_pass(self) -> None:
+    # -- a pass ------------------------------------------------------------------------------
+
+    def run_pass(self) -> list[_Request]:
+        """One pass of the earliest model (in pass order) that a waiting request is for; the requests it finished."""
         index = min(self.models.index(r.view.model) for r in self._waiting)
         model = self.models[index]
         planned = self._plan(model, [r for r in self._waiting if r.view.model is model])
-        self._running = True
         start = time.perf_counter()
         if self._last_end is not None:
             self.log.spans += 1
             self.log.between += start - self._last_end
-        self._cond.release()
+        self.pass_model, self.pass_began = self.names[index], time.monotonic()
         try:
             results, seconds = self._decode(model, planned)
         finally:
-            self._cond.acquire()
-            self._running = False
+            self.pass_began = None
             self._last_end = time.perf_counter()
             self.log.busy[self.names[index]] += self._last_end - start
+        finished = []
+        for (r, take), result in zip(planned, results):  # first what the requests wait for, then the bookkeeping
+            if isinstance(result, BaseException):
+                r.error, r.finished = result, True
+            else:
+                r.view.tokens.extend(r.tokens[r.done : r.done + take])
+                r.done += take
+                r.sequences = len(planned)
+                if r.done == len(r.tokens):
+                    r.result, r.finished = result, True
+            if r.finished:
+                finished.append(r)
+        self._waiting = [r for r in self._waiting if not r.finished]
+        try:
+            self._account(index, planned, results, seconds)
+        except Exception:  # a bug in the figures must not cost the sequences their rows: logged, and the passes go on
+            log.error("accounting for a pass failed", exc_info=True)
+        return finished
+
+    def _account(self, index: int, planned: list[tuple[_Request, int]], results: list, seconds: float | None) -> None:
+        """A pass's costs, the sequences' charges, the switch's figures and the log."""
         served = [(r, take) for (r, take), result in zip(planned, results) if not isinstance(result, BaseException)]
         # With a draft model: a pass of it (its steps, its catch-ups), or the target's that follows.
         draft_pass, target_pass = len(self.models) > 1 and index == 0, index > 0 and index == len(self.models) - 1
@@ -314,7 +342,7 @@ class Batcher:
             if draft_pass:  # the draft model's rows beyond a round's last draft and its bonus: a catch-up
                 self.switch.catch_up(aside_seconds(seconds, takes, [min(take, CATCH_UP_FREE) for take in takes], line))
             elif target_pass:  # the target's rows that want no logits: a prompt's, alike either way
-                self.switch.set_aside(aside_seconds(seconds, takes, [self._logit_rows(r, take) for r, take in served], line))
+                self.switch.set_aside(aside_seconds(seconds, takes, [self._logit_rows(r, r.done - take, take) for r, take in served], line))
         if target_pass:
             self.switch.after_pass(self._active, len(planned) == self._active, time.perf_counter())
         if draft_pass:
@@ -323,17 +351,6 @@ class Batcher:
         name = self.names[index]
         self.log.sequences[name][len(planned)] += 1
         self.log.rows[name] += sum(take for _, take in planned)
-        for (r, take), result in zip(planned, results):
-            if isinstance(result, BaseException):
-                r.error, r.finished = result, True
-            else:
-                r.view.tokens.extend(r.tokens[r.done : r.done + take])
-                r.done += take
-                r.sequences = len(planned)
-                if r.done == len(r.tokens):
-                    r.result, r.finished = result, True
-        self._waiting = [r for r in self._waiting if not r.finished]
-        self._cond.notify_all()
 
     def _plan(self, model: SharedModel, requests: list[_Request]) -> list[tuple[_Request, int]]:
         """How many tokens of each waiting request this pass takes: generation rows whole, prompts
@@ -358,38 +375,33 @@ class Batcher:
         return planned
 
     def _decode(self, model: SharedModel, planned: list[tuple[_Request, int]]) -> tuple[list, float | None]:
-        """Each part's logits (or the exception its rows raised) and the pass's seconds (None when it
-        failed), computed on the process's one compute thread (compute_thread.py: why)."""
+        """Each part's logits (or the exception its rows raised) and the pass's seconds (None when it failed)."""
         parts = [self._part(r, take) for r, take in planned]
-        return run_on_compute_thread(lambda: self._decode_parts(model, parts))
-
-    def _decode_parts(self, model: SharedModel, parts: list[Part]) -> tuple[list, float | None]:
-        with self.lock:
-            start = time.perf_counter()
+        start = time.perf_counter()
+        try:
+            return model.decode_rows(parts), time.perf_counter() - start
+        except Exception as exc:  # handed to the part's own generation, which raises it
+            if len(parts) == 1:
+                return [exc], None
+        # One part's rows failed the pass (the model dropped every part's positions): alone, each
+        # part meets only its own fate. (Copies: each decode overwrites the model's logits.)
+        results = []
+        for part in parts:
             try:
-                return model.decode_rows(parts), time.perf_counter() - start
-            except Exception as exc:  # handed to the part's own thread, which raises it
-                if len(parts) == 1:
-                    return [exc], None
-            # One part's rows failed the pass (the model dropped every part's positions): alone, each
-            # part meets only its own fate. (Copies: each decode overwrites the model's logits.)
-            results = []
-            for part in parts:
-                try:
-                    rows = model.decode_rows([part])[0]
-                    results.append(None if rows is None else np.array(rows))
-                except Exception as exc:  # handed to that part's own thread, which raises it
-                    results.append(exc)
-            return results, None
+                rows = model.decode_rows([part])[0]
+                results.append(None if rows is None else np.array(rows))
+            except Exception as exc:  # handed to that part's own generation, which raises it
+                results.append(exc)
+        return results, None
 
     @staticmethod
-    def _logit_rows(r: _Request, take: int) -> int:
-        """How many of the `take` rows from r.done want logits: the request's, in its last chunk only."""
-        return r.n_logits if r.done + take == len(r.tokens) else 0
+    def _logit_rows(r: _Request, done: int, take: int) -> int:
+        """How many of the `take` rows from `done` want logits: the request's, in its last chunk only."""
+        return r.n_logits if done + take == len(r.tokens) else 0
 
     @classmethod
     def _part(cls, r: _Request, take: int) -> Part:
-        return Part(r.view.seq, len(r.view.tokens), r.tokens[r.done : r.done + take], cls._logit_rows(r, take))
+        return Part(r.view.seq, len(r.view.tokens), r.tokens[r.done : r.done + take], cls._logit_rows(r, r.done, take))
 
 
 class BatchedPolicy:
@@ -476,8 +488,7 @@ class SharedSequence:
     def rewind(self, n_keep: int) -> None:
         if n_keep >= len(self.tokens):
             return
-        with self.batcher.lock:
-            self.model.seq_rm(self.seq, n_keep)
+        self.model.seq_rm(self.seq, n_keep)
         del self.tokens[n_keep:]
 
     def __getattr__(self, name: str):

@@ -15,25 +15,26 @@ asyncio queue, in this order:
     Failed(error)                           a SpecdecError (BadInput: the client's fault;
                                             InternalError: a bug of ours, its stack logged once)
 
-Slots. Each model's context holds `slots` sequences (LoadOptions.slots). A slot is one
-sequence in both models, with a thread of its own that runs the engine there; the slots'
-passes are gathered by one Batcher (decoding/batch.py), so every generating request's rows
-share each target pass. The dispatcher (the worker's own thread) takes jobs from the FIFO in
-arrival order, one whenever a slot is free, so no request starves behind later ones; it gives
-each the free slot whose cached tokens share the longest prefix with its prompt, where that is
-half the prompt or half the slot's tokens at least (`_choose`: a chat's next turn evaluates only
-what is new, in both models, while others are served: engine.prefill via
-drafting/kv_sync.catch_up; `cached_tokens` says how much was reused), else an empty slot, else
-the one used least recently.
+A request crosses two threads: the HTTP handler's event loop, and the worker's, which runs the
+one scheduling loop (decoding/scheduler.py) over both models and every slot. Each iteration it
+admits waiting jobs into free slots and reads every running job's flags (a client that left, a
+deadline), then runs the slots' rounds and ONE pass for all of them, and hands each job its
+events. Slots are data: each model's context holds `slots` sequences (LoadOptions.slots), and a
+slot is one sequence in both models, with the job it serves. Jobs are admitted in arrival
+order, one whenever a slot is free, so no request starves behind later ones; each takes the
+free slot whose cached tokens share the longest prefix with its prompt, where that is half the
+prompt or half the slot's tokens at least (`_choose`: a chat's next turn evaluates only what is
+new, in both models, while others are served: engine.prefill via drafting/kv_sync.catch_up;
+`cached_tokens` says how much was reused), else an empty slot, else the one used least recently.
 
 The queue holds at most `queue_size` waiting jobs (QueueFull beyond: the handler answers 503
-with Retry-After). A job whose client went away is `cancel()`ed: its slot sees it at the
-next event, at most one round later, and closes the engine's generator, whose `finally`
-rolls its sequence back to the accepted prefix in both models as Ctrl-C does in `specdec run`;
-the slot is free for the next pass. A drafting memory (drafting/memory.py) keeps every finished
-request's prompt and answer, which lookup drafts from for the requests after it, and what each
-proposer (the draft model among them) earned, which the next request's policy starts from
-(tuning/policy.py, "What earlier calls earned").
+with Retry-After). A job whose client went away is `cancel()`ed: a waiting one leaves the queue
+at once; a running one is ended at the loop's next iteration, during its prefill too, and its
+engine's `finally` rolls its sequence back to the accepted prefix in both models, as Ctrl-C does
+in `specdec run`; the slot is free for the next pass. A drafting memory (drafting/memory.py)
+keeps every finished request's prompt and answer, which lookup drafts from for the requests
+after it, and what each proposer (the draft model among them) earned, which the next
+request's policy starts from (tuning/policy.py, "What earlier calls earned").
 
 Tenants (a job's `tenant`: its API key, guard.py) never see each other's text. Each has its
 own drafting memory, and a job reuses a slot's cache only when the slot's last job was its own
@@ -43,10 +44,13 @@ prefill takes) tells a client only about its own key's requests.
 A failure costs one request. Any exception while serving a job fails that job alone
 (Failed(InternalError), the stack logged once); its slot's sequence, whose state the failure
 may have left unknown, is emptied, and the other slots go on exactly. If it cannot be, or the
-load failed, `gone` holds the reason: /health answers 503 with it and every request gets 503 at once.
-`request_timeout` ends a generation that runs longer, with its tokens so far (finish reason
-"time_limit", OpenAI's "length"), at the end of the round that crossed it: one that ends the
-answer by itself keeps its own finish reason.
+load failed, `gone` holds the reason: /health answers 503 with it and every request gets 503 at
+once. `request_timeout` ends a generation that runs longer, with its tokens so far (finish
+reason "time_limit", OpenAI's "length"): in its prefill at once, later where the next round
+would begin, so an answer that the crossing round ends keeps its own finish reason. A watchdog
+thread times every pass: one that has not returned after `pass_timeout` (a remote server that
+stopped answering) makes the worker `gone`, fails every waiting and running job with 503, and
+calls `on_gone`, with which the command exits non-zero for a supervisor to restart it.
 
 Example (what the tests do, with a scripted pair):
 
@@ -60,10 +64,10 @@ Left out: HTTP (app.py), what a request may hold (types.py), the JSON shapes (wi
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import logging
-import queue
 import threading
 import time
 import weakref
@@ -73,17 +77,19 @@ from typing import Callable
 from ..decoding.batch import Batcher, BatchedPolicy
 from ..decoding.consume import EndEarly, Outcome, consume
 from ..decoding.engine import context_room
+from ..decoding.scheduler import Ended, Scheduler
 from ..drafting.kv_sync import common_prefix
 from ..drafting.lookup import LookupOptions
 from ..drafting.memory import DraftMemory
 from ..errors import BadInput, SpecdecError
-from ..events import AUTO, DraftPolicy, Event, Rejected, Round, Token
+from ..events import AUTO, DraftPolicy, Event, Prefill, Rejected, Round, Token
 from ..session import LoadedPair
 from ..tuning.policy import AUTO_MAX_K, draft_policy
 from .types import Settings
 
 log = logging.getLogger("specdec")
 
+PASS_TIMEOUT = 60.0  # seconds a pass may take before the server counts itself stalled (--pass-timeout)
 SIMILAR = 0.5  # a slot's cache is reused where the shared prefix is this share of the prompt or of the slot's tokens (as llama-server's --slot-prompt-similarity)
 
 
@@ -164,9 +170,12 @@ class Job:
     items: asyncio.Queue = field(default_factory=asyncio.Queue)
     _mailbox: Mailbox | None = None  # the handler's event loop's (Worker.submit)
     _cancelled: threading.Event = field(default_factory=threading.Event)
+    _withdraw: Callable[["Job"], None] | None = None  # takes it out of the queue (Worker.submit)
 
     def cancel(self) -> None:
         self._cancelled.set()
+        if self._withdraw is not None:
+            self._withdraw(self)
 
     @property
     def cancelled(self) -> bool:
@@ -183,16 +192,24 @@ class Job:
 
 @dataclass(eq=False)
 class Slot:
-    """One sequence in both models (`pair`: views, LoadedPair.shared), served by a thread of its own."""
+    """One sequence in both models (`pair`: views, LoadedPair.shared), and the job it serves."""
 
     index: int
     pair: LoadedPair
     tenant: str | None = None  # whose tokens its sequence holds (None: nobody's)
     job: Job | None = None
     used: int = 0  # when it last took a job (a counter): the least recently used is given away first
-    inbox: queue.Queue = field(default_factory=queue.Queue)
     rounds: int = 0  # this job's rounds and tokens, for the page
     tokens: int = 0
+    # The running job's state in the loop:
+    ids: list[int] = field(default_factory=list)
+    memory: DraftMemory | None = None
+    deadline: float | None = None
+    prefilled: bool = False  # its Prefill event came: past the deadline it ends at a round's end, not at once
+    ending: bool = False  # an end was raised in it (cancel, time limit); it leaves at the loop's next step
+    round_events: list[Event] = field(default_factory=list)  # a round's Rejected and Tokens, handed over with its Round
+    held: bool = False  # a whole answer's rounds after its first token wait for the end
+    cut_at: int | None = None  # once past the deadline: the round whose end ends the generation
 
 
 class Worker:
@@ -205,25 +222,33 @@ class Worker:
         lookup: LookupOptions = LookupOptions(),
         request_timeout: float | None = None,
         slots: int = 1,
+        pass_timeout: float = PASS_TIMEOUT,
+        on_gone: Callable[[str], None] = lambda reason: None,
+        rpc: tuple[str, ...] = (),
     ) -> None:
         assert queue_size >= 1, "the queue holds at least one job (cli/serve.py checks --queue)"
         assert slots >= 1, "cli/serve.py checks --slots"
         self._load = load
         self._lookup = lookup
         self._request_timeout = request_timeout
+        self._pass_timeout = pass_timeout
+        self._on_gone = on_gone
+        self._rpc = rpc
         self.n_slots = slots
         self._mailboxes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> its Mailbox
         self.memories: dict[str, DraftMemory] = {}  # each tenant's earlier prompts and answers, for lookup (drafting/memory.py)
-        self._jobs: queue.Queue[Job | None] = queue.Queue(maxsize=queue_size)
+        self._queue: collections.deque[Job] = collections.deque()
+        self._queue_size = queue_size
+        self._changed = threading.Condition()  # a job came, or the worker is stopping
         self._thread = threading.Thread(target=self._main, name="specdec-worker", daemon=True)
-        self._free = threading.Condition()  # a slot became free, or the worker is stopping
         self._served = 0
         self.slots: list[Slot] = []
         self.batcher: Batcher | None = None
+        self._scheduler: Scheduler | None = None
         self._stopping = threading.Event()
         self.ready = threading.Event()
         self.load_error: SpecdecError | None = None
-        self.gone: str | None = None  # why the models cannot serve (a failed load, caches that could not be reset)
+        self.gone: str | None = None  # why the models cannot serve (a failed load, caches that could not be reset, a stalled pass)
         self.pair: LoadedPair | None = None  # read by the app only for facts fixed at load (n_ctx, names)
 
     # -- the handlers' side --------------------------------------------------------------
@@ -233,7 +258,7 @@ class Worker:
 
     @property
     def waiting(self) -> int:
-        return self._jobs.qsize()
+        return len(self._queue)
 
     @property
     def running(self) -> int:
@@ -247,34 +272,34 @@ class Worker:
         job._mailbox = self._mailboxes.get(loop)
         if job._mailbox is None:
             job._mailbox = self._mailboxes[loop] = Mailbox(loop)
-        try:
-            self._jobs.put_nowait(job)
-        except queue.Full:
-            raise QueueFull(f"all {self._jobs.maxsize} places in the queue are taken; retry shortly") from None
+        with self._changed:
+            if len(self._queue) >= self._queue_size:
+                raise QueueFull(f"all {self._queue_size} places in the queue are taken; retry shortly")
+            job._withdraw = self._withdraw
+            self._queue.append(job)
+            self._changed.notify_all()
         return job
 
+    def _withdraw(self, job: Job) -> None:
+        """A cancelled job gives its place in the queue back at once (if it still waits there)."""
+        with self._changed:
+            with contextlib.suppress(ValueError):
+                self._queue.remove(job)
+
     def stop(self, timeout: float = 30.0) -> None:
-        """Cancel the generations in flight and every waiting job, then end the threads."""
+        """Cancel the generations in flight and every waiting job, then end the thread."""
         self._stopping.set()
-        for slot in self.slots:
-            if slot.job is not None:
-                slot.job.cancel()
         self._fail_waiting(ShuttingDown("the server is shutting down"))
-        with contextlib.suppress(queue.Full):
-            self._jobs.put_nowait(None)
-        with self._free:
-            self._free.notify_all()
+        with self._changed:
+            self._changed.notify_all()
         if self._thread.is_alive():
-            self._thread.join(timeout)
+            self._thread.join(0 if self.gone is not None and self.batcher is not None and self.batcher.pass_began is not None else timeout)
 
     def _fail_waiting(self, error: SpecdecError) -> None:
-        while True:
-            try:
-                job = self._jobs.get_nowait()
-            except queue.Empty:
-                return
-            if job is not None:
-                job._put(Failed(error))
+        with self._changed:
+            jobs, self._queue = list(self._queue), collections.deque()
+        for job in jobs:
+            job._put(Failed(error))
 
     # Facts of the loaded target that the handlers read to check and plan a request (fixed at load):
 
@@ -315,7 +340,7 @@ class Worker:
             "drafting": self.batcher.drafting_report() if self.batcher is not None else {},
         }
 
-    # -- the dispatcher (the worker's thread) ----------------------------------------------
+    # -- the loop (the worker's thread) ----------------------------------------------------
 
     def _main(self) -> None:
         with contextlib.ExitStack() as stack:
@@ -332,46 +357,137 @@ class Worker:
                 self.ready.set()
                 return
             self.slots = [Slot(i, p) for i, p in enumerate(pairs)]
-            threads = [threading.Thread(target=self._slot_main, args=(s,), name=f"specdec-slot-{s.index}", daemon=True) for s in self.slots]
-            for t in threads:
-                t.start()
+            self._scheduler = Scheduler(self.batcher)
+            threading.Thread(target=self._watch, name="specdec-watchdog", daemon=True).start()
             self.ready.set()
             try:
-                self._dispatch()
-            finally:
-                for slot in self.slots:
-                    slot.inbox.put(None)
-                for t in threads:
-                    t.join(30)
+                for slot, item in self._scheduler.run(self._admit):
+                    self._handle(slot, item)
+            except Exception as exc:  # a bug in the loop itself: nothing can be served any more
+                log.error("the scheduling loop failed", exc_info=True)
+                self._lose(f"the server failed ({type(exc).__name__}: {exc}); restart it")
             if self.gone is not None:
                 self._fail_waiting(Unavailable(self.gone))
 
-    def _dispatch(self) -> None:
-        """Hand each job, in arrival order, to a free slot as soon as there is one."""
-        while not self._stopping.is_set() and self.gone is None:
-            with self._free:
-                while not self._stopping.is_set() and self.gone is None and all(s.job is not None for s in self.slots):
-                    self._free.wait()
-            if self._stopping.is_set() or self.gone is not None:
-                return
-            job = self._jobs.get()
-            if job is None:
-                return
-            if job.cancelled:
+    def _admit(self, idle: bool) -> bool:
+        """Before every pass (scheduler.Scheduler.run): end the jobs whose client left or whose time
+        is up, then give free slots to waiting jobs in arrival order. Idle, wait for a job. False
+        once stopping: the jobs in flight are cancelled and the loop ends when they have."""
+        with self._changed:
+            while idle and not self._queue and not self._stopping.is_set() and self.gone is None:
+                self._changed.wait()
+        stopping = self._stopping.is_set() or self.gone is not None
+        now = time.monotonic()
+        for slot in self.slots:
+            job = slot.job
+            if job is None or slot.ending:
                 continue
-            try:
-                ids = self.pair.chat_tokens(job.messages, job.tools) if job.messages is not None else self.pair.prompt_tokens(job.prompt, chat=False)
-            except SpecdecError as exc:
-                job._put(Failed(exc))
-                continue
-            except Exception as exc:
-                job._put(self._internal(exc))
-                continue
-            with self._free:
-                slot = self._choose(ids, job.tenant)
-                self._served += 1
-                slot.job, slot.used = job, self._served
-            slot.inbox.put((job, ids))
+            if job.cancelled or stopping:
+                self._end(slot, _Cancelled())
+            elif slot.deadline is not None and now > slot.deadline and not slot.prefilled:
+                self._end(slot, EndEarly("time_limit"))  # in its prefill: no answer yet whose end could be kept
+        if stopping:
+            return False
+        while any(s.job is None for s in self.slots):
+            with self._changed:
+                if not self._queue:
+                    break
+                job = self._queue.popleft()
+            self._start(job)
+        return True
+
+    def _start(self, job: Job) -> None:
+        """The job into a slot and the loop, or its Failed."""
+        try:
+            ids = self.pair.chat_tokens(job.messages, job.tools) if job.messages is not None else self.pair.prompt_tokens(job.prompt, chat=False)
+        except SpecdecError as exc:
+            job._put(Failed(exc))
+            return
+        except Exception as exc:
+            job._put(self._internal(exc))
+            return
+        slot = self._choose(ids, job.tenant)
+        self._served += 1
+        slot.job, slot.used, slot.ids = job, self._served, ids
+        slot.rounds = slot.tokens = 0
+        slot.prefilled = slot.ending = slot.held = False
+        slot.round_events, slot.cut_at = [], None
+        pair, s = slot.pair, job.settings
+        try:
+            config = self._fit(ids, s)
+            slot.memory = self.memories.setdefault(job.tenant, DraftMemory())
+            engine = pair.engine(drafter=s.drafter, lookup=self._lookup, memory=slot.memory)
+            if slot.tenant != job.tenant:
+                self._reset(slot)  # another tenant's prefix is never reused, nor reported
+                if self.gone is not None:
+                    raise Unavailable(self.gone)
+                slot.tenant = job.tenant
+            policy = self._policy(s, pair)
+        except SpecdecError as exc:
+            self._finish(slot, Failed(exc))
+            return
+        job._put(Started(prompt_tokens=len(ids), cached_tokens=common_prefix(pair.target.tokens, ids[:-1])))
+        slot.deadline = None if self._request_timeout is None else time.monotonic() + self._request_timeout
+        self._scheduler.add(slot, lambda emit: consume(engine.generate(ids, config, policy), emit))
+
+    def _end(self, slot: Slot, error: BaseException) -> None:
+        slot.ending = True
+        self._scheduler.end(slot, error)
+
+    def _handle(self, slot: Slot, item: object) -> None:
+        """One item of a slot's job from the loop: an engine event, or its end."""
+        job = slot.job
+        if isinstance(item, Ended):
+            self._finish(slot, self._last(slot, item))
+            return
+        event = item
+        if job.cancelled:
+            if not slot.ending:
+                self._end(slot, _Cancelled())
+            return
+        if isinstance(event, Round):
+            slot.rounds += 1
+            slot.tokens += event.tokens
+        elif isinstance(event, Prefill):
+            slot.prefilled = True
+        slot.round_events.append(event)
+        # A round is whole (or the prefill, the end): one wake-up of the handler's loop. A
+        # streamed answer goes out round by round; a whole one (stream false) is read at its end,
+        # so once its first token went out (time to first token) its rounds go with the last.
+        if not isinstance(event, (Token, Rejected)) and not slot.held:
+            job._put(*slot.round_events)
+            slot.held = not job.settings.stream and any(isinstance(e, Token) for e in slot.round_events)
+            slot.round_events = []
+        # Past the deadline the generation ends where the next round would begin, not inside the
+        # round that crossed it: that round may end the answer itself (an end, a stop string),
+        # which then keeps its own finish reason and the text held back for the stop strings.
+        if slot.cut_at is None and slot.deadline is not None and time.monotonic() > slot.deadline:
+            slot.cut_at = slot.rounds + (1 if isinstance(event, Round) else 2)
+        if slot.cut_at is not None and not slot.ending and (isinstance(event, Rejected) or (isinstance(event, Round) and slot.rounds >= slot.cut_at)):
+            self._end(slot, EndEarly("time_limit"))
+
+    def _last(self, slot: Slot, ended: Ended) -> Done | Failed | None:
+        """The job's last item (None: it was cancelled and nobody listens)."""
+        job, error = slot.job, ended.error
+        if slot.round_events and not job.cancelled:  # a whole answer's held rounds; a round the time limit or an error cut
+            job._put(*slot.round_events)
+        if isinstance(error, _Cancelled):  # the engine rolled both caches back
+            if self._stopping.is_set():
+                return Failed(ShuttingDown("the server is shutting down; the generation was cancelled"))
+            return None
+        if isinstance(error, SpecdecError):
+            return Failed(error)
+        if error is not None:  # a bug of ours: this request fails, the server goes on
+            failed = self._internal(error)
+            self._reset(slot)
+            return failed
+        slot.memory.add(slot.ids + ended.result.tokens)
+        return Done(ended.result)
+
+    def _finish(self, slot: Slot, last: Done | Failed | None) -> None:
+        job, slot.job = slot.job, None
+        if last is not None:  # after the slot is free: a client that has its answer sees it idle in GET /slots
+            job._put(last)
 
     def _choose(self, ids: list[int], tenant: str) -> Slot:
         """The free slot whose sequence shares the longest prefix with the prompt (its own tenant's
@@ -388,34 +504,7 @@ class Worker:
 
         return max((s for s in self.slots if s.job is None), key=merit)
 
-    # -- a slot's thread -----------------------------------------------------------------
-
-    def _slot_main(self, slot: Slot) -> None:
-        while True:
-            item = slot.inbox.get()
-            if item is None:
-                return
-            job, ids = item
-            last = None
-            try:
-                last = self._serve(slot, job, ids)
-            finally:
-                with self._free:
-                    slot.job = None
-                    self._free.notify_all()
-                if last is not None:  # after the slot is free: a client that has its answer sees it idle in GET /slots
-                    job._put(last)
-
-    def _serve(self, slot: Slot, job: Job, ids: list[int]) -> Done | Failed | None:
-        """The job's last item (None: it was cancelled and nobody listens)."""
-        try:
-            return self._generate(slot, job, ids)
-        except Exception as exc:  # a bug of ours: this request fails, the server goes on
-            failed = self._internal(exc)
-            self._reset(slot)
-            return failed
-
-    def _internal(self, exc: Exception) -> Failed:
+    def _internal(self, exc: BaseException) -> Failed:
         log.error("internal error while serving a request", exc_info=(type(exc), exc, exc.__traceback__))
         return Failed(InternalError(f"internal error: {type(exc).__name__}: {exc}"))
 
@@ -428,73 +517,41 @@ class Worker:
                     model.rewind(0)
         except Exception as exc:
             log.error("the KV caches could not be reset", exc_info=True)
-            self.gone = f"the models cannot serve after an internal error ({type(exc).__name__}: {exc}); restart the server"
-            with contextlib.suppress(queue.Full):
-                self._jobs.put_nowait(None)  # wakes the dispatcher, which ends and fails the waiting jobs
-            with self._free:
-                self._free.notify_all()
+            self._lose(f"the models cannot serve after an internal error ({type(exc).__name__}: {exc}); restart the server")
 
-    def _generate(self, slot: Slot, job: Job, ids: list[int]) -> Done | Failed | None:
-        pair = slot.pair
-        s = job.settings
-        try:
-            config = self._fit(ids, s)
-            memory = self.memories.setdefault(job.tenant, DraftMemory())
-            engine = pair.engine(drafter=s.drafter, lookup=self._lookup, memory=memory)
-        except SpecdecError as exc:
-            return Failed(exc)
-        if slot.tenant != job.tenant:
-            self._reset(slot)  # another tenant's prefix is never reused, nor reported
-            if self.gone is not None:
-                return Failed(Unavailable(self.gone))
-            slot.tenant = job.tenant
-        job._put(Started(prompt_tokens=len(ids), cached_tokens=common_prefix(pair.target.tokens, ids[:-1])))
-        deadline = None if self._request_timeout is None else time.monotonic() + self._request_timeout
-        slot.rounds = slot.tokens = 0
+    def _lose(self, reason: str) -> None:
+        """Nothing can be served any more: say why (/health), and wake the loop, which ends."""
+        self.gone = reason
+        with self._changed:
+            self._changed.notify_all()
 
-        round_events: list[Event] = []  # a round's Rejected and Tokens, handed over with its Round
-        held = False  # a whole answer's rounds after its first token wait for the end
-        cut_at: int | None = None  # once past the deadline: the round whose end ends the generation
+    # -- the watchdog (a thread of its own) ---------------------------------------------------
 
-        def hand_over(event: Event) -> None:
-            nonlocal held, cut_at
-            if job.cancelled:
-                raise _Cancelled
-            if isinstance(event, Round):
-                slot.rounds += 1
-                slot.tokens += event.tokens
-            round_events.append(event)
-            # A round is whole (or the prefill, the end): one wake-up of the handler's loop. A
-            # streamed answer goes out round by round; a whole one (stream false) is read at its end,
-            # so once its first token went out (time to first token) its rounds go with the last.
-            if not isinstance(event, (Token, Rejected)) and not held:
-                job._put(*round_events)
-                held = not s.stream and any(isinstance(e, Token) for e in round_events)
-                round_events.clear()
-            # Past the deadline the generation ends where the next round would begin, not inside the
-            # round that crossed it: that round may end the answer itself (an end, a stop string),
-            # which then keeps its own finish reason and the text held back for the stop strings.
-            if cut_at is None and deadline is not None and time.monotonic() > deadline:
-                cut_at = slot.rounds + (1 if isinstance(event, Round) else 2)
-            if cut_at is not None and (isinstance(event, Rejected) or (isinstance(event, Round) and slot.rounds >= cut_at)):
-                raise EndEarly("time_limit")
+    def _watch(self) -> None:
+        """Every pass is timed: one that has not returned after pass_timeout ends the server."""
+        every = min(1.0, self._pass_timeout / 4)
+        while not self._stopping.wait(every) and self.gone is None:
+            began = self.batcher.pass_began
+            if began is not None and time.monotonic() - began > self._pass_timeout:
+                self._stalled(self.batcher.pass_model or "a")
+                return
 
-        try:
-            policy = self._policy(s, pair)
-            with self.batcher.joined():
-                try:
-                    outcome = consume(engine.generate(ids, config, policy), hand_over)
-                finally:
-                    if round_events and not job.cancelled:  # a whole answer's held rounds; a round the time limit or an error cut
-                        job._put(*round_events)
-        except _Cancelled:  # consume closed the generator: the engine rolled both caches back
-            if self._stopping.is_set():
-                return Failed(ShuttingDown("the server is shutting down; the generation was cancelled"))
-            return None
-        except SpecdecError as exc:
-            return Failed(exc)
-        memory.add(ids + outcome.tokens)
-        return Done(outcome)
+    def _stalled(self, model: str) -> None:
+        where = (
+            f"over RPC ({', '.join(self._rpc)}): check that each rpc-server there is running and reachable"
+            if self._rpc else "on this machine: it may be out of memory or overloaded"
+        )  # fmt: skip
+        reason = f"the {model} model's pass has not returned in {self._pass_timeout:g} s {where}; restart specdec serve"
+        log.error(reason)
+        self._lose(reason)
+        error = Unavailable(reason)
+        for slot in self.slots:  # the loop is stuck in the pass: the running jobs are answered from here
+            job = slot.job
+            if job is not None:
+                job.cancel()
+                job._put(Failed(error))
+        self._fail_waiting(error)
+        self._on_gone(reason)
 
     def _policy(self, settings: Settings, pair: LoadedPair) -> DraftPolicy:
         """The job's draft-length policy: a fixed k, or `auto` starting from the costs this server's

@@ -2,7 +2,8 @@
 
 The fakes (tests/fakes.MarkovModel) hold several sequences, check that each part starts where
 its sequence ends, and record every pass, so the tests count what the passes held rather than
-trust the batcher. Each sequence runs the one engine in a thread of its own.
+trust the batcher. Each sequence runs the one engine, all of them in one scheduler loop
+(decoding/scheduler.py), on the test's own thread.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from fakes import MarkovModel, ToyModel, random_markov
 from stat_checks import ALPHA, PLAIN, first_two_law, first_two_pvalue
 from specdec_cli.decoding import engine as engine_module
 from specdec_cli.decoding.batch import CATCH_UP_FREE, BatchedPolicy, Batcher
+from specdec_cli.decoding.consume import consume
 from specdec_cli.decoding.engine import Engine, GenerationConfig
+from specdec_cli.decoding.scheduler import Ended, Scheduler
 from specdec_cli.drafting.lookup import LookupDrafter, LookupOptions
 from specdec_cli.errors import ContextOverflow
 from specdec_cli.events import AUTO, Finished, Round
@@ -61,36 +64,31 @@ SETTINGS = [("model", 3, "token"), ("model", 1, "block"), ("none", 0, "token"), 
 def together(
     batcher, target, draft, runs, rounds: list[list[Round]] | None = None, batched: bool = False, lag: bool = False
 ) -> tuple[list, list]:
-    """Run each sequence's list of (prompt, config, drafter, k) in its own thread, all joined
-    before any starts; returns each sequence's token tuples and the exception it met (or None).
+    """Run each sequence's list of (prompt, config, drafter, k) as one request of a scheduler, all
+    added before any starts; returns each sequence's token tuples and the exception it met (or None).
     `rounds`, if given, gets each sequence's Round events; `batched`: each policy goes through
     BatchedPolicy (the server's way: the drafting switch decides too), told where `lag` that the
     draft model lags behind (so every round asks whether its catch-up pays)."""
     outputs: list[list] = [[] for _ in runs]
     errors: list = [None] * len(runs)
-    start = threading.Barrier(len(runs))
 
-    def work(i: int) -> None:
-        try:
-            with batcher.joined():
-                start.wait()
-                for prompt, config, drafter, k in runs[i]:
-                    engine = engine_for(batcher, target, draft, i, drafter)
-                    policy = draft_policy(k) if drafter != "none" else None
-                    if batched and policy is not None:
-                        policy = BatchedPolicy(policy, batcher, lag=(lambda: CATCH_UP_FREE + 1) if lag else None)
-                    events = list(engine.generate(prompt, config, policy))
-                    outputs[i].append([e.tokens for e in events if isinstance(e, Finished)][0])
-                    if rounds is not None:
-                        rounds[i] += [e for e in events if isinstance(e, Round)]
-        except Exception as exc:  # noqa: BLE001 (the test looks at it)
-            errors[i] = exc
+    def work(i: int, emit) -> None:
+        for prompt, config, drafter, k in runs[i]:
+            engine = engine_for(batcher, target, draft, i, drafter)
+            policy = draft_policy(k) if drafter != "none" else None
+            if batched and policy is not None:
+                policy = BatchedPolicy(policy, batcher, lag=(lambda: CATCH_UP_FREE + 1) if lag else None)
+            events = list(engine.generate(prompt, config, policy))
+            outputs[i].append([e.tokens for e in events if isinstance(e, Finished)][0])
+            if rounds is not None:
+                rounds[i] += [e for e in events if isinstance(e, Round)]
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(runs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    scheduler = Scheduler(batcher)
+    for i in range(len(runs)):
+        scheduler.add(i, lambda emit, i=i: work(i, emit))
+    for i, item in scheduler.run():
+        if isinstance(item, Ended):
+            errors[i] = item.error
     return outputs, errors
 
 
@@ -122,24 +120,21 @@ def test_every_sequence_is_its_greedy_self_and_the_target_passes_hold_several():
         assert target.kv[seq] == batcher.sequence(target, seq).tokens
 
 
-def test_every_pass_of_both_models_runs_on_one_thread_none_of_the_sequences():
+def test_every_pass_of_both_models_runs_on_the_loops_thread_and_no_thread_is_started():
     """llama.cpp's OpenMP gives each thread that starts a pass a pool of its own; more pools than
-    cores make every pass slow (decoding/compute_thread.py). Counted: the thread of each pass."""
+    cores make every pass slow. Counted: the thread of each pass, and the threads alive."""
     batcher, target, draft = shared_pair()
     seen: list[tuple[str, int]] = []
     for name, model in (("target", target), ("draft", draft)):
         own = model.decode_rows
-        model.decode_rows = lambda parts, own=own, name=name: seen.append((name, threading.get_ident())) or own(parts)
-    callers: set[int] = set()
+        model.decode_rows = lambda parts, own=own, name=name: seen.append((name, threading.get_ident(), threading.active_count())) or own(parts)
     runs = [[(p, GenerationConfig(max_tokens=20, sampling=GREEDY), "model", 3)] for p in prompts(4)]
-    original = batcher._run_pass
-    batcher._run_pass = lambda: callers.add(threading.get_ident()) or original()
+    before = threading.active_count()
     outputs, errors = together(batcher, target, draft, runs)
     assert errors == [None] * 4 and all(outputs)
-    assert {name for name, _ in seen} == {"target", "draft"} and len(seen) >= 20
-    threads = {ident for _, ident in seen}
-    assert len(threads) == 1, f"passes ran on {len(threads)} threads"
-    assert len(callers) > 1 and not threads & callers  # the sequences took turns arriving last; none computed
+    assert {name for name, _, _ in seen} == {"target", "draft"} and len(seen) >= 20
+    assert {ident for _, ident, _ in seen} == {threading.get_ident()}
+    assert {alive for _, _, alive in seen} == {before}
 
 
 def test_the_log_times_the_passes_and_the_spans_between_them():
@@ -176,18 +171,16 @@ def test_caches_end_exact_per_sequence():
     batcher, target, draft = shared_pair()
     views = [(batcher.sequence(target, i), batcher.sequence(draft, i)) for i in range(3)]
     outs = [[] for _ in range(3)]
-    start = threading.Barrier(3)
 
-    def work(i):
-        with batcher.joined():
-            start.wait()
-            engine = Engine(views[i][0], ModelDrafter(views[i][1]), vocab_limit=V)
-            events = list(engine.generate(prompts(3)[i], GenerationConfig(max_tokens=30, sampling=GREEDY), draft_policy(4)))
-            outs[i] = list(prompts(3)[i]) + list(events[-1].tokens)
+    def work(i, emit):
+        engine = Engine(views[i][0], ModelDrafter(views[i][1]), vocab_limit=V)
+        events = list(engine.generate(prompts(3)[i], GenerationConfig(max_tokens=30, sampling=GREEDY), draft_policy(4)))
+        outs[i] = list(prompts(3)[i]) + list(events[-1].tokens)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
-    [t.start() for t in threads]
-    [t.join(60) for t in threads]
+    scheduler = Scheduler(batcher)
+    for i in range(3):
+        scheduler.add(i, lambda emit, i=i: work(i, emit))
+    assert [item.error for _, item in scheduler.run() if isinstance(item, Ended)] == [None] * 3
     for i, (t_view, d_view) in enumerate(views):
         assert target.kv[i] == t_view.tokens and draft.kv[i] == d_view.tokens  # the model's own record
         assert outs[i][: len(t_view.tokens)] == t_view.tokens  # the accepted prefix, nothing stale
@@ -355,29 +348,27 @@ def test_a_sequence_that_fails_or_is_cancelled_midway_leaves_the_others_exact():
     ps = prompts(4)
     greedy = GenerationConfig(max_tokens=40, sampling=GREEDY)
     results: dict[int, object] = {}
-    start = threading.Barrier(4)
 
-    def work(i):
+    def work(i, emit):
         tv, dv = batcher.sequence(target, i), batcher.sequence(draft, i)
         drafter = FailingDrafter(dv, after=3) if i == 1 else ModelDrafter(dv)
         try:
-            with batcher.joined():
-                start.wait()
-                events = Engine(tv, drafter, vocab_limit=V).generate(ps[i], greedy, draft_policy(3))
-                if i == 2:  # the client leaves after a few events: the generator is closed
-                    for n, _ in enumerate(events):
-                        if n == 6:
-                            events.close()
-                            break
-                    results[i] = "cancelled"
-                else:
-                    results[i] = [e for e in events if type(e).__name__ == "Finished"][0].tokens
+            events = Engine(tv, drafter, vocab_limit=V).generate(ps[i], greedy, draft_policy(3))
+            if i == 2:  # the client leaves after a few events: the generator is closed
+                for n, _ in enumerate(events):
+                    if n == 6:
+                        events.close()
+                        break
+                results[i] = "cancelled"
+            else:
+                results[i] = [e for e in events if type(e).__name__ == "Finished"][0].tokens
         except AssertionError as exc:
             results[i] = exc
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    [t.start() for t in threads]
-    [t.join(60) for t in threads]
+    scheduler = Scheduler(batcher)
+    for i in range(4):
+        scheduler.add(i, lambda emit, i=i: work(i, emit))
+    assert all(item.error is None for _, item in scheduler.run())
     assert isinstance(results[1], AssertionError) and results[2] == "cancelled"
     for i in (0, 3):
         assert results[i] == alone(ps[i], greedy)
@@ -415,28 +406,17 @@ def test_a_long_prompt_goes_in_chunks_beside_the_generating_sequences():
     greedy = GenerationConfig(max_tokens=60, sampling=GREEDY)
 
     outputs: list = [None, None]
-    generating, joined = threading.Event(), threading.Event()
 
-    def work(i):
-        with batcher.joined():
-            if i == 1:
-                joined.set()
-            engine = engine_for(batcher, target, draft, i, "model")
-            out = []
-            for e in engine.generate(ps[i], greedy, draft_policy(2)):
-                if i == 0 and type(e).__name__ == "Round" and not generating.is_set():
-                    generating.set()  # sequence 0 is generating: now the long prompt arrives
-                    assert joined.wait(10)
-                out.append(e)
-            outputs[i] = out[-1].tokens
+    def work(i, emit):
+        engine = engine_for(batcher, target, draft, i, "model")
+        outputs[i] = tuple(consume(engine.generate(ps[i], greedy, draft_policy(2)), emit).tokens)
 
-    t0 = threading.Thread(target=work, args=(0,))
-    t0.start()
-    assert generating.wait(10)
-    t1 = threading.Thread(target=work, args=(1,))
-    t1.start()
-    t0.join(30)
-    t1.join(30)
+    scheduler = Scheduler(batcher)
+    scheduler.add(0, lambda emit: work(0, emit))
+    for i, item in scheduler.run():
+        if i == 0 and isinstance(item, Round) and scheduler.running == 1 and outputs[1] is None:
+            scheduler.add(1, lambda emit: work(1, emit))  # sequence 0 is generating: now the long prompt arrives
+        assert not isinstance(item, Ended) or item.error is None
     assert outputs[0] == alone(ps[0], greedy) and outputs[1] == alone(ps[1], greedy)
     # counted from the target's passes: the 59 prompt tokens never went in a pass beside sequence 0's
     # rows more than prefill_chunk (8) at a time
@@ -536,25 +516,11 @@ def test_the_draft_model_is_left_out_where_it_cannot_pay_at_the_batch_size():
         assert batcher.draft_model_can_pay()
         batcher._drafting_together = None
         assert policy.choose(["model", "lookup:2"], 8) == ("model", 3)
-    joined = [threading.Event() for _ in range(3)]
-    done = threading.Event()
-
-    def sit(i):
-        with batcher.joined():
-            joined[i].set()
-            done.wait(10)
-
-    threads = [threading.Thread(target=sit, args=(i,)) for i in range(3)]
-    [t.start() for t in threads]
-    [e.wait(10) for e in joined]
-    try:
-        with batcher.joined():  # four joined
-            assert not batcher.draft_model_can_pay()
-            assert policy.choose(["model", "lookup:2"], 8) == ("lookup:2", 3)
-            assert policy.choose(["cascade:2"], 8) == (None, 0)
-    finally:
-        done.set()
-        [t.join(10) for t in threads]
+    for _ in range(4):  # four joined
+        batcher.join()
+    assert not batcher.draft_model_can_pay()
+    assert policy.choose(["model", "lookup:2"], 8) == ("lookup:2", 3)
+    assert policy.choose(["cascade:2"], 8) == (None, 0)
     assert inner.offered == [["model", "lookup:2"], ["lookup:2"], []]
     assert not inner.probing  # no probes while others share the passes
 
@@ -592,30 +558,16 @@ def test_a_draft_model_far_behind_catches_up_only_where_the_tokens_left_pay_for_
         assert batcher.draft_model_drafts(80, 20, own_saving=lambda: 0.0125)[0] is False
         assert batcher.draft_model_drafts(80, 48, own_saving=lambda: 0.0125)[0] is True
         assert batcher.draft_model_drafts(80, 20, own_saving=lambda: None)[0] is True  # nothing to judge by yet
-    joined, done = threading.Event(), threading.Event()
-
-    def sit():
-        with batcher.joined():
-            joined.set()
-            done.wait(10)
-
-    other = threading.Thread(target=sit)
-    other.start()
-    joined.wait(10)
-    try:
-        with batcher.joined():  # two joined
-            assert batcher.catch_up_seconds(80) == pytest.approx(0.0005 + 0.005 * 80, rel=0.02)
-            assert policy.choose(["model", "lookup:2"], 19) == ("lookup:2", 3)  # 20 tokens to go
-            assert policy.choose(["model", "lookup:2"], 47) == ("model", 3)  # 48
-            lag[0] = CATCH_UP_FREE
-            assert policy.choose(["model", "lookup:2"], 3) == ("model", 3)
-            batcher.switch = DraftingSwitch()  # nothing paired: the sequence's own estimate decides
-            assert batcher.draft_model_drafts(80, 20, own_saving=lambda: 0.0125)[0] is False
-            assert batcher.draft_model_drafts(80, 48, own_saving=lambda: 0.0125)[0] is True
-            assert batcher.draft_model_drafts(80, 20, own_saving=lambda: None)[0] is True
-    finally:
-        done.set()
-        other.join(10)
+    with batcher.joined(), batcher.joined():  # two joined
+        assert batcher.catch_up_seconds(80) == pytest.approx(0.0005 + 0.005 * 80, rel=0.02)
+        assert policy.choose(["model", "lookup:2"], 19) == ("lookup:2", 3)  # 20 tokens to go
+        assert policy.choose(["model", "lookup:2"], 47) == ("model", 3)  # 48
+        lag[0] = CATCH_UP_FREE
+        assert policy.choose(["model", "lookup:2"], 3) == ("model", 3)
+        batcher.switch = DraftingSwitch()  # nothing paired: the sequence's own estimate decides
+        assert batcher.draft_model_drafts(80, 20, own_saving=lambda: 0.0125)[0] is False
+        assert batcher.draft_model_drafts(80, 48, own_saving=lambda: 0.0125)[0] is True
+        assert batcher.draft_model_drafts(80, 20, own_saving=lambda: None)[0] is True
     assert inner.offered == [["lookup:2"], ["model", "lookup:2"], ["model", "lookup:2"]]
 
 

@@ -1,0 +1,127 @@
+"""The worker's one scheduling loop (serve/worker.py): flags read before every pass, during a
+prompt's prefill too; a cancelled job's place in the queue given back at once; a stalled pass
+caught by the watchdog. The toy pair's target records every pass (tests/fakes.py), so the tests
+count what the passes held after a cancel or a deadline rather than trust the worker."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from toyserver import GREEDY, Served, toy_pair, wait_until
+from specdec_cli.serve.types import CompletionRequest, Settings
+from specdec_cli.serve.worker import Failed, Job, QueueFull, Unavailable
+
+LONG = "abcdefghijklmnopqrstuvwxyz" * 40  # 1,040 prompt tokens: three passes of the toy's n_batch (512) alone
+
+
+def job(prompt: str = "a", max_tokens: int = 20) -> Job:
+    return Job(settings=Settings.of(CompletionRequest(prompt=prompt, max_tokens=max_tokens), GREEDY), prompt=prompt)
+
+
+def passes_of(target, seq: int) -> int:
+    return sum(1 for held in target.passes if any(s == seq for s, _, _ in held))
+
+
+@pytest.fixture
+def loop():
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+def test_a_client_that_leaves_during_its_prefill_costs_no_more_passes(loop):
+    """A 1,040-token prompt goes in three passes of 512 rows alone. The client cancels while the
+    first is in flight (the gate holds it): counted by the target, the sequence's rows go in no
+    pass after the one in flight, and the model's cache holds what the slot's view says."""
+    gate = threading.Event()
+    pair = toy_pair(gate=gate, draft=False)
+    s = Served(pair)
+    try:
+        assert s.worker.ready.wait(10)
+        cancelled = s.worker.submit(job(LONG), loop)
+        assert pair.target.decoding.wait(10)  # the first prefill pass is in flight
+        cancelled.cancel()
+        gate.set()
+        wait_until(lambda: s.worker.running == 0, "the slot is free again")
+        assert passes_of(pair.target, 0) == 1, [[(seq, n) for seq, n, _ in p] for p in pair.target.passes]
+        assert pair.target.kv.get(0, []) == s.worker.slots[0].pair.target.tokens
+        status, _, body = s.post("/v1/completions", {"prompt": "a", "max_tokens": 5})  # the slot serves the next one exactly
+        assert status == 200 and body["choices"][0]["text"] == "bcdef"
+    finally:
+        gate.set()
+        s.stop()
+
+
+def test_a_time_limit_ends_a_prefill_at_the_next_pass(loop):
+    """--request-timeout of 50 ms, passes of 100 ms: the 1,040-token prompt's first pass crosses
+    it, so the request ends with no tokens and finish reason length, and its rows go in no
+    later pass (counted by the target)."""
+    pair = toy_pair(seconds_per_decode=0.1, draft=False)
+    s = Served(pair, request_timeout=0.05)
+    try:
+        assert s.worker.ready.wait(10)
+        status, _, body = s.post("/v1/completions", {"prompt": LONG, "max_tokens": 5})
+        assert status == 200 and body["choices"][0]["finish_reason"] == "length" and body["choices"][0]["text"] == ""
+        assert passes_of(pair.target, 0) == 1
+    finally:
+        s.stop()
+
+
+def test_a_cancelled_job_gives_its_place_in_the_queue_back_at_once(loop):
+    """--queue 1: one job generating (held by the gate), one waiting fills the queue, a third is
+    refused; when the waiting one's client leaves, its place is free at once, before any slot is."""
+    gate = threading.Event()
+    pair = toy_pair(gate=gate)
+    s = Served(pair, queue=1)
+    try:
+        assert s.worker.ready.wait(10)
+        s.worker.submit(job(), loop)
+        assert pair.target.decoding.wait(10)
+        waiting = s.worker.submit(job(), loop)
+        with pytest.raises(QueueFull):
+            s.worker.submit(job(), loop)
+        waiting.cancel()
+        assert s.worker.waiting == 0
+        s.worker.submit(job(), loop)  # takes the place
+        assert s.worker.running == 1
+    finally:
+        gate.set()
+        s.stop()
+
+
+def test_a_pass_that_never_returns_ends_the_server_with_503_and_the_reason():
+    """A target pass held past --pass-timeout (0.5 s): the watchdog fails the running request and
+    the queued one with 503 and the reason, /health answers 503 with it, and on_gone is called
+    (the command then exits non-zero)."""
+    gate = threading.Event()
+    pair = toy_pair(gate=gate)
+    gone = threading.Event()
+    reasons = []
+    s = Served(pair, pass_timeout=0.5, on_gone=lambda reason: reasons.append(reason) or gone.set())
+    results = {}
+    try:
+        assert s.worker.ready.wait(10)
+
+        def ask(name):
+            results[name] = s.post("/v1/completions", {"prompt": "a", "max_tokens": 5})
+
+        first = threading.Thread(target=ask, args=("running",))
+        first.start()
+        assert pair.target.decoding.wait(10)
+        second = threading.Thread(target=ask, args=("queued",))
+        second.start()
+        wait_until(lambda: s.worker.waiting == 1, "the second request waits in the queue")
+        assert gone.wait(10)
+        first.join(10), second.join(10)
+        for name in ("running", "queued"):
+            status, _, body = results[name]
+            assert status == 503 and "has not returned in 0.5 s" in body["error"]["message"], (name, body)
+        status, body = s.get("/health")
+        assert status == 503 and body["error"]["message"] == reasons[0]
+        assert reasons[0].startswith("the target model's pass has not returned in 0.5 s on this machine")
+    finally:
+        gate.set()
+        s.stop()
