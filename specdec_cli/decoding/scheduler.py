@@ -133,7 +133,7 @@ class Scheduler:
         self._loop.switch(event)
 
     def _park(self, request: _Request) -> None:
-        assert greenlet.getcurrent() is not self._loop, "the loop itself never waits on a decode"
+        assert greenlet.getcurrent() in self._tags, "a decode of a shared sequence from outside the scheduler's requests (another thread, or the loop itself)"
         request.owner = self._tags[greenlet.getcurrent()]
         self._loop.switch(_WAITING)  # back when the passes served it (or with an `end` raised here)
 
