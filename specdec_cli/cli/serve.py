@@ -19,7 +19,9 @@ covers all of them.
 
 Each `--api-key` (and each line of `--api-key-file`) is a tenant (serve/guard.py): its own
 drafting memory and cached prefix. Listening on an address other than loopback without a key
-prints a warning, since anyone who reaches the port can then use the models.
+prints a warning, since anyone who reaches the port can then use the models. The admin key
+(`--admin-key-file`, or SPECDEC_ADMIN_KEY) is the operator's, no tenant: with keys, /metrics
+needs it, and /slots shows it every slot where a tenant's key sees only its own.
 
 Left out: the HTTP side (serve/app.py), the worker (serve/worker.py).
 """
@@ -77,20 +79,25 @@ DEFAULT_MAX_CONNECTIONS = 64  # open connections answered at once (serve/app.ser
 
 
 KEY_VARIABLE = "SPECDEC_API_KEY"  # a key given in the environment: the whole value, spaces and all
+ADMIN_VARIABLE = "SPECDEC_ADMIN_KEY"  # the admin key, read as SPECDEC_API_KEY is (no --admin-key: keys in argv show in ps)
 
 
-def api_keys(given: list[str] | None, environment: str | None, key_file: Path | None) -> list[str]:
+def api_keys(
+    given: list[str] | None, environment: str | None, key_file: Path | None, variable: str = KEY_VARIABLE, file_option: str = "--api-key-file"
+) -> list[str]:
     """The server's keys: --api-key (each whole), else SPECDEC_API_KEY's whole value, and the key
     file's lines. An empty key, given or in the variable, is refused rather than leaving the server
-    open. Example: (None, "correct horse battery staple", None) -> ["correct horse battery staple"]."""
+    open. The admin's keys are read the same way, from SPECDEC_ADMIN_KEY and --admin-key-file (the
+    `variable` and `file_option` the messages name). Example: (None, "correct horse battery staple",
+    None) -> ["correct horse battery staple"]."""
     keys = list(given) if given else ([] if environment is None else [environment.strip()])
     if any(not key for key in keys):
-        raise BadInput(f"--api-key must not be empty (unset {KEY_VARIABLE} for no key)")
+        raise BadInput(f"--api-key must not be empty (unset {KEY_VARIABLE} for no key)" if given else f"{variable} must not be empty (unset it for no key)")
     if key_file is not None:
         try:
             keys += read_key_file(key_file)
         except (OSError, UnicodeDecodeError, ValueError) as exc:
-            raise BadInput(f"--api-key-file {key_file}: {getattr(exc, 'strerror', None) or exc}") from None
+            raise BadInput(f"{file_option} {key_file}: {getattr(exc, 'strerror', None) or exc}") from None
     return keys
 
 
@@ -120,8 +127,9 @@ def serve(
     draft_rpc: DraftRpcOption = None,
     host: Annotated[str, typer.Option(help="Address to listen on; 127.0.0.1 keeps the server to this machine.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on; 0 picks a free one (printed).")] = DEFAULT_PORT,
-    api_key: Annotated[Optional[List[str]], typer.Option(metavar="KEY", help="Require Authorization: Bearer KEY on /v1 and /metrics (or set SPECDEC_API_KEY); repeat for several tenants, each with its own drafting memory and cache.")] = None,
+    api_key: Annotated[Optional[List[str]], typer.Option(metavar="KEY", help="Require Authorization: Bearer KEY on /v1 and /slots (or set SPECDEC_API_KEY); repeat for several tenants, each with its own drafting memory and cache.")] = None,
     api_key_file: Annotated[Optional[Path], typer.Option(metavar="FILE", help="A file of API keys, one per line (# comments): each a tenant, as --api-key.")] = None,
+    admin_key_file: Annotated[Optional[Path], typer.Option(metavar="FILE", help="The operator's keys, one per line (# comments), or set SPECDEC_ADMIN_KEY: with keys, /metrics needs one (every tenant's traffic), and /slots shows it every slot where a tenant's key sees its own.")] = None,
     allowed_host: Annotated[Optional[List[str]], typer.Option(metavar="NAME", help="Another name the Host header may give (a loopback server takes only 127.0.0.1, localhost and [::1]); repeatable.")] = None,
     cors_origin: Annotated[Optional[List[str]], typer.Option(metavar="ORIGIN", help="A web page's origin that may call the API from a browser, e.g. http://localhost:3000; repeatable (others get 403).")] = None,
     request_timeout: Annotated[Optional[float], typer.Option(metavar="SECONDS", help="End a generation that runs longer than SECONDS, with its tokens so far (finish_reason \"length\").")] = None,
@@ -156,6 +164,9 @@ def serve(
     if request_timeout is not None and not request_timeout > 0:
         raise BadInput(f"--request-timeout must be more than 0 seconds, got {request_timeout:g}")
     keys = api_keys(api_key, os.environ.get(KEY_VARIABLE), api_key_file)
+    admin = api_keys(None, os.environ.get(ADMIN_VARIABLE), admin_key_file, ADMIN_VARIABLE, "--admin-key-file")
+    if set(admin) & set(keys):
+        raise BadInput("an admin key is also an API key; give the admin a key of its own")
     defaults = Defaults(
         max_tokens=max_tokens,
         sampling=SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
@@ -167,7 +178,7 @@ def serve(
     options = LoadOptions.from_cli(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers, repack, pair_name, rpc=rpc, draft_rpc=draft_rpc)
     options = dataclasses.replace(options, slots=slots)
     limits = Limits(queue, max_connections, request_timeout)
-    run_server(draft, target, pair_name, options, defaults, lookup, host, port, keys, allowed_host or [], cors_origin or [], alias, limits)
+    run_server(draft, target, pair_name, options, defaults, lookup, host, port, keys, allowed_host or [], cors_origin or [], alias, limits, admin_keys=admin)
 
 
 @dataclass(frozen=True)
@@ -177,7 +188,7 @@ class Limits:
     request_timeout: float | None
 
 
-def run_server(draft, target, pair_name, options, defaults, lookup, host, port, keys, allowed_hosts, cors_origins, alias, limits: Limits) -> None:
+def run_server(draft, target, pair_name, options, defaults, lookup, host, port, keys, allowed_hosts, cors_origins, alias, limits: Limits, admin_keys=()) -> None:
     from ..serve.app import Server, create_app, server_config
     from ..serve.guard import Access
     from ..serve.worker import Worker
@@ -198,7 +209,7 @@ def run_server(draft, target, pair_name, options, defaults, lookup, host, port, 
         return stack.enter_context(open_pair(draft_path, target_path, options))
 
     worker = Worker(load, queue_size=limits.queue, lookup=lookup, request_timeout=limits.request_timeout, slots=options.slots)
-    access = Access.for_bind(host, bound_port, keys, allowed_hosts, cors_origins)
+    access = Access.for_bind(host, bound_port, keys, allowed_hosts, cors_origins, admin_keys)
     app = create_app(worker, defaults, alias=name, access=access)
     logging.getLogger("specdec.access").setLevel(logging.INFO)
     server = Server(server_config(app, limits.max_connections, timeout_graceful_shutdown=GRACE_SECONDS))

@@ -5,7 +5,9 @@
     GET  /v1/models             the one model, by its alias
     GET  /health                503 while the models load, then 200 (as llama-server); 503 with
                                 the reason if they failed to load or cannot serve any more
-    GET  /metrics               Prometheus' text format (metrics.py), behind the key
+    GET  /metrics               Prometheus' text format (metrics.py), behind the admin key
+    GET  /slots                 the page's slots panel: a tenant's own slots; every slot, the
+                                target's passes and the drafting rates with the admin key
     GET  /                      the page (static/index.html, page.js, page.css)
 
 A chat request with tools is planned against the target's chat template here (grammar/tools.py:
@@ -14,8 +16,10 @@ over the target's vocabulary before the job is queued, so a bad schema, grammar 
 a 400 naming the field, and the server goes on. That work runs in a thread, not on the event loop.
 
 Every request first passes `_Guard` (guard.py's Host and Origin rules, CORS for the origins
---cors-origin allows); /v1 and /metrics then need a key when there are keys, and the key is
-the request's tenant. A request goes: body (application/json, else 415; size-limited, read
+--cors-origin allows); /v1 and /slots then need a key when there are keys, and the key is
+the request's tenant; what sums up every tenant's traffic needs the admin key (guard.py). With
+a tenant's key /slots keeps that tenant's slots alone, e.g. {"slots": [{"slot": 2, "busy": true,
+"cached": 40, "rounds": 9, "tokens": 21}]}. A request goes: body (application/json, else 415; size-limited, read
 within `BODY_SECONDS`; UTF-8; a JSON object of at most `MAX_JSON_DEPTH` levels whose integers
 fit 64 bits) -> typed model (types.py) ->
 Settings (options.py's checks) -> a Job for the worker (worker.py) -> what it hands back,
@@ -195,6 +199,12 @@ def create_app(
         except Refused as exc:
             raise ApiError(exc.status, exc.message, code=exc.code) from None
 
+    def admin(request: Request) -> None:
+        try:
+            access.check_admin(request.headers.get("authorization"), request.url.path)
+        except Refused as exc:
+            raise ApiError(exc.status, exc.message, code=exc.code) from None
+
     async def read_json(request: Request) -> dict:
         kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if kind != "application/json":
@@ -264,13 +274,16 @@ def create_app(
 
     @app.get("/metrics")
     async def prometheus(request: Request):
-        tenant(request)
+        admin(request)
         return Response(metrics.render(), media_type=METRICS_TYPE)
 
     @app.get("/slots")
     async def slots(request: Request):
-        """The page's slots panel: each slot's state and tokens per pass, and how many sequences the target passes held."""
-        return worker.slot_report(tenant(request))
+        """The page's slots panel: each slot's state and tokens per pass, and how many sequences the
+        target passes held; a tenant's key sees its own slots alone (`_own_slots`)."""
+        if access.sees_everything(request.headers.get("authorization")):
+            return _every_slot([worker.slot_report(t) for t in access.tenants()])
+        return _own_slots(worker.slot_report(tenant(request)))
 
     @app.get("/v1/models")
     async def models(request: Request):
@@ -434,6 +447,20 @@ def server_config(app, max_connections: int, header_seconds: float = HEADER_SECO
                 self.transport.close()
 
     return uvicorn.Config(app, http=Bounded, limit_concurrency=max_connections, log_level="warning", access_log=False, lifespan="off", **kw)
+
+
+def _own_slots(report: dict) -> dict:
+    """slot_report for one tenant, less what the others' traffic makes up: only the slots whose
+    figures it shows (the tenant's own), and none of the server's passes, busy seconds or drafting
+    rates. Whatever slot_report adds later stays out too, until it is named here."""
+    return {"slots": [s for s in report["slots"] if s["cached"] is not None]}
+
+
+def _every_slot(reports: list[dict]) -> dict:
+    """slot_report asked for each tenant, as one: each slot with the figures its own tenant sees
+    (slot_report shows a slot's to that tenant alone), and the server's figures."""
+    owned = {s["slot"]: s for report in reports for s in report["slots"] if s["cached"] is not None}
+    return {**reports[0], "slots": [owned.get(s["slot"], s) for s in reports[0]["slots"]]}
 
 
 def _sse(obj: dict) -> str:

@@ -11,14 +11,20 @@ rules keep it out, in the order `Access.check` applies them to every request:
 2. **Origin.** A browser names the page that sends a request in `Origin`. The server's own
    page (Origin http://HOST, HOST the Host header) and each `--cors-origin ORIGIN` pass; any
    other gets 403. A request without Origin (curl, the openai client) passes.
-3. **Keys.** With keys, /v1 and /metrics need `Authorization: Bearer KEY`; the key's number is
+3. **Keys.** With keys, /v1 and /slots need `Authorization: Bearer KEY`; the key's number is
    the request's tenant. Without keys there is one tenant, "".
+4. **The admin key** (`--admin-key-file`, SPECDEC_ADMIN_KEY) is the operator's, no tenant: what
+   sums up every tenant's traffic (/metrics; /slots' other slots, passes and drafting rates)
+   needs it (`check_admin`, `sees_everything`) once there are keys of either kind. A tenant's
+   key gets 403 there, no key 401. A server with no keys at all stays open (loopback).
 
-    access = Access.for_bind("127.0.0.1", 8080, keys=("k1", "k2"))
+    access = Access.for_bind("127.0.0.1", 8080, keys=("k1", "k2"), admin_keys=("a1",))
     access.check_host("localhost:8080")            # passes
     access.check_host("evil.example:8080")         # Refused(400, "the Host header names ...")
     access.check_origin("http://evil.example", "localhost:8080")  # Refused(403, ...)
     access.tenant("Bearer k2")                     # -> "key-2"
+    access.check_admin("Bearer k2", "/metrics")    # Refused(403, "a tenant's key does not open /metrics ...")
+    access.sees_everything("Bearer a1")            # -> True
 
 A POST body's Content-Type (application/json, else 415) is app.py's `read_json`.
 
@@ -89,15 +95,16 @@ class Access:
     hosts: frozenset[str] | None = None  # the names Host may give; None: any
     port: int | None = None  # the port Host may give besides none
     cors_origins: frozenset[str] = field(default_factory=frozenset)
+    admin_keys: tuple[str, ...] = ()  # none of them a tenant's key (cli/serve.py checks)
 
     @classmethod
-    def for_bind(cls, host: str, port: int, keys=(), allowed_hosts=(), cors_origins=()) -> "Access":
+    def for_bind(cls, host: str, port: int, keys=(), allowed_hosts=(), cors_origins=(), admin_keys=()) -> "Access":
         """The rules for a server listening on host:port (port as bound, not 0)."""
         names = None
         if is_loopback(host) or allowed_hosts:
             own = [f"[{host.strip('[]').lower()}]" if ":" in host else host.lower()] if is_loopback(host) else []
             names = frozenset([*LOOPBACK_NAMES, *own, *(h.lower() for h in allowed_hosts)])
-        return cls(tuple(keys), names, port, frozenset(o.rstrip("/") for o in cors_origins))
+        return cls(tuple(keys), names, port, frozenset(o.rstrip("/") for o in cors_origins), tuple(admin_keys))
 
     def check_host(self, host: str | None) -> None:
         if self.hosts is None:
@@ -129,15 +136,31 @@ class Access:
         """The caller's tenant: "" without keys, else "key-N" for the Nth key; Refused(401) otherwise."""
         if not self.keys:
             return ""
-        given = authorization or ""
-        token = (given[7:] if given[:7].lower() == "bearer " else "").encode("utf-8", "replace")
-        found = ""
-        for i, key in enumerate(self.keys, 1):  # every key compared, in constant time each
-            if hmac.compare_digest(token, key.encode("utf-8")):
-                found = f"key-{i}"
+        found = _matching(authorization, self.keys)
         if not found:
             raise Refused(401, "invalid or missing API key: send Authorization: Bearer KEY", "invalid_api_key")
-        return found
+        return f"key-{found}"
+
+    def tenants(self) -> list[str]:
+        """Every tenant there can be: [""] without keys, else ["key-1", ..., "key-N"]."""
+        return [f"key-{i}" for i in range(1, len(self.keys) + 1)] if self.keys else [""]
+
+    def sees_everything(self, authorization: str | None) -> bool:
+        """Whether the caller may see every tenant's figures: it sends an admin key, or the server
+        has no keys of either kind (one tenant: everything is its own)."""
+        if not self.keys and not self.admin_keys:
+            return True
+        return _matching(authorization, self.admin_keys) > 0
+
+    def check_admin(self, authorization: str | None, what: str) -> None:
+        """Passes when the caller sees everything; for `what` (an endpoint) a tenant's key gets
+        Refused(403), since it sums up the other tenants' traffic too, and no key Refused(401)."""
+        if self.sees_everything(authorization):
+            return
+        none = "" if self.admin_keys else " (start the server with --admin-key-file FILE, or SPECDEC_ADMIN_KEY, to have one)"
+        if self.keys and _matching(authorization, self.keys):
+            raise Refused(403, f"a tenant's key does not open {what}, which counts every tenant's requests: send the admin key{none}", "admin_key_required")
+        raise Refused(401, f"invalid or missing admin key: {what} needs Authorization: Bearer ADMIN_KEY{none}", "invalid_api_key")
 
     def cors_headers(self, origin: str) -> dict[str, str]:
         """The headers that let an allowed page read a response."""
@@ -157,3 +180,15 @@ class Access:
             "Access-Control-Allow-Headers": ", ".join(allowed.values()),
             "Access-Control-Max-Age": str(CORS_MAX_AGE),
         }
+
+
+def _matching(authorization: str | None, keys: tuple[str, ...]) -> int:
+    """Which of `keys` a header `Bearer KEY` sends: its number from 1, or 0 for none. Every key is
+    compared, each in constant time. Example: ("Bearer k2", ("k1", "k2")) -> 2."""
+    given = authorization or ""
+    token = (given[7:] if given[:7].lower() == "bearer " else "").encode("utf-8", "replace")
+    found = 0
+    for i, key in enumerate(keys, 1):
+        if hmac.compare_digest(token, key.encode("utf-8")):
+            found = i
+    return found

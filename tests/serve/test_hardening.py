@@ -4,7 +4,8 @@
 - a failure costs one request: an exception that is not a SpecdecError, in generation or in
   loading; caches that cannot be reset;
 - tenants: each API key's drafting memory and cached prefix are its own, and the tokens the
-  target decoded (the fake's counter) are what the cache claims;
+  target decoded (the fake's counter) are what the cache claims; /metrics needs the admin key,
+  and /slots shows a tenant its own slots alone;
 - browsers: Host, Content-Type, Origin and CORS;
 - limits: stop strings, JSON nesting and numbers, connections, slow headers and bodies,
   --request-timeout, a drafter that cannot work refused before the stream starts;
@@ -191,18 +192,87 @@ def test_without_keys_all_requests_are_one_tenant(served):
     assert post(served, {"prompt": "abcdefghijk", "max_tokens": 3})[2]["usage"]["prompt_tokens_details"]["cached_tokens"] == 10
 
 
-def test_any_of_the_keys_opens_the_api_and_metrics_and_others_do_not():
+def test_any_of_the_keys_opens_the_api_and_others_do_not():
     s = Served(toy_pair(), keys=KEYS)
     try:
         assert s.worker.ready.wait(10)
         for n in (1, 2):
             assert post(s, {"prompt": "a", "max_tokens": 2}, as_key(n))[0] == 200
-            assert raw(s, "GET", "/metrics", headers=as_key(n))[0] == 200
+            assert raw(s, "GET", "/slots", headers=as_key(n))[0] == 200
         for headers in ({}, {"Authorization": "Bearer key-three"}, {"Authorization": "Bearer key-one-and-more"}):
             assert post(s, {"prompt": "a"}, headers)[0] == 401
             assert raw(s, "GET", "/metrics", headers=headers)[0] == 401
+            assert raw(s, "GET", "/slots", headers=headers)[0] == 401
     finally:
         s.stop()
+
+
+ADMIN = {"Authorization": "Bearer the-operator"}
+
+
+def error_of(reply: tuple[int, dict, bytes]) -> tuple[int, str | None, str]:
+    status, _, data = reply
+    error = json.loads(data)["error"]  # the one error shape, as every other refusal
+    return status, error["code"], error["message"]
+
+
+def test_metrics_need_the_admin_key_and_a_tenants_key_gets_403():
+    """Issue 73: any tenant's key read /metrics, every tenant's traffic summed."""
+    s = Served(toy_pair(), keys=KEYS, admin_keys=("the-operator",))
+    try:
+        assert s.worker.ready.wait(10)
+        assert post(s, {"prompt": "a", "max_tokens": 2}, as_key(1))[0] == 200
+        status, headers, data = raw(s, "GET", "/metrics", headers=ADMIN)
+        assert status == 200 and headers["content-type"].startswith("text/plain") and b"specdec:" in data
+        for n in (1, 2):
+            status, code, message = error_of(raw(s, "GET", "/metrics", headers=as_key(n)))
+            assert (status, code) == (403, "admin_key_required") and "admin key" in message and "--admin-key-file" not in message
+        for headers in ({}, {"Authorization": "Bearer the-operator-and-more"}):
+            assert error_of(raw(s, "GET", "/metrics", headers=headers))[:2] == (401, "invalid_api_key")
+        assert post(s, {"prompt": "a", "max_tokens": 2}, ADMIN)[0] == 401  # the admin key is no tenant's
+    finally:
+        s.stop()
+    s = Served(toy_pair(), keys=KEYS)  # keys, and no admin key: nobody reads /metrics, and the refusal says how
+    try:
+        status, code, message = error_of(raw(s, "GET", "/metrics", headers=as_key(1)))
+        assert (status, code) == (403, "admin_key_required") and "--admin-key-file" in message and "SPECDEC_ADMIN_KEY" in message
+    finally:
+        s.stop()
+
+
+SERVER_WIDE = {"target_passes", "target_rows", "busy_seconds", "between_passes", "drafting"}
+
+
+def test_slots_show_a_tenant_its_own_slots_alone_and_the_admin_every_slot():
+    """Issue 73: /slots showed any tenant every slot's state and the server's pass counts, busy
+    seconds and drafting rates, the other tenants' traffic among them."""
+    s = Served(toy_pair(), keys=KEYS, admin_keys=("the-operator",), slots=2)
+    try:
+        assert s.worker.ready.wait(10)
+        assert post(s, {"prompt": "a", "max_tokens": 5}, as_key(1))[0] == 200
+        assert post(s, {"prompt": "k", "max_tokens": 7}, as_key(2))[0] == 200
+        views = {n: json.loads(raw(s, "GET", "/slots", headers=as_key(n))[2]) for n in (1, 2)}
+        everything = json.loads(raw(s, "GET", "/slots", headers=ADMIN)[2])
+    finally:
+        s.stop()
+    assert SERVER_WIDE <= set(everything) and len(everything["slots"]) == 2
+    assert sum(everything["target_passes"].values()) > 0
+    owned = {slot["slot"]: slot for slot in everything["slots"] if slot["tokens"] is not None}
+    assert sorted(slot["tokens"] for slot in owned.values()) == [5, 7] or list(owned) == [everything["slots"][0]["slot"]]
+    for n, view in views.items():
+        assert set(view) == {"slots"}  # nothing summed over the server
+        assert all(slot["tokens"] is not None for slot in view["slots"])  # no other tenant's slot, busy or free
+        assert all(slot == owned[slot["slot"]] for slot in view["slots"])
+    assert not {slot["slot"] for slot in views[1]["slots"]} & {slot["slot"] for slot in views[2]["slots"]}
+    assert [slot["tokens"] for slot in views[2]["slots"]] == [7]  # the last request's slot is its own
+
+
+def test_without_keys_slots_show_everything_as_before(served):
+    assert post(served, {"prompt": "a", "max_tokens": 3})[0] == 200
+    status, _, data = raw(served, "GET", "/slots")
+    report = json.loads(data)
+    assert status == 200 and SERVER_WIDE <= set(report) and [slot["tokens"] for slot in report["slots"]] == [3]
+    assert raw(served, "GET", "/metrics")[0] == 200
 
 
 # -- browsers ----------------------------------------------------------------------------------
@@ -265,6 +335,21 @@ def test_a_key_may_hold_spaces_and_hashes_and_an_empty_key_is_refused(tmp_path):
     assert access.tenant("Bearer correct horse battery staple") == "key-1"
     with pytest.raises(Refused):
         access.tenant("Bearer horse")
+
+
+def test_the_admin_key_is_read_as_the_api_keys_are(tmp_path):
+    from specdec_cli.cli.serve import ADMIN_VARIABLE, api_keys
+    from specdec_cli.errors import BadInput
+
+    assert api_keys(None, "an operator's passphrase", None, ADMIN_VARIABLE, "--admin-key-file") == ["an operator's passphrase"]
+    (tmp_path / "admin").write_text("# ops\nOp#1 secret\n")
+    assert api_keys(None, None, tmp_path / "admin", ADMIN_VARIABLE, "--admin-key-file") == ["Op#1 secret"]
+    with pytest.raises(BadInput) as empty:
+        api_keys(None, "", None, ADMIN_VARIABLE, "--admin-key-file")
+    assert str(empty.value) == "SPECDEC_ADMIN_KEY must not be empty (unset it for no key)"
+    with pytest.raises(BadInput) as missing:
+        api_keys(None, None, tmp_path / "nothing", ADMIN_VARIABLE, "--admin-key-file")
+    assert str(missing.value).startswith(f"--admin-key-file {tmp_path / 'nothing'}: ")
 
 
 def test_a_server_on_another_loopback_address_takes_its_own_host_header():
@@ -506,6 +591,11 @@ def test_guard_docstring_examples(tmp_path):
         access.check_origin("http://evil.example", "localhost:8080")
     assert refused.value.status == 403
     assert access.tenant("Bearer k2") == "key-2"
+    access = Access.for_bind("127.0.0.1", 8080, keys=("k1", "k2"), admin_keys=("a1",))
+    with pytest.raises(Refused) as refused:
+        access.check_admin("Bearer k2", "/metrics")
+    assert refused.value.status == 403 and refused.value.message.startswith("a tenant's key does not open /metrics")
+    assert access.sees_everything("Bearer a1") and not access.sees_everything("Bearer k1")
     assert (is_loopback("::1"), is_loopback("0.0.0.0"), is_loopback("localhost"), is_loopback("192.168.1.2")) == (True, False, True, False)
     keys = tmp_path / "keys"
     keys.write_text("# ours\nk1\n\n k2 # Bo's\nXy#9f\n")

@@ -7,6 +7,7 @@ Each test starts its own server process (tests/serve/conftest.py's start_server)
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -112,11 +113,20 @@ def test_a_port_in_use_is_one_line_and_exit_1(builtin_paths):
         (["--api-key-file", "/dev/null"], "specdec: error: --api-key-file /dev/null: it holds no key (one per line; # starts a comment)"),
         (["--top-p", "2"], "specdec: error: --top-p must be in (0, 1], got 2.0"),
         (["--api-key", ""], "specdec: error: --api-key must not be empty (unset SPECDEC_API_KEY for no key)"),
+        (["--admin-key-file", "/dev/null"], "specdec: error: --admin-key-file /dev/null: it holds no key (one per line; # starts a comment)"),
     ],
 )
 def test_bad_options_are_refused_before_anything_loads(args, message):
     proc = subprocess.run([sys.executable, "-m", "specdec_cli.cli", "serve", *args], cwd=REPO, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert proc.returncode == 2 and proc.stderr.strip() == message and proc.stdout == ""
+
+
+@pytest.mark.parametrize("admin", ["", "shared"])
+def test_an_empty_admin_key_or_one_a_tenant_holds_is_refused(admin):
+    env = {**os.environ, "SPECDEC_ADMIN_KEY": admin}
+    proc = subprocess.run([sys.executable, "-m", "specdec_cli.cli", "serve", "--api-key", "shared"], cwd=REPO, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, env=env)
+    message = "SPECDEC_ADMIN_KEY must not be empty (unset it for no key)" if not admin else "an admin key is also an API key; give the admin a key of its own"
+    assert proc.returncode == 2 and proc.stderr.strip() == "specdec: error: " + message and proc.stdout == ""
 
 
 def test_a_key_file_gives_one_tenant_per_line_and_a_public_address_without_a_key_warns(builtin_paths, tmp_path):

@@ -47,6 +47,7 @@ class Served:
         self, pair: LoadedPair, *, loaded: threading.Event | None = None, queue: int = 4, keys: tuple[str, ...] = (), max_body: int = 1 << 20,
         load=None, request_timeout: float | None = None, cors_origins: tuple[str, ...] = (), allowed_hosts: tuple[str, ...] = (), max_connections: int = 64,
         header_seconds: float = 10.0, body_seconds: float = 30.0, slots: int = 1,
+        admin_keys: tuple[str, ...] = (),
     ):  # fmt: skip
         self.pair = pair
 
@@ -61,7 +62,7 @@ class Served:
         self.sock.listen(16)
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        access = Access.for_bind("127.0.0.1", self.port, keys=keys, allowed_hosts=allowed_hosts, cors_origins=cors_origins)
+        access = Access.for_bind("127.0.0.1", self.port, keys=keys, allowed_hosts=allowed_hosts, cors_origins=cors_origins, admin_keys=admin_keys)
         app = create_app(self.worker, GREEDY, alias="toy", access=access, max_body=max_body, body_seconds=body_seconds)
         self.server = uvicorn.Server(server_config(app, max_connections, header_seconds))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)

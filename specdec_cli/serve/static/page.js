@@ -410,7 +410,8 @@
       return tr;
     });
     $("slots").querySelector("tbody").replaceChildren(...rows);
-    const passes = Object.entries(report.target_passes).map(([n, count]) => `${count} with ${n}`);
+    // A tenant's key gets its own slots alone: the server's passes and drafting rates need the admin key.
+    const passes = Object.entries(report.target_passes || {}).map(([n, count]) => `${count} with ${n}`);
     $("passes").textContent = passes.length ? `big-model steps by sequences they held: ${passes.join(", ")}` : "";
     // Per batch size: the server's tokens/s with the draft model drafting and without, and which way it runs now.
     const rate = (x) => (x === null ? "–" : `${x}`);
