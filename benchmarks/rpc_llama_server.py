@@ -13,7 +13,7 @@ calls, prefill included).
     cmake -B build ... -DGGML_RPC=ON && cmake --build build --target llama-server ggml-rpc-server -j2
     flock /tmp/llama.lock python3 benchmarks/rpc_llama_server.py --bin /tmp/b11434/.../build/bin --out /tmp/rpc_ls.json
 
-Produces docs/rpc.md's table "llama-server --rpc".
+Produces docs/rpc.md's table "Against llama.cpp's llama-server `--rpc`, side by side".
 """
 
 from __future__ import annotations

@@ -54,7 +54,9 @@ moves with the machine's state); llama-server under load (its parallel slots bat
 together, another design); the HTTP overhead on its own. `run`'s time to first token includes
 starting Python and loading both models: that is what a command per turn costs.
 
-Produces docs/serving.md: the tables "An agent-like session" and "Under load on loopback".
+Produces docs/serving.md's table "An agent-like session". The load part is a check (every answer under load
+equal to its alone-answer, none lost) whose figures no doc keeps: docs/serving.md's "Many clients in one batch"
+(serving_batch.py) measures load.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ against speculation off and against llama-server without a draft, and that gap's
     flock /tmp/llama.lock python3 benchmarks/serving_batch.py --before /tmp/before \\
         --llama-server /tmp/b11434/llama.cpp/build/bin/llama-server --out serving_batch.json
 
-Produces docs/serving.md's table "Many clients at once".
+Produces docs/serving.md, "Many clients in one batch": its tables.
 """
 
 from __future__ import annotations
