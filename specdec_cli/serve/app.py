@@ -282,7 +282,7 @@ def create_app(
         """The page's slots panel: each slot's state and tokens per pass, and how many sequences the
         target passes held; a tenant's key sees its own slots alone (`_own_slots`)."""
         if access.sees_everything(request.headers.get("authorization")):
-            return _every_slot([worker.slot_report(t) for t in access.tenants()])
+            return worker.slot_report(None)
         return _own_slots(worker.slot_report(tenant(request)))
 
     @app.get("/v1/models")
@@ -450,17 +450,10 @@ def server_config(app, max_connections: int, header_seconds: float = HEADER_SECO
 
 
 def _own_slots(report: dict) -> dict:
-    """slot_report for one tenant, less what the others' traffic makes up: only the slots whose
-    figures it shows (the tenant's own), and none of the server's passes, busy seconds or drafting
-    rates. Whatever slot_report adds later stays out too, until it is named here."""
-    return {"slots": [s for s in report["slots"] if s["cached"] is not None]}
-
-
-def _every_slot(reports: list[dict]) -> dict:
-    """slot_report asked for each tenant, as one: each slot with the figures its own tenant sees
-    (slot_report shows a slot's to that tenant alone), and the server's figures."""
-    owned = {s["slot"]: s for report in reports for s in report["slots"] if s["cached"] is not None}
-    return {**reports[0], "slots": [owned.get(s["slot"], s) for s in reports[0]["slots"]]}
+    """slot_report for one tenant, less what the others' traffic makes up: only its own slots, and
+    none of the server's passes, busy seconds or drafting rates. Whatever slot_report adds later
+    stays out too, until it is named here."""
+    return {"slots": [s for s in report["slots"] if s["own"]]}
 
 
 def _sse(obj: dict) -> str:

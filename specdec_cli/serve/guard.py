@@ -141,10 +141,6 @@ class Access:
             raise Refused(401, "invalid or missing API key: send Authorization: Bearer KEY", "invalid_api_key")
         return f"key-{found}"
 
-    def tenants(self) -> list[str]:
-        """Every tenant there can be: [""] without keys, else ["key-1", ..., "key-N"]."""
-        return [f"key-{i}" for i in range(1, len(self.keys) + 1)] if self.keys else [""]
-
     def sees_everything(self, authorization: str | None) -> bool:
         """Whether the caller may see every tenant's figures: it sends an admin key, or the server
         has no keys of either kind (one tenant: everything is its own)."""

@@ -319,17 +319,17 @@ class Worker:
         target = self.pair.target
         return target.token_text(token) if target.token_kind(token) == "special" else ""
 
-    def slot_report(self, tenant: str) -> dict:
-        """For the page: each slot's state, and for the asking tenant's own slots their cached tokens
-        and this job's tokens per pass; how many sequences the target passes held, and their rows;
-        each model's seconds in passes and the time between passes (decoding/batch.PassLog); per
-        batch size, the whole server's tokens per second with the draft model drafting and without
-        (tuning/switch.py), none of it any one tenant's."""
+    def slot_report(self, tenant: str | None = None) -> dict:
+        """For the page: each slot's state, and for the asking tenant's own slots (every slot's for
+        None: the admin, or a server without keys) their cached tokens and this job's tokens per
+        pass; how many sequences the target passes held, and their rows; each model's seconds in
+        passes and the time between passes (decoding/batch.PassLog); per batch size, the whole
+        server's tokens per second with the draft model drafting and without (tuning/switch.py)."""
         log = self.batcher.log if self.batcher is not None else None
         slots = []
         for s in self.slots:
-            own = s.tenant == tenant
-            slots.append({"slot": s.index, "busy": s.job is not None, "cached": len(s.pair.target.tokens) if own else None,
+            own = tenant is None or s.tenant == tenant
+            slots.append({"slot": s.index, "own": own, "busy": s.job is not None, "cached": len(s.pair.target.tokens) if own else None,
                           "rounds": s.rounds if own else None, "tokens": s.tokens if own else None})  # fmt: skip
         return {
             "slots": slots,
