@@ -29,13 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+from .causal_model import common_prefix
 from .compat import MIN_SHARED_TOKENS, compare_vocabularies
 from .decoding.batch import Batcher
 from .decoding.engine import Engine
 from .drafting.cascade import CascadeDrafter
 from .drafting.combined import ModelAndLookup
 from .drafting.cross_vocab import CrossVocabDrafter
-from .drafting.kv_sync import common_prefix
 from .drafting.lookup import LookupDrafter, LookupOptions
 from .drafting.memory import DraftMemory
 from .drafting.model import ModelDrafter

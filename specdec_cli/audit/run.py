@@ -49,9 +49,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..causal_model import catch_up
 from ..decoding.consume import consume
 from ..decoding.engine import Engine, GenerationConfig
-from ..drafting.kv_sync import catch_up
 from ..errors import ContextOverflow
 from ..events import DraftPolicy, Finished, Round, Token
 from ..grammar.compile import Grammar

@@ -16,9 +16,9 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol, Sequence
 
+from ..causal_model import CausalModel
 from ..decoding.engine import Engine, GenerationConfig
 from ..decoding.stats import RunStats
-from ..drafting.kv_sync import CausalModel
 from ..drafting.lookup import LookupOptions
 from ..events import AUTO, DraftTokens
 from ..grammar.compile import Grammar

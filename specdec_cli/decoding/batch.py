@@ -467,7 +467,7 @@ class BatchedPolicy:
 
 
 class SharedSequence:
-    """One sequence of a shared model: a CausalModel (drafting/kv_sync.py) whose decode goes through the batcher.
+    """One sequence of a shared model: a CausalModel (causal_model.py) whose decode goes through the batcher.
 
     Everything else (piece, tokenize, the chat template, n_vocab) is the model's own.
     """

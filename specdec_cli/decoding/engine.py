@@ -53,8 +53,8 @@ from typing import Generator, Iterator, MutableMapping, NamedTuple, Sequence
 import numpy as np
 
 from .. import clock
+from ..causal_model import CausalModel, catch_up, common_prefix
 from ..drafting.interface import Drafter, Proposal, Proposer
-from ..drafting.kv_sync import CausalModel, catch_up, common_prefix
 from ..drafting.memory import recalled, resumed
 from ..errors import ContextOverflow
 from ..events import DraftPolicy, Earned, Event, Finished, Logprobs, Prefill, Rejected, Round, Source, Token

@@ -11,11 +11,11 @@ from typing import Sequence
 import numpy as np
 
 from .. import clock
+from ..causal_model import catch_up
 from ..maths.sampling import SamplingParams, argmax, proposal, sample
 from ..maths.speculative import keep_or_resample
 from .combined import ModelAndLookup
 from .interface import Guide, Proposal, Proposer
-from .kv_sync import catch_up
 
 
 @dataclass(frozen=True)

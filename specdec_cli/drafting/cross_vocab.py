@@ -35,7 +35,7 @@ Text translation (`TextMirror`), target ids -> draft ids:
 
 While drafting, each drafted token is appended to the draft's cache as its draft id (the
 draft conditions on its own tokens); the next round translates the true text again and the
-KV cache keeps the longest common prefix (kv_sync.catch_up).
+KV cache keeps the longest common prefix (causal_model.catch_up).
 
 Under a constraint the mask is over TARGET ids (the grammar reads the target's tokens); the
 draft's row is masked in its own ids through the map: a draft id stays only where its target
@@ -54,9 +54,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..causal_model import CausalModel, common_prefix
 from ..maths.masking import Mask
 from ..maths.sampling import Distribution, SamplingParams, proposal, sample, softmax_at
-from .kv_sync import CausalModel, common_prefix
 from .model import ModelDrafter
 from .vocab_map import VocabMap, byte_tokens
 

@@ -7,7 +7,7 @@ target's `is_end`, it stops after a draft that ends generation.
     drafter = ModelDrafter(LlamaModel("tiny.gguf"))
     drafter.propose([1, 2, 3], 4, GREEDY, rng).tokens   # e.g. [4, 5, 6, 7]
 
-The draft model's KV cache follows kv_sync's rule: `propose` catches up lazily, `sync` eagerly
+The draft model's KV cache follows causal_model.py's rule: `propose` catches up lazily, `sync` eagerly
 (the engine calls it in a `finally`).
 
 Under a constraint (a `Guide`, interface.py) each step's row is masked before q is formed
@@ -26,10 +26,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .. import clock
+from ..causal_model import CausalModel, catch_up, common_prefix
 from ..maths.masking import Mask
 from ..maths.sampling import Distribution, SamplingParams, argmax, proposal, sample, softmax_at
 from .interface import Guide, Proposal, Proposer
-from .kv_sync import CausalModel, catch_up, common_prefix
 
 
 class ModelDrafter:

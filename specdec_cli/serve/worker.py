@@ -74,11 +74,11 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..causal_model import common_prefix
 from ..decoding.batch import Batcher, BatchedPolicy
 from ..decoding.consume import EndEarly, Outcome, consume
 from ..decoding.engine import context_room
 from ..decoding.scheduler import Ended, Scheduler
-from ..drafting.kv_sync import common_prefix
 from ..drafting.lookup import LookupOptions
 from ..drafting.memory import DraftMemory
 from ..errors import BadInput, SpecdecError

@@ -22,7 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..drafting.kv_sync import CausalModel, catch_up
+from ..causal_model import CausalModel, catch_up
 
 DRAFT_RUN = 4  # draft steps timed in a row for the draft step's cost
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from specdec_cli.drafting.kv_sync import catch_up
+from specdec_cli.causal_model import catch_up
 from specdec_cli.tuning.cost_curve import CostCurve
 from specdec_cli.decoding.engine import GenerationConfig
 from specdec_cli.events import Round

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdec_cli.drafting.kv_sync import catch_up
+from specdec_cli.causal_model import catch_up
 from specdec_cli.drafting.model import ModelDrafter
 from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.tuning.policy import draft_policy

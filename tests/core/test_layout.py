@@ -2,7 +2,8 @@
 
 The core's parts, lowest first; a core module imports only its own part and lower ones:
 
-    shared    errors, events, inputs, prompts     what everyone uses (events.py imports nothing of ours)
+    shared    errors, events, inputs, prompts,    what everyone uses (events.py imports nothing of ours;
+              clock, causal_model                 causal_model: the model interface and the KV catch-up rule)
     maths     maths/                              pure numpy: p, q, the accept/reject rules
     llama     llama/                              the only importer of llama_cpp
     models    models/                             where model files come from
@@ -38,7 +39,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "specdec_cli"
 FRONT_ENDS = ("cli", "bench", "audit", "doctor", "serve")
 CORE_PARTS = ("shared", "maths", "llama", "models", "grammar", "drafting", "tuning", "decoding", "wiring")  # lowest first
-TOP_LEVEL = {"errors": "shared", "clock": "shared", "events": "shared", "inputs": "shared", "prompts": "shared", "options": "wiring", "compat": "wiring", "session": "wiring", "": "wiring"}
+TOP_LEVEL = {"errors": "shared", "clock": "shared", "events": "shared", "inputs": "shared", "prompts": "shared", "causal_model": "shared", "options": "wiring", "compat": "wiring", "session": "wiring", "": "wiring"}
 # cli/ is the shell of the other front-ends: each of its commands hands one of them its flags.
 MAY_IMPORT = {"cli": {"bench", "audit", "doctor", "serve"}}
 
@@ -156,7 +157,7 @@ def test_the_layers_are_kept():
 def test_downward_finds_each_climb_and_only_those():
     edges = {
         "maths.sampling": {"llama.model", "errors"},  # the maths reaching llama.cpp
-        "drafting.model": {"decoding.engine", "drafting.kv_sync", "maths.sampling"},  # drafting reaching the loop
+        "drafting.model": {"decoding.engine", "causal_model", "maths.sampling"},  # drafting reaching the loop
         "session": {"decoding.engine", "llama.model"},  # the wiring may use every part
         "cli.run": {"session"},  # front-ends are not core parts
     }
@@ -196,6 +197,16 @@ def test_the_shared_types_import_nothing_of_ours_and_the_loop_not_the_policy():
     assert edges["events"] == set()
     assert "tuning.policy" not in edges["decoding.engine"] and not any(m.startswith("llama") for m in edges["decoding.engine"])
     assert all(part(m) in ("maths", "shared") for m in edges["maths.sampling"] | edges["maths.speculative"])
+
+
+def test_the_model_interface_lies_below_both_the_drafters_and_the_loop():
+    """The loop and the drafters drive models through one interface (CausalModel, catch_up): it is
+    a shared module, so the loop does not reach into drafting/ for the target's interface, nor
+    drafting/ up into decoding/ for it."""
+    edges = graph()
+    assert part("causal_model") == "shared"
+    assert {"causal_model"} <= edges["decoding.engine"] & edges["drafting.model"] & edges["tuning.cost_curve"]
+    assert not any(m.startswith("drafting.") for m in edges["causal_model"])
 
 
 def test_llama_cpp_loads_before_numpy_whichever_module_is_imported_first():

@@ -24,7 +24,7 @@ import pytest
 
 from gguf_padding import read_f32_tensor, write_padded
 from specdec_cli.llama.model import LlamaModel
-from specdec_cli.drafting.kv_sync import catch_up
+from specdec_cli.causal_model import catch_up
 from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.tuning.policy import draft_policy
 from specdec_cli.events import Finished, Rejected, Round, Token

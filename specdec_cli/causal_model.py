@@ -1,4 +1,10 @@
-"""Bringing a model's KV cache to a context: the rule both the draft model and the target follow.
+"""What the core needs from a model, and the rule that brings its KV cache to a context.
+
+`CausalModel` is the interface the round (decoding/), the drafters (drafting/) and the cost
+curve (tuning/) hold a model by: its cache's tokens, a decode that returns logits rows, a
+rewind. llama/model.LlamaModel implements it, and so do the tests' fakes and a shared batch's
+sequence views (decoding/batch.SharedSequence). It lives here, below every part that uses it,
+so that no part reaches up or sideways for the model it drives.
 
 A cache is matched to the context lazily: keep the longest common prefix of what the cache
 holds and the context, drop the rest, and evaluate only the tokens after it.
@@ -6,7 +12,7 @@ holds and the context, drop the rest, and evaluate only the tokens after it.
     common_prefix([1, 2, 3], [1, 2, 4])        # -> 2
     catch_up(model, [1, 2, 4])                 # model.tokens [1, 2, 3] -> rewind(2), decode([4])
 
-Left out: when to sync (the engine and the drafters decide).
+Left out: when to sync (the engine and the drafters decide), loading a model (llama/).
 """
 
 from __future__ import annotations
