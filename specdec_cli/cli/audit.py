@@ -23,8 +23,8 @@ import typer
 
 from ..errors import BadInput
 from ..inputs import argv_text
-from ..options import DEFAULT_VERIFY, check_load_limits, check_p_min, check_sampling_options, check_seed, parse_draft_length, parse_drafter, parse_verify
-from .options import AUTO, CtxOption, DraftCtxOption, DraftGpuLayersOption, DraftOption, GpuLayersOption, GrammarOption, JsonSchemaOption, MinPOption, PairOption, RepackOption, RpcOption, DraftRpcOption, TargetOption, ThreadsOption, TopKOption, TopPOption, VerifyOption, read_constraint, read_prompt
+from ..options import DEFAULT_VERIFY, check_p_min, parse_draft_length, parse_drafter
+from .options import AUTO, ChatOption, ConstraintFlags, FilterFlags, LoadFlags, ModelFlags, PromptArgument, SystemOption, VerifyOption, check_common, flag_groups, read_prompt
 
 if TYPE_CHECKING:
     from ..events import DraftTokens
@@ -35,11 +35,10 @@ MIN_ALPHA = 1e-5  # a rejecting test simulates 20 / (alpha / 2) exact samplers (
 MAX_GREEDY_TOKENS = 100_000
 
 
+@flag_groups
 def audit(
-    prompt: Annotated[Optional[str], typer.Argument(help="The prompt; '-' or a piped stdin reads it from stdin.")] = None,
-    draft: DraftOption = None,
-    target: TargetOption = None,
-    pair_name: PairOption = None,
+    prompt: PromptArgument = None,
+    models: ModelFlags = ModelFlags(),
     samples: Annotated[int, typer.Option("--samples", "-N", help="Speculative generations drawn (their first two tokens are tested).")] = 2000,
     alpha: Annotated[float, typer.Option(help="False-alarm rate: the chance that an exact engine is rejected (split over the tests).")] = 0.001,
     greedy_tokens: Annotated[int, typer.Option(help="Tokens of the greedy identity check (speculative against target-only at temperature 0); 0 skips it.")] = 128,
@@ -48,22 +47,12 @@ def audit(
     p_min: Annotated[Optional[float], typer.Option(help="The draft model's early stop, as for run. Default 0: off.")] = None,
     temperature: Annotated[float, typer.Option(help="0 is greedy (then only the greedy check runs).")] = 0.8,
     verify: VerifyOption = DEFAULT_VERIFY,
-    top_k: TopKOption = 40,
-    top_p: TopPOption = 0.95,
-    min_p: MinPOption = 0.05,
+    filters: FilterFlags = FilterFlags(),
     seed: Annotated[Optional[int], typer.Option(help="Seed of the first draw; draw i uses seed + i (default: a fresh one, reported).")] = None,
-    json_schema: JsonSchemaOption = None,
-    grammar: GrammarOption = None,
-    ctx: CtxOption = None,
-    draft_ctx: DraftCtxOption = None,
-    threads: ThreadsOption = None,
-    gpu_layers: GpuLayersOption = -1,
-    draft_gpu_layers: DraftGpuLayersOption = -1,
-    repack: RepackOption = None,
-    rpc: RpcOption = None,
-    draft_rpc: DraftRpcOption = None,
-    chat: Annotated[bool, typer.Option("--chat/--raw", help="Wrap the prompt in the target's chat template, or send it as it is.")] = True,
-    system: Annotated[Optional[str], typer.Option(help="System message (with --raw: text put before the prompt).")] = None,
+    constraints: ConstraintFlags = ConstraintFlags(),
+    load: LoadFlags = LoadFlags(),
+    chat: ChatOption = True,
+    system: SystemOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object on stdout.")] = False,
 ) -> None:
     """Test that speculative decoding leaves the target's output law unchanged, on your pair and settings.
@@ -74,14 +63,11 @@ def audit(
     """
     from ..audit.render import AuditDisplay, report_text
     from ..audit.run import AuditConfig, run_audit
-    from ..maths.sampling import SamplingParams
-    from ..session import LoadOptions
     from ..tuning.policy import draft_policy
     from .render import Activity, stderr_console
 
     drafter = parse_drafter(drafter)
     k = parse_draft_length(draft_tokens)
-    check_sampling_options(temperature, top_k, top_p, min_p, 1)
     if not 1 <= samples <= MAX_SAMPLES:
         raise BadInput(f"--samples must be between 1 and {MAX_SAMPLES}, got {samples}")
     if not MIN_ALPHA <= alpha < 1:
@@ -89,22 +75,19 @@ def audit(
     if not 0 <= greedy_tokens <= MAX_GREEDY_TOKENS:
         raise BadInput(f"--greedy-tokens must be between 0 and {MAX_GREEDY_TOKENS}, got {greedy_tokens}")
     check_p_min(p_min)
-    check_load_limits(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers)
+    verify = check_common(temperature, 1, verify, filters, load, seed=seed, repeats=samples)
     seed = secrets.randbits(32) if seed is None else seed
-    check_seed(seed, samples)
-    constraint = read_constraint(json_schema, grammar)
+    constraint = constraints.read()
     text = read_prompt(prompt)
     if system is not None:
         system = argv_text(system, "--system")
     from .run import load_pair
 
-    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
-    verify = parse_verify(verify)
-    config = AuditConfig(samples=samples, alpha=alpha, sampling=params, seed=seed, greedy_tokens=greedy_tokens, verify=verify, grammar=constraint)
+    config = AuditConfig(samples=samples, alpha=alpha, sampling=filters.sampling(temperature), seed=seed, greedy_tokens=greedy_tokens, verify=verify, grammar=constraint)
     console = stderr_console(False)
-    options = LoadOptions.from_cli(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers, repack, pair_name, chat=chat, rpc=rpc, draft_rpc=draft_rpc)
+    options = load.options(models.pair_name, chat=chat)
     with contextlib.ExitStack() as stack:
-        pair = load_pair(stack, draft, target, options, Activity(console), pair_name=pair_name, need_draft=drafter != "lookup")
+        pair = load_pair(stack, models, options, Activity(console), need_draft=drafter != "lookup")
         prompt_ids = pair.prompt_tokens(text, chat=chat, system=system)
         with AuditDisplay(console, greedy_tokens) as display:
             policy = draft_policy(k, p_min)

@@ -21,8 +21,8 @@ from ..bench.model import DEFAULT_DRAFT_TOKENS, DEFAULT_DRAFTERS, DEFAULT_REPEAT
 from ..bench.native import DEFAULT_NATIVE_TIMEOUT
 from ..errors import BadInput, SpecdecError
 from ..inputs import writable_file
-from ..options import DEFAULT_VERIFY, check_load_limits, check_sampling_options, check_seed, option_list, parse_draft_tokens, parse_drafters, parse_temperatures, parse_verify
-from .options import CtxOption, DraftCtxOption, DraftGpuLayersOption, DraftOption, GpuLayersOption, GrammarOption, JsonSchemaOption, MinPOption, PairOption, RepackOption, RpcOption, DraftRpcOption, TargetOption, ThreadsOption, TopKOption, TopPOption, VerifyOption, _err, read_constraint, resolve_paths
+from ..options import DEFAULT_VERIFY, option_list, parse_draft_tokens, parse_drafters, parse_temperatures
+from .options import ConstraintFlags, FilterFlags, LoadFlags, ModelFlags, VerifyOption, _err, check_common, flag_groups, resolve_paths
 
 
 def check_plot_format(path: Path, matplotlib) -> None:
@@ -37,10 +37,9 @@ def check_plot_format(path: Path, matplotlib) -> None:
         raise BadInput(f"--plot: matplotlib cannot write .{suffix} files; use one of {', '.join('.' + k for k in sorted(known))}")
 
 
+@flag_groups
 def bench(
-    draft: DraftOption = None,
-    target: TargetOption = None,
-    pair_name: PairOption = None,
+    models: ModelFlags = ModelFlags(),
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens to generate per run.")] = 128,
     draft_tokens: Annotated[str, typer.Option("--draft-tokens", "-k", help="Values of k to sweep, numbers and/or auto, e.g. 1,2,4,8,12,auto.")] = option_list(DEFAULT_DRAFT_TOKENS),
     drafter: Annotated[str, typer.Option(help="Drafters to sweep: model (the draft GGUF), lookup (prompt lookup, no draft model), model+lookup, cascade; e.g. model,lookup.")] = option_list(DEFAULT_DRAFTERS),
@@ -52,19 +51,9 @@ def bench(
         typer.Option(exists=True, dir_okay=False, help="Your prompts: JSONL with a \"prompt\" key, or one prompt per line (default: the built-in suite)."),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of repeat 1 (repeat r uses seed + r - 1, the same for both sides).")] = 0,
-    top_k: TopKOption = 40,
-    top_p: TopPOption = 0.95,
-    min_p: MinPOption = 0.05,
-    json_schema: JsonSchemaOption = None,
-    grammar: GrammarOption = None,
-    ctx: CtxOption = None,
-    draft_ctx: DraftCtxOption = None,
-    threads: ThreadsOption = None,
-    gpu_layers: GpuLayersOption = -1,
-    draft_gpu_layers: DraftGpuLayersOption = -1,
-    repack: RepackOption = None,
-    rpc: RpcOption = None,
-    draft_rpc: DraftRpcOption = None,
+    filters: FilterFlags = FilterFlags(),
+    constraints: ConstraintFlags = ConstraintFlags(),
+    load: LoadFlags = LoadFlags(),
     raw: Annotated[bool, typer.Option("--raw", help="Send prompts as they are, without the chat template.")] = False,
     warmup: Annotated[int, typer.Option(help="Tokens of one unrecorded warm-up run per side; 0 skips it.")] = 16,
     json_out: Annotated[bool, typer.Option("--json", help="Write every measurement as one JSON object on stdout.")] = False,
@@ -85,18 +74,16 @@ def bench(
     from ..bench.render import bench_console, divergence_message, print_report, progress_bar, require_matplotlib, write_plot
     from ..bench.run import BenchConfig, run_bench
     from ..prompts import builtin_prompts, load_prompts
-    from ..session import LoadOptions, open_pair
+    from ..session import open_pair
 
     ks = parse_draft_tokens(draft_tokens)
     drafters = parse_drafters(drafter)
     temperatures = parse_temperatures(temperature)
-    check_sampling_options(min(temperatures), top_k, top_p, min_p, max_tokens)
     if repeats < 1:
         raise BadInput(f"--repeats must be at least 1, got {repeats}")
     if warmup < 0:
         raise BadInput(f"--warmup must be 0 (none) or more tokens, got {warmup}")
-    check_load_limits(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers)
-    check_seed(seed, repeats)
+    verify = check_common(min(temperatures), max_tokens, verify, filters, load, seed=seed, repeats=repeats)
     # Fail before the models load, not after a long bench.
     for option, path in (("--csv", csv_path), ("--plot", plot)):
         if path is not None:
@@ -111,7 +98,7 @@ def bench(
     if not (native_timeout > 0 and native_timeout != float("inf")):
         raise BadInput(f"--native-timeout must be a positive number of seconds, got {native_timeout}")
     suite = load_prompts(prompts) if prompts else builtin_prompts()
-    constraint = read_constraint(json_schema, grammar)
+    constraint = constraints.read()
     if binary is not None and constraint is not None:
         _err("specdec: --native skipped: llama-speculative-simple takes no JSON schema or grammar here")
         binary = None
@@ -122,17 +109,17 @@ def bench(
         max_tokens=max_tokens,
         repeats=repeats,
         seed=seed,
-        top_k=top_k,
-        top_p=top_p,
-        min_p=min_p,
+        top_k=filters.top_k,
+        top_p=filters.top_p,
+        min_p=filters.min_p,
         chat=not raw,
         warmup_tokens=warmup,
-        verify=parse_verify(verify),
+        verify=verify,
         grammar=constraint,
     )
-    draft_path, target_path = resolve_paths(draft, target, pair=pair_name)
+    draft_path, target_path = resolve_paths(models.draft, models.target, pair=models.pair_name)
     console = bench_console()
-    options = LoadOptions.from_cli(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers, repack, pair_name, chat=config.chat, rpc=rpc, draft_rpc=draft_rpc)
+    options = load.options(models.pair_name, chat=config.chat)
     with open_pair(draft_path, target_path, options) as pair:
         if binary is not None and pair.vocab_map is not None:
             _err(f"specdec: --native skipped: {binary.name} refuses a draft whose vocabulary differs from the target's")
@@ -143,7 +130,7 @@ def bench(
             command = native_command(
                 binary, draft_path, target_path, text,
                 draft_tokens=setting.k, max_tokens=max_tokens, temperature=setting.temperature,
-                top_k=top_k, top_p=top_p, min_p=min_p, seed=seed, ctx=options.n_ctx, threads=threads,
+                top_k=filters.top_k, top_p=filters.top_p, min_p=filters.min_p, seed=seed, ctx=options.n_ctx, threads=load.threads,
                 gpu_layers=options.gpu_layers, draft_gpu_layers=options.draft_gpu_layers,
                 extra=([] if pair.target.repack else ["--no-repack"]) + extra,
             )  # fmt: skip

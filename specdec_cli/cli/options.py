@@ -2,9 +2,22 @@
 
 A flag is declared here (or in its one command) and nothing else: what its value means,
 its range and its message come from the core's options.py, the same checks the server and
-the bench use. The types below are shared by `run`, `serve`, `bench` and `audit`, so a flag
-reads the same everywhere (Typer reads the flag and help from the alias). Lists are
-comma-separated, as options.parse_draft_tokens reads them.
+the bench use. Lists are comma-separated, as options.parse_draft_tokens reads them.
+
+The flags several commands take together are declared once, as a `FlagGroup`: a frozen
+dataclass whose fields are Typer annotations with their defaults. A command names the group as
+one parameter, and `flag_groups` shows Typer the group's flags in that parameter's place (so
+--help lists them there, in the field order) and hands the command the group built from them:
+
+    @flag_groups
+    def bench(models: ModelFlags = ModelFlags(), ..., load: LoadFlags = LoadFlags(), ...): ...
+    specdec bench --ctx 4096 --threads 8  ->  bench(models=ModelFlags(), ..., load=LoadFlags(ctx=4096, threads=8), ...)
+
+The groups: `ModelFlags` (--draft --target --pair), `FilterFlags` (--top-k --top-p --min-p),
+`ConstraintFlags` (--json-schema --grammar), `LoadFlags` (--ctx ... --draft-rpc), all four of
+run, serve, bench and audit (serve has no constraint flags); `DraftingFlags` (-k --drafter
+--p-min --lookup-*) for run and serve. `check_common` is the check sequence the four share.
+A flag one command words its own way (bench's -k takes a list) stays in that command.
 
 `resolve_paths` turns --draft/--target/--pair into two local files (downloading once),
 announcing downloads and the built-in conversion on stderr. `parse_stops` understands
@@ -16,18 +29,29 @@ bench.py, models.py, doctor.py, audit.py, serve.py).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import functools
+import inspect
 import re
 import sys
+import typing
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Callable, Optional
+from typing import TYPE_CHECKING, Annotated, Callable, Optional
 
 import typer
 
 from ..errors import BadInput
 from ..events import AUTO
 from ..inputs import argv_text, read_stdin
-from ..options import check_stops
+from ..options import check_load_limits, check_p_min, check_sampling_options, check_seed, check_stops, parse_draft_length, parse_drafter, parse_verify
+
+if TYPE_CHECKING:  # imported where used, keeping --help fast
+    from ..drafting.lookup import LookupOptions
+    from ..events import DraftTokens
+    from ..maths.sampling import SamplingParams
+    from ..session import LoadOptions
 
 EXIT_INTERRUPTED = 130
 
@@ -66,6 +90,150 @@ TemperatureOption = Annotated[float, typer.Option(help="0 is greedy.")]
 VerifyOption = Annotated[str, typer.Option(help="How drafts are kept: token (one by one), block (jointly, Sun et al. 2025; needs a sampling model draft) or auto (each round the rule this run measures faster).")]
 JsonSchemaOption = Annotated[Optional[str], typer.Option("--json-schema", metavar="FILE|JSON", help="Constrain the output to JSON valid against this schema: a file, or the schema itself ('{\"type\": \"object\", ...}'). The output stays exactly the target's, sampled among what the schema allows.")]
 GrammarOption = Annotated[Optional[Path], typer.Option("--grammar", metavar="FILE", help="Constrain the output to a llama.cpp GBNF grammar (its root rule), read from FILE.")]
+
+# Options `run` and `audit` share.
+PromptArgument = Annotated[Optional[str], typer.Argument(help="The prompt; '-' or a piped stdin reads it from stdin.")]
+ChatOption = Annotated[bool, typer.Option("--chat/--raw", help="Wrap the prompt in the target's chat template, or send it as it is.")]
+SystemOption = Annotated[Optional[str], typer.Option(help="System message (with --raw: text put before the prompt).")]
+
+
+class FlagGroup:
+    """Flags several commands take together: a subclass is a frozen dataclass of Typer annotations
+    with their defaults, and a command that takes one is wrapped in `flag_groups`."""
+
+
+@dataclass(frozen=True)
+class ModelFlags(FlagGroup):
+    """The two models (run, serve, bench, audit): GGUF paths, hf: patterns, a named pair, or none (the built-in pair)."""
+
+    draft: DraftOption = None
+    target: TargetOption = None
+    pair_name: PairOption = None
+
+
+@dataclass(frozen=True)
+class DraftingFlags(FlagGroup):
+    """Who drafts and how much (run; serve's defaults of a request)."""
+
+    draft_tokens: DraftTokensOption = AUTO
+    drafter: DrafterOption = "model"
+    p_min: PMinOption = None
+    lookup_ngram_min: LookupNgramMinOption = 1
+    lookup_ngram_max: LookupNgramMaxOption = 3
+    lookup_max_tokens: LookupMaxTokensOption = 10
+
+    def checked(self) -> Drafting:
+        """The flags parsed and checked. Example: DraftingFlags(draft_tokens="8", drafter="Lookup") -> Drafting("lookup", 8, None, ...)."""
+        from ..drafting.lookup import LookupOptions
+
+        drafter = parse_drafter(self.drafter)
+        draft_tokens = parse_draft_length(self.draft_tokens)
+        check_p_min(self.p_min)
+        lookup = LookupOptions.from_range(self.lookup_ngram_min, self.lookup_ngram_max, self.lookup_max_tokens)
+        return Drafting(drafter, draft_tokens, self.p_min, lookup)
+
+
+@dataclass(frozen=True)
+class Drafting:
+    """DraftingFlags checked: the drafter's name, k (a number or auto), the early stop, lookup's sizes."""
+
+    drafter: str
+    draft_tokens: DraftTokens
+    p_min: float | None
+    lookup: LookupOptions
+
+
+@dataclass(frozen=True)
+class FilterFlags(FlagGroup):
+    """The sampling filters (run, serve, bench, audit); the temperature is each command's own (bench sweeps a list)."""
+
+    top_k: TopKOption = 40
+    top_p: TopPOption = 0.95
+    min_p: MinPOption = 0.05
+
+    def sampling(self, temperature: float) -> SamplingParams:
+        from ..maths.sampling import SamplingParams
+
+        return SamplingParams(temperature=temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p)
+
+
+@dataclass(frozen=True)
+class ConstraintFlags(FlagGroup):
+    """What the output must match (run, bench, audit): a JSON schema or a GBNF grammar."""
+
+    json_schema: JsonSchemaOption = None
+    grammar: GrammarOption = None
+
+    def read(self):
+        """The constraint compiled (read_constraint), or None without one."""
+        return read_constraint(self.json_schema, self.grammar)
+
+
+@dataclass(frozen=True)
+class LoadFlags(FlagGroup):
+    """Where and how the two models load (run, serve, bench, audit): context, threads, GPU layers, repacking, RPC servers."""
+
+    ctx: CtxOption = None
+    draft_ctx: DraftCtxOption = None
+    threads: ThreadsOption = None
+    gpu_layers: GpuLayersOption = -1
+    draft_gpu_layers: DraftGpuLayersOption = -1
+    repack: RepackOption = None
+    rpc: RpcOption = None
+    draft_rpc: DraftRpcOption = None
+
+    def check(self) -> None:
+        check_load_limits(self.ctx, self.draft_ctx, self.threads, self.gpu_layers, self.draft_gpu_layers)
+
+    def options(self, pair_name: str | None, *, chat: bool = False) -> LoadOptions:
+        """What session.open_pair loads with (session.LoadOptions.from_cli: the --pair's context when --ctx is not given)."""
+        from ..session import LoadOptions
+
+        return LoadOptions.from_cli(
+            self.ctx, self.draft_ctx, self.threads, self.gpu_layers, self.draft_gpu_layers, self.repack, pair_name,
+            chat=chat, rpc=self.rpc, draft_rpc=self.draft_rpc,
+        )  # fmt: skip
+
+
+def check_common(temperature: float, max_tokens: int, verify: str, filters: FilterFlags, load: LoadFlags, *, seed: int | None = None, repeats: int = 1) -> str:
+    """The checks run, serve, bench and audit share, in this order: the sampling settings (bench
+    passes its lowest temperature), the load limits, the seed (with `repeats`, the last repeat's
+    seed too), then the verify rule, which comes back parsed.
+    Example: check_common(0.8, 256, "Block", FilterFlags(), LoadFlags()) -> "block";
+    with FilterFlags(top_p=1.5) -> BadSetting "--top-p must be in (0, 1], got 1.5"."""
+    check_sampling_options(temperature, filters.top_k, filters.top_p, filters.min_p, max_tokens)
+    load.check()
+    check_seed(seed, repeats)
+    return parse_verify(verify)
+
+
+def flag_groups(command: Callable) -> Callable:
+    """`command` as Typer should see it: each parameter typed as a FlagGroup becomes the group's
+    fields, in its place; called, it builds the groups from their fields and calls `command`.
+    Example: def f(a: int = 1, load: LoadFlags = LoadFlags()) -> Typer reads f(a, ctx, draft_ctx,
+    ..., draft_rpc); f(a=1, ctx=64, ...) calls command(a=1, load=LoadFlags(ctx=64, ...))."""
+    hints = typing.get_type_hints(command, include_extras=True)
+    parameters: list[inspect.Parameter] = []
+    groups: dict[str, tuple[type, list[str]]] = {}
+    for name, parameter in inspect.signature(command).parameters.items():
+        hint = hints.get(name, parameter.annotation)
+        if isinstance(hint, type) and issubclass(hint, FlagGroup):
+            fields = dataclasses.fields(hint)
+            field_hints = typing.get_type_hints(hint, include_extras=True)
+            groups[name] = (hint, [f.name for f in fields])
+            parameters += [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=field_hints[f.name]) for f in fields]
+        else:
+            parameters.append(parameter.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hint))
+
+    @functools.wraps(command)
+    def with_groups(**flags):
+        for name, (group, fields) in groups.items():
+            flags[name] = group(**{field: flags.pop(field) for field in fields})
+        return command(**flags)
+
+    with_groups.__signature__ = inspect.Signature(parameters, return_annotation=hints.get("return", inspect.Signature.empty))  # duplicate names raise here
+    with_groups.__annotations__ = {p.name: p.annotation for p in parameters}
+    return with_groups
 
 
 class ColorMode(str, enum.Enum):

@@ -26,39 +26,25 @@ from ..drafting.memory import DEFAULT_MAX_TOKENS as DEFAULT_CACHE_TOKENS
 from ..drafting.memory import BadCache, DraftMemory, read_cache, save_cache
 from ..errors import BadInput
 from ..inputs import argv_text, writable_file
-from ..options import DEFAULT_VERIFY, check_draft_cache_size, check_load_limits, check_p_min, check_sampling_options, check_seed, parse_draft_length, parse_drafter, parse_verify
+from ..options import DEFAULT_VERIFY, check_draft_cache_size
 from .options import (
-    AUTO,
     EXIT_INTERRUPTED,
+    ChatOption,
     ColorMode,
-    CtxOption,
-    DraftCtxOption,
-    DrafterOption,
-    DraftGpuLayersOption,
-    DraftOption,
-    DraftTokensOption,
-    GpuLayersOption,
-    GrammarOption,
-    JsonSchemaOption,
-    LookupMaxTokensOption,
-    LookupNgramMaxOption,
-    LookupNgramMinOption,
-    MinPOption,
-    PairOption,
-    PMinOption,
-    RepackOption,
-    RpcOption,
-    DraftRpcOption,
-    TargetOption,
+    ConstraintFlags,
+    DraftingFlags,
+    FilterFlags,
+    LoadFlags,
+    ModelFlags,
+    PromptArgument,
+    SystemOption,
     TemperatureOption,
-    ThreadsOption,
-    TopKOption,
-    TopPOption,
     VerifyOption,
     _err,
+    check_common,
+    flag_groups,
     pair_files,
     parse_stops,
-    read_constraint,
     read_prompt,
 )
 
@@ -69,41 +55,25 @@ if TYPE_CHECKING:  # the real imports happen inside the command, keeping --help 
     from ..tuning.cost_curve import CostCurve
 
 
+@flag_groups
 def run(
-    prompt: Annotated[Optional[str], typer.Argument(help="The prompt; '-' or a piped stdin reads it from stdin.")] = None,
-    draft: DraftOption = None,
-    target: TargetOption = None,
-    pair_name: PairOption = None,
+    prompt: PromptArgument = None,
+    models: ModelFlags = ModelFlags(),
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens to generate at most.")] = 256,
-    draft_tokens: DraftTokensOption = AUTO,
-    drafter: DrafterOption = "model",
-    p_min: PMinOption = None,
-    lookup_ngram_min: LookupNgramMinOption = 1,
-    lookup_ngram_max: LookupNgramMaxOption = 3,
-    lookup_max_tokens: LookupMaxTokensOption = 10,
+    drafting: DraftingFlags = DraftingFlags(),
     draft_cache: Annotated[Optional[Path], typer.Option(metavar="FILE", help="Lookup also drafts from earlier calls' prompts and outputs, kept in FILE (read, then updated).")] = None,
     draft_cache_size: Annotated[int, typer.Option(help="Tokens the draft cache keeps at most; the oldest calls go first.")] = DEFAULT_CACHE_TOKENS,
     temperature: TemperatureOption = 0.8,
     verify: VerifyOption = DEFAULT_VERIFY,
-    top_k: TopKOption = 40,
-    top_p: TopPOption = 0.95,
-    min_p: MinPOption = 0.05,
+    filters: FilterFlags = FilterFlags(),
     seed: Annotated[Optional[int], typer.Option(help="Random seed (default: a fresh one, reported in the stats).")] = None,
     stop: Annotated[
         Optional[list[str]], typer.Option("--stop", metavar="TEXT", help="End the output just before this text; repeatable; \\n and \\t understood.")
     ] = None,
-    json_schema: JsonSchemaOption = None,
-    grammar: GrammarOption = None,
-    ctx: CtxOption = None,
-    draft_ctx: DraftCtxOption = None,
-    threads: ThreadsOption = None,
-    gpu_layers: GpuLayersOption = -1,
-    draft_gpu_layers: DraftGpuLayersOption = -1,
-    repack: RepackOption = None,
-    rpc: RpcOption = None,
-    draft_rpc: DraftRpcOption = None,
-    chat: Annotated[bool, typer.Option("--chat/--raw", help="Wrap the prompt in the target's chat template, or send it as it is.")] = True,
-    system: Annotated[Optional[str], typer.Option(help="System message (with --raw: text put before the prompt).")] = None,
+    constraints: ConstraintFlags = ConstraintFlags(),
+    load: LoadFlags = LoadFlags(),
+    chat: ChatOption = True,
+    system: SystemOption = None,
     baseline: Annotated[bool, typer.Option(help="Also decode target-only and report the measured speed-up.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of text.")] = False,
     jsonl: Annotated[bool, typer.Option("--jsonl", help="Stream one JSON object per token on stdout, then a stats object.")] = False,
@@ -117,21 +87,13 @@ def run(
     bonus token after a fully accepted draft, magenta = a token the constraint forced
     (--json-schema, --grammar), plain = a target-only step.
     """
-    from ..drafting.lookup import LookupOptions
-
-    drafter = parse_drafter(drafter)
-    draft_tokens = parse_draft_length(draft_tokens)
-    verify = parse_verify(verify)
-    check_sampling_options(temperature, top_k, top_p, min_p, max_tokens)
-    check_p_min(p_min)
-    lookup = LookupOptions.from_range(lookup_ngram_min, lookup_ngram_max, lookup_max_tokens)
-    check_draft_cache(draft_cache, draft_cache_size, drafter)
+    chosen = drafting.checked()
+    verify = check_common(temperature, max_tokens, verify, filters, load, seed=seed)
+    check_draft_cache(draft_cache, draft_cache_size, chosen.drafter)
     if json_out and jsonl:
         raise BadInput("--json and --jsonl exclude each other; pick one")
-    check_load_limits(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers)
-    check_seed(seed)
     stops = parse_stops(stop)
-    constraint = read_constraint(json_schema, grammar)
+    constraint = constraints.read()
     text = read_prompt(prompt)
     if system is not None:
         system = argv_text(system, "--system")
@@ -139,8 +101,6 @@ def run(
     from ..decoding.consume import consume
     from ..decoding.engine import GenerationConfig
     from ..decoding.stats import measured_speedup
-    from ..maths.sampling import SamplingParams
-    from ..session import LoadOptions
     from ..tuning.policy import draft_policy
     from .render import Activity, JsonlRenderer, TextRenderer, color_enabled, legend, stats_table, stderr_console
 
@@ -152,16 +112,16 @@ def run(
     seed = secrets.randbits(32) if seed is None else seed
     config = GenerationConfig(
         max_tokens=max_tokens,
-        sampling=SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
+        sampling=filters.sampling(temperature),
         seed=seed,
         stop=stops,
         verify=verify,
         grammar=constraint,
     )
-    options = LoadOptions.from_cli(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers, repack, pair_name, chat=chat, rpc=rpc, draft_rpc=draft_rpc)
+    options = load.options(models.pair_name, chat=chat)
 
     with contextlib.ExitStack() as stack:
-        pair = load_pair(stack, draft, target, options, Activity(console), pair_name=pair_name, need_draft=drafter != "lookup")
+        pair = load_pair(stack, models, options, Activity(console), need_draft=chosen.drafter != "lookup")
         prompt_ids = pair.prompt_tokens(text, chat=chat, system=system)
         if jsonl:
             sink = JsonlRenderer(show_rejected=show_rejected)
@@ -173,7 +133,7 @@ def run(
                 typer.echo(legend(err_color, show_rejected), err=True, color=err_color)  # echo strips codes unless told
         try:
             memory, distrusted = open_memory(pair, draft_cache, draft_cache_size)
-            events = pair.engine(drafter=drafter, lookup=lookup, memory=memory).generate(prompt_ids, config, draft_policy(draft_tokens, p_min))
+            events = pair.engine(drafter=chosen.drafter, lookup=chosen.lookup, memory=memory).generate(prompt_ids, config, draft_policy(chosen.draft_tokens, chosen.p_min))
             result = consume(events, sink)
         except BaseException:
             if isinstance(sink, TextRenderer) and sink.started:
@@ -186,7 +146,7 @@ def run(
         contexts = allocated_contexts(pair, options.n_ctx)
         after = Afterwards(interrupted=result.interrupted)
         if not after.interrupted and (stats or json_out or jsonl):
-            after = measure_afterwards(pair, prompt_ids, config, draft_tokens, result, baseline, Activity(console))
+            after = measure_afterwards(pair, prompt_ids, config, chosen.draft_tokens, result, baseline, Activity(console))
 
     summary = result.stats.to_dict()
     summary.update(contexts)
@@ -203,7 +163,7 @@ def run(
         console.print(
             stats_table(
                 result.stats,
-                k=draft_tokens,
+                k=chosen.draft_tokens,
                 seed=seed,
                 baseline=after.baseline,
                 predicted=after.predicted,
@@ -218,15 +178,7 @@ def run(
         raise typer.Exit(EXIT_INTERRUPTED)
 
 
-def load_pair(
-    stack: contextlib.ExitStack,
-    draft: str | None,
-    target: str | None,
-    options,
-    activity,
-    pair_name: str | None = None,
-    need_draft: bool = True,
-) -> LoadedPair:
+def load_pair(stack: contextlib.ExitStack, models: ModelFlags, options, activity, need_draft: bool = True) -> LoadedPair:
     """Resolve and check both files, then load them (a spinner on stderr meanwhile); closed with `stack`.
 
     Without need_draft (--drafter lookup) only the target is loaded: --target alone, or the
@@ -240,7 +192,7 @@ def load_pair(
 
     with activity:
         draft_path, target_path = pair_files(
-            draft, target, pair_name, need_draft,
+            models.draft, models.target, models.pair_name, need_draft,
             on_convert=lambda dst: activity.show(f"converting the built-in target to F32 once, into {dst} ...", note=True),
             notify=download_notice,
         )  # fmt: skip

@@ -42,33 +42,8 @@ import typer
 
 from ..errors import BadInput, SpecdecError
 from ..serve.guard import is_loopback, read_key_file
-from ..options import DEFAULT_VERIFY, check_load_limits, check_p_min, check_sampling_options, parse_draft_length, parse_drafter, parse_verify
-from .options import (
-    AUTO,
-    CtxOption,
-    DraftCtxOption,
-    DrafterOption,
-    DraftGpuLayersOption,
-    DraftOption,
-    DraftTokensOption,
-    GpuLayersOption,
-    LookupMaxTokensOption,
-    LookupNgramMaxOption,
-    LookupNgramMinOption,
-    MinPOption,
-    PairOption,
-    PMinOption,
-    RepackOption,
-    RpcOption,
-    DraftRpcOption,
-    TargetOption,
-    TemperatureOption,
-    ThreadsOption,
-    TopKOption,
-    TopPOption,
-    VerifyOption,
-    _err,
-)
+from ..options import DEFAULT_VERIFY
+from .options import DraftingFlags, FilterFlags, LoadFlags, ModelFlags, TemperatureOption, VerifyOption, _err, check_common, flag_groups
 
 GRACE_SECONDS = 5  # how long a shutdown waits for streams in flight before cancelling them
 DEFAULT_PORT = 8080
@@ -101,30 +76,15 @@ def api_keys(
     return keys
 
 
+@flag_groups
 def serve(
-    draft: DraftOption = None,
-    target: TargetOption = None,
-    pair_name: PairOption = None,
+    models: ModelFlags = ModelFlags(),
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens a request generates at most when it gives no max_tokens (the context's room caps it).")] = 256,
-    draft_tokens: DraftTokensOption = AUTO,
-    drafter: DrafterOption = "model",
-    p_min: PMinOption = None,
-    lookup_ngram_min: LookupNgramMinOption = 1,
-    lookup_ngram_max: LookupNgramMaxOption = 3,
-    lookup_max_tokens: LookupMaxTokensOption = 10,
+    drafting: DraftingFlags = DraftingFlags(),
     temperature: TemperatureOption = 0.8,
     verify: VerifyOption = DEFAULT_VERIFY,
-    top_k: TopKOption = 40,
-    top_p: TopPOption = 0.95,
-    min_p: MinPOption = 0.05,
-    ctx: CtxOption = None,
-    draft_ctx: DraftCtxOption = None,
-    threads: ThreadsOption = None,
-    gpu_layers: GpuLayersOption = -1,
-    draft_gpu_layers: DraftGpuLayersOption = -1,
-    repack: RepackOption = None,
-    rpc: RpcOption = None,
-    draft_rpc: DraftRpcOption = None,
+    filters: FilterFlags = FilterFlags(),
+    load: LoadFlags = LoadFlags(),
     host: Annotated[str, typer.Option(help="Address to listen on; 127.0.0.1 keeps the server to this machine.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on; 0 picks a free one (printed).")] = DEFAULT_PORT,
     api_key: Annotated[Optional[List[str]], typer.Option(metavar="KEY", help="Require Authorization: Bearer KEY on /v1 and /slots (or set SPECDEC_API_KEY); repeat for several tenants, each with its own drafting memory and cache.")] = None,
@@ -142,17 +102,10 @@ def serve(
 
     Example: specdec serve --port 8080, then point an OpenAI client at http://127.0.0.1:8080/v1
     """
-    from ..drafting.lookup import LookupOptions
-    from ..maths.sampling import SamplingParams
     from ..serve.types import Defaults
-    from ..session import LoadOptions
 
-    drafter = parse_drafter(drafter)
-    draft_tokens = parse_draft_length(draft_tokens)
-    check_sampling_options(temperature, top_k, top_p, min_p, max_tokens)
-    check_p_min(p_min)
-    lookup = LookupOptions.from_range(lookup_ngram_min, lookup_ngram_max, lookup_max_tokens)
-    check_load_limits(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers)
+    chosen = drafting.checked()
+    verify = check_common(temperature, max_tokens, verify, filters, load)
     if not 0 <= port <= 65535:
         raise BadInput(f"--port must be between 0 and 65535, got {port}")
     if queue < 1:
@@ -169,16 +122,15 @@ def serve(
         raise BadInput("an admin key is also an API key; give the admin a key of its own")
     defaults = Defaults(
         max_tokens=max_tokens,
-        sampling=SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
-        draft_tokens=draft_tokens,
-        drafter=drafter,
-        p_min=p_min,
-        verify=parse_verify(verify),
+        sampling=filters.sampling(temperature),
+        draft_tokens=chosen.draft_tokens,
+        drafter=chosen.drafter,
+        p_min=chosen.p_min,
+        verify=verify,
     )
-    options = LoadOptions.from_cli(ctx, draft_ctx, threads, gpu_layers, draft_gpu_layers, repack, pair_name, rpc=rpc, draft_rpc=draft_rpc)
-    options = dataclasses.replace(options, slots=slots)
+    options = dataclasses.replace(load.options(models.pair_name), slots=slots)
     limits = Limits(queue, max_connections, request_timeout)
-    run_server(draft, target, pair_name, options, defaults, lookup, host, port, keys, allowed_host or [], cors_origin or [], alias, limits, admin_keys=admin)
+    run_server(models.draft, models.target, models.pair_name, options, defaults, chosen.lookup, host, port, keys, allowed_host or [], cors_origin or [], alias, limits, admin_keys=admin)
 
 
 @dataclass(frozen=True)

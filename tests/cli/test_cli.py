@@ -226,7 +226,7 @@ def test_serve_takes_verify_auto_and_refuses_a_bad_rule_in_one_line(monkeypatch)
     from specdec_cli.cli import serve as cli_serve
 
     seen = {}
-    monkeypatch.setattr(cli_serve, "run_server", lambda *args: seen.setdefault("defaults", args[4]))
+    monkeypatch.setattr(cli_serve, "run_server", lambda *args, **kwargs: seen.setdefault("defaults", args[4]))
     result = runner.invoke(app, ["serve", "--verify", "auto"])
     assert result.exit_code == 0, result.stderr
     assert seen["defaults"].verify == "auto"
