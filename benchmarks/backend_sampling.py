@@ -1,11 +1,11 @@
-"""Can llama.cpp's sampler chain give us p and q as maths/sampling.py defines them, and faster?
+"""Can llama.cpp's sampler chain give us p and q as maths/filters.py defines them, and faster?
 
     flock /tmp/specdec-cpu.lock python3 benchmarks/backend_sampling.py
     flock /tmp/specdec-cpu.lock python3 benchmarks/backend_sampling.py --model ~/.cache/specdec/SmolLM2-135M-Instruct.F32.gguf
 
 1. Without a model: random float32 logit rows at --vocab sizes; llama.cpp's CPU chain
    (top-k, top-p, min-p, temperature, then dist; llama_sampler_apply on a token array) against
-   sampling.distribution + sampling.sample: microseconds per row and for k + 1 rows, the
+   filters.distribution + draw.sample: microseconds per row and for k + 1 rows, the
    support each keeps and the largest probability difference on it.
 2. With --model: backend sampling proper. The same chain is attached to sequence 0 through
    llama_context_params.samplers. One batch of k + 1 tokens asks for logits at every position
@@ -13,7 +13,7 @@
    reason when it does not (the vendored llama.cpp allows one sampled output per sequence).
    Then the batch asks for the last position only (a draft step): the decode is timed with
    and without the chain (best of 5), and that row's llama_get_sampled_{probs,candidates}_ith
-   are compared with sampling.distribution of its logits from the chain-free context.
+   are compared with filters.distribution of its logits from the chain-free context.
    --log shows llama.cpp's log.
 
 An experiment, not part of the package: it imports llama_cpp itself (the package keeps that
@@ -35,7 +35,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specdec_cli.maths.sampling import SamplingParams, distribution, sample  # noqa: E402
+from specdec_cli.maths.draw import sample  # noqa: E402
+from specdec_cli.maths.filters import distribution  # noqa: E402
+from specdec_cli.maths.sampling import SamplingParams  # noqa: E402
 
 LOG: list[str] = []  # llama.cpp's log lines (part 2 reports why a decode was refused)
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")], align=True)

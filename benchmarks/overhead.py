@@ -258,7 +258,8 @@ def after_wait(n_vocab: int, wait_ms: float, rounds: int = 3, calls: int = 200) 
     times. This measures the machine, not the engine: on the development machine the same call
     ran 1.4-1.8 times slower right after a 2 ms wait of either kind, which is part of why the
     simulated GPU's Python time exceeds the overhead table's."""
-    from specdec_cli.maths.sampling import SamplingParams, distribution
+    from specdec_cli.maths.filters import distribution
+    from specdec_cli.maths.sampling import SamplingParams
 
     bank = logit_bank(n_vocab)
     params = SamplingParams(*SETTINGS["T=0.8 defaults"])

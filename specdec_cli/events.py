@@ -41,7 +41,7 @@ class Prefill:
 @dataclass(frozen=True)
 class Logprobs:
     """The target's log-probability of an emitted token, and of the likeliest alternatives
-    (GenerationConfig.logprobs asks for them; see sampling.log_probabilities for which law)."""
+    (GenerationConfig.logprobs asks for them; see maths/filters.log_probabilities for which law)."""
 
     logprob: float
     bytes: bytes  # the token's own bytes (its `text` may be "" mid UTF-8 sequence)

@@ -29,7 +29,8 @@ import numpy as np
 from scipy import stats
 
 from specdec_cli.events import Round, Token
-from specdec_cli.maths.sampling import SamplingParams, probabilities
+from specdec_cli.maths.filters import probabilities
+from specdec_cli.maths.sampling import SamplingParams
 from stat_checks import chi_square_statistic
 
 MIN_STRATUM = 200  # tokens a stratum needs before it is tested

@@ -8,7 +8,7 @@ That keeps the output exact: k is chosen from earlier draws only (see tuning/pol
 
   1. first token   N speculative generations (draw i seeded seed + i) give N first tokens;
                    their counts are tested against the target's EXACT processed law
-                   p(x1) = sampling.distribution(target logits after the prompt)
+                   p(x1) = filters.distribution(target logits after the prompt)
   2. first pair    the same N generations' first two tokens against p(x1) p(x2 | x1), with
                    one target pass per x1 that expects at least MIN_EXPECTED draws; a rarer
                    x1 stands for "x1, then anything"
@@ -57,7 +57,9 @@ from ..events import DraftPolicy, Finished, Round, Token
 from ..grammar.compile import Grammar
 from ..grammar.guide import Guide
 from ..maths.masking import masked_row
-from ..maths.sampling import GREEDY, Distribution, SamplingParams, distribution
+from ..maths.distribution import Distribution
+from ..maths.filters import distribution
+from ..maths.sampling import GREEDY, SamplingParams
 from ..options import DEFAULT_VERIFY
 from .gof import MIN_EXPECTED, TV_LEVEL, ChiSquare, SimulatedTest, TotalVariation, chi_square, simulated_test, total_variation
 

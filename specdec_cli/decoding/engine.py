@@ -61,7 +61,8 @@ from ..events import DraftPolicy, Earned, Event, Finished, Logprobs, Prefill, Re
 from ..grammar.compile import Grammar
 from ..grammar.guide import Guide
 from ..maths.masking import mask_rows
-from ..maths.sampling import SamplingParams, log_probabilities
+from ..maths.filters import log_probabilities
+from ..maths.sampling import SamplingParams
 from ..maths.speculative import DEFAULT_VERIFY, VERIFIERS, sample_row
 from ..tuning.rule_choice import RuleChooser, rule_chooser
 from .text_stream import TextStream
@@ -169,7 +170,7 @@ class Engine:
         return token, self.token_logprobs(logits, [token], params, logprobs)
 
     def token_logprobs(self, rows: np.ndarray, tokens: Sequence[int], params: SamplingParams, n_top: int | None) -> tuple[Logprobs, ...]:
-        """The target's log p of each token under its row's law (sampling.log_probabilities), with the
+        """The target's log p of each token under its row's law (maths/filters.log_probabilities), with the
         n_top likeliest alternatives; () when not asked for. Row i scored tokens[i]."""
         if n_top is None:
             return ()

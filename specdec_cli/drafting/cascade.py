@@ -12,7 +12,9 @@ import numpy as np
 
 from .. import clock
 from ..causal_model import catch_up
-from ..maths.sampling import SamplingParams, argmax, proposal, sample
+from ..maths.draw import sample
+from ..maths.filters import argmax, proposal
+from ..maths.sampling import SamplingParams
 from ..maths.speculative import keep_or_resample
 from .combined import ModelAndLookup
 from .interface import Guide, Proposal, Proposer

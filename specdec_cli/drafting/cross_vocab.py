@@ -10,7 +10,7 @@ the same text, and proposes only tokens in both vocabularies (vocab_map.VocabMap
 Algorithms for Heterogeneous Vocabularies", Token-Level Intersection). Verification is the
 same-vocabulary rule (speculative.verify: accept min(1, p/q), residual max(0, p - q)), which
 keeps the output exactly the target's for any q, so long as x is drawn from the q handed
-over. q_draft is sampling.proposal (the processed distribution, as the law x is drawn from)
+over. q_draft is maths/filters.proposal (the processed distribution, as the law x is drawn from)
 with the run's SamplingParams; at temperature 0 the draft proposes the argmax of its logits
 over the shared ids.
 
@@ -56,7 +56,10 @@ import numpy as np
 
 from ..causal_model import CausalModel, common_prefix
 from ..maths.masking import Mask
-from ..maths.sampling import Distribution, SamplingParams, proposal, sample, softmax_at
+from ..maths.distribution import Distribution
+from ..maths.draw import sample
+from ..maths.filters import proposal, softmax_at
+from ..maths.sampling import SamplingParams
 from .model import ModelDrafter
 from .vocab_map import VocabMap, byte_tokens
 

@@ -31,7 +31,8 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from ..maths.masking import Mask
-from ..maths.sampling import Distribution, SamplingParams, point_mass
+from ..maths.distribution import Distribution, point_mass
+from ..maths.sampling import SamplingParams
 
 
 @dataclass

@@ -28,7 +28,10 @@ import numpy as np
 from .. import clock
 from ..causal_model import CausalModel, catch_up, common_prefix
 from ..maths.masking import Mask
-from ..maths.sampling import Distribution, SamplingParams, argmax, proposal, sample, softmax_at
+from ..maths.distribution import Distribution
+from ..maths.draw import sample
+from ..maths.filters import argmax, proposal, softmax_at
+from ..maths.sampling import SamplingParams
 from .interface import Guide, Proposal, Proposer
 
 

@@ -23,7 +23,7 @@ Example (kinds: s special, t text, b byte):
     build(...).draft_to_target -> [-1, 2, -1, 1]     (draft "a" -> target 2, "ab" -> 1)
     .shared_target -> [1, 2], .shared_draft -> [3, 1]   (ordered by target id)
 
-`VocabMap.restrict(q)` turns a draft distribution (sampling.Distribution over draft ids)
+`VocabMap.restrict(q)` turns a draft distribution (maths/distribution.Distribution over draft ids)
 into the distribution the draft proposes from over TARGET ids: q restricted to the shared
 ids and renormalised, ids mapped and sorted. Example, with the map above: draft q = {1: 0.2,
 2: 0.5, 3: 0.3} -> target {1: 0.6, 2: 0.4} (0.3 / 0.5 and 0.2 / 0.5; draft id 2 is not shared).
@@ -39,7 +39,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..maths.sampling import Distribution
+from ..maths.distribution import Distribution
 
 TEXT, BYTE, SPECIAL = "text", "byte", "special"  # the kinds llama/model.LlamaModel.token_kind reports
 

@@ -3,7 +3,7 @@
 A constraint (a JSON schema, a grammar: grammar/) allows a set of tokens at each position. It
 arrives as a bitmask, one bit per token id in 32-bit words (llguidance's layout: bit i of word
 w is token 32 w + i). Applied to a logits row, every token the mask forbids gets logit -inf, so
-that sampling.py's processing (top-k, top-p, min-p, temperature) chooses among the allowed
+that filters.py's processing (top-k, top-p, min-p, temperature) chooses among the allowed
 tokens only, and p and q both become the masked laws p' and q'. This is vLLM's order;
 llama.cpp samples first and resamples when the grammar rejects the token, which is another law.
 
@@ -20,7 +20,7 @@ per id). `apply` masks a row in place (the engine's rows are views of llama.cpp'
 output buffer, read once per round: no copy of a 262,144-token row). docs/structured.md gives
 the cost per row.
 
-Left out: computing masks (grammar/guide.py), and everything after the mask (sampling.py).
+Left out: computing masks (grammar/guide.py), and everything after the mask (filters.py).
 """
 
 from __future__ import annotations

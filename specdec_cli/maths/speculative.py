@@ -3,7 +3,7 @@
 The rule is speculative sampling as in Leviathan et al. 2022 ("Fast Inference from
 Transformers via Speculative Decoding", Algorithm 1) and Chen et al. 2023 ("Accelerating
 Large Language Model Decoding with Speculative Sampling", Algorithm 2). `p` is always the
-target's processed distribution, `q` always the draft's (both from sampling.py, which
+target's processed distribution, `q` always the draft's (both from filters.py, which
 processes them alike, so the output follows the processed target distribution exactly):
 
     accept draft token x with probability min(1, p(x) / q(x))
@@ -17,7 +17,7 @@ keeps at least as many drafts in expectation; `VERIFIERS` names both rules. `exp
 gives, for the drafts of one block-verified round, how many each rule keeps in expectation
 (what `--verify auto` weighs against block's extra time: tuning/rule_choice.py).
 
-A filtered p is a small support (sampling.py), so the rule runs on it directly. A dense p
+A filtered p is a small support (distribution.py), so the rule runs on it directly. A dense p
 (T > 0, no filter) goes through `_DenseTarget`: p itself is never approximated, but the
 decisions are made from its float32 weights wherever a certified bound settles them, and the
 float64 row is computed only when one does not (see the class).
@@ -26,7 +26,7 @@ Example (greedy): p = one-hot(7), q = one-hot(7) -> the draft token 7 is accepte
 p = one-hot(3), q = one-hot(7) -> 7 is rejected and the residual is one-hot(3).
 
 Left out: processing logits into p and q, the draws and the residual themselves
-(sampling.py); who drafts (drafting/); the loop around a round (decoding/engine.py).
+(filters.py, draw.py, residual.py); who drafts (drafting/); the loop around a round (decoding/engine.py).
 """
 
 from __future__ import annotations
@@ -36,7 +36,12 @@ from typing import Sequence, Union
 
 import numpy as np
 
-from .sampling import FLOAT32_EPS, Distribution, SamplingParams, argmax, check_finite, dense_weight, distribution, float32_path, point_mass, residual, sample, softmax_row
+from .dense import FLOAT32_EPS, dense_weight, softmax_row
+from .distribution import Distribution, point_mass
+from .draw import sample
+from .filters import argmax, check_finite, distribution, float32_path
+from .residual import residual
+from .sampling import SamplingParams
 
 # A target row goes the float32 way only if |top| <= this many temperatures: then float32's
 # spacing near the top (|top| 2^-23) is at most T / 128, so the floor 86 T below the top
@@ -252,7 +257,7 @@ class _DenseTarget:
 
     w32 holds float32 weights exp((logit - top) / T), floored 86 temperatures below the top,
     with float64 block sums. For every id, the float64 weight w64 (computed as `softmax_row`
-    computes it) is at most w32 (1 + FLOAT32_EPS) (its derivation in sampling.py, for |z| <= 86;
+    computes it) is at most w32 (1 + FLOAT32_EPS) (its derivation in dense.py, for |z| <= 86;
     a floored id's w64 is below the floor's), and the float64 normaliser Z lies within
     Z32 (1 +- FLOAT32_EPS), Z32 = sum(w32) (the derivation's 1.6e-5 relative error leaves
     room for the reciprocal). So:

@@ -32,7 +32,7 @@ from typer.testing import CliRunner
 from fakes import MarkovModel, random_markov
 from specdec_cli.audit import run as audit_module
 from specdec_cli import session
-from specdec_cli.maths import sampling, speculative
+from specdec_cli.maths import filters, sampling, speculative
 from specdec_cli.audit.run import END, REST, AuditConfig, first_pair_law, run_audit, token_cells
 from specdec_cli.cli.app import app
 from specdec_cli.options import MAX_DRAFT_TOKENS
@@ -41,7 +41,10 @@ from specdec_cli.decoding.engine import Engine
 from specdec_cli.audit.gof import chi2_sf, chi_square, pool_cells, pooled, simulated_test, simulations_for, total_variation, tv_margin
 from specdec_cli.tuning.policy import draft_policy
 from specdec_cli.audit.render import FEW_DRAFTED, duration, report_text, settings, simulated
-from specdec_cli.maths.sampling import Distribution, SamplingParams, distribution, probabilities, sample
+from specdec_cli.maths.distribution import Distribution
+from specdec_cli.maths.draw import sample
+from specdec_cli.maths.filters import distribution, probabilities
+from specdec_cli.maths.sampling import SamplingParams
 from specdec_cli.maths.speculative import Verdict
 from stat_checks import PLAIN, PROCESSED, power_against
 
@@ -257,7 +260,7 @@ def accept_everything(target_logits, draft_tokens, q_rows, params, rng):
     """verify with the planted bug: every draft is kept, then a bonus token from p."""
     k = len(draft_tokens)
     row = target_logits[k]
-    token = sampling.argmax(row) if params.greedy else sample(distribution(row, params), rng)
+    token = filters.argmax(row) if params.greedy else sample(distribution(row, params), rng)
     return Verdict(accepted=k, token=token, bonus=True)
 
 

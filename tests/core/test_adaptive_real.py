@@ -15,7 +15,8 @@ from specdec_cli.decoding.engine import GenerationConfig
 from specdec_cli.events import Round
 from specdec_cli.tuning.policy import AdaptivePolicy, draft_policy
 from specdec_cli.prompts import BUILTIN_PROMPTS
-from specdec_cli.maths.sampling import GREEDY, SamplingParams, probabilities
+from specdec_cli.maths.filters import probabilities
+from specdec_cli.maths.sampling import GREEDY, SamplingParams
 from specdec_cli.session import LoadedPair, check_pair
 from stat_checks import first_two_law, first_two_pvalue
 

@@ -26,7 +26,8 @@ from specdec_cli.drafting.lookup import LookupDrafter, LookupOptions
 from specdec_cli.errors import ContextOverflow
 from specdec_cli.events import AUTO, Finished, Round
 from specdec_cli.drafting.model import ModelDrafter
-from specdec_cli.maths.sampling import GREEDY, SamplingParams, probabilities
+from specdec_cli.maths.filters import probabilities
+from specdec_cli.maths.sampling import GREEDY, SamplingParams
 from specdec_cli.tuning.policy import draft_policy
 from specdec_cli.tuning.switch import DraftingSwitch
 

@@ -25,7 +25,10 @@ from specdec_cli.drafting.model import ModelDrafter
 from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.events import Round, Token
 from specdec_cli.tuning.policy import draft_policy
-from specdec_cli.maths.sampling import Distribution, GREEDY, SamplingParams, distribution, probabilities, proposal, sample
+from specdec_cli.maths.distribution import Distribution
+from specdec_cli.maths.draw import sample
+from specdec_cli.maths.filters import distribution, probabilities, proposal
+from specdec_cli.maths.sampling import GREEDY, SamplingParams
 from stat_checks import ALPHA, PLAIN, first_two_law, first_two_pvalue
 
 FILTERED = SamplingParams(temperature=0.8, top_k=4, top_p=0.95, min_p=0.05)

@@ -22,7 +22,8 @@ from specdec_cli.drafting.model import ModelDrafter
 from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.events import Round, Token
 from specdec_cli.tuning.policy import draft_policy
-from specdec_cli.maths.sampling import GREEDY, SamplingParams, probabilities
+from specdec_cli.maths.filters import probabilities
+from specdec_cli.maths.sampling import GREEDY, SamplingParams
 from stat_checks import ALPHA, PLAIN, first_two_law, first_two_pvalue
 
 FILTERED = SamplingParams(temperature=0.8, top_k=4, top_p=0.95, min_p=0.05)

@@ -33,7 +33,8 @@ from specdec_cli.events import Round, Source, Token
 from specdec_cli.grammar import compile as grammars
 from specdec_cli.grammar.guide import Guide
 from specdec_cli.maths import masking
-from specdec_cli.maths.sampling import GREEDY, SamplingParams, probabilities, proposal
+from specdec_cli.maths.filters import probabilities, proposal
+from specdec_cli.maths.sampling import GREEDY, SamplingParams
 from specdec_cli.tuning.policy import draft_policy
 from stat_checks import ALPHA, PLAIN, chi_square_pvalue
 

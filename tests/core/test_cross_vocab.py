@@ -20,7 +20,9 @@ from specdec_cli.drafting.cross_vocab import CrossVocabDrafter, TextMirror, utf8
 from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.events import Round, Token
 from specdec_cli.tuning.policy import draft_policy
-from specdec_cli.maths.sampling import Distribution, GREEDY, SamplingParams, probabilities, softmax_at
+from specdec_cli.maths.distribution import Distribution
+from specdec_cli.maths.filters import probabilities, softmax_at
+from specdec_cli.maths.sampling import GREEDY, SamplingParams
 from specdec_cli.drafting.vocab_map import build, byte_tokens, index_by_bytes
 from stat_checks import ALPHA, PLAIN, PROCESSED, chi_square_pvalue, first_two_law, first_two_pvalue
 

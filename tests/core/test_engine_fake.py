@@ -20,7 +20,8 @@ from specdec_cli.decoding.engine import Engine, GenerationConfig, learnt
 from specdec_cli.tuning.policy import draft_policy
 from specdec_cli.events import Finished, Rejected, Round, Source, Token
 from specdec_cli.errors import ContextOverflow, NumericalError
-from specdec_cli.maths.sampling import GREEDY, SamplingParams, probabilities
+from specdec_cli.maths.filters import probabilities
+from specdec_cli.maths.sampling import GREEDY, SamplingParams
 from stat_checks import ALPHA, PLAIN, chi_square_pvalue, first_two_law, first_two_pvalue
 
 

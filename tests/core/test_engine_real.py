@@ -21,7 +21,8 @@ from specdec_cli.drafting.model import ModelDrafter
 from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.tuning.policy import draft_policy
 from specdec_cli.events import Rejected, Round, Token
-from specdec_cli.maths.sampling import GREEDY, probabilities
+from specdec_cli.maths.filters import probabilities
+from specdec_cli.maths.sampling import GREEDY
 from specdec_cli.session import check_pair
 from stat_checks import ALPHA, PLAIN, chi_square_pvalue, first_two_law, first_two_pvalue, power_against
 

@@ -15,7 +15,7 @@ import pytest
 
 from specdec_cli.drafting.interface import Proposal
 from specdec_cli.drafting.model import ModelDrafter
-from specdec_cli.maths.sampling import softmax_at
+from specdec_cli.maths.filters import softmax_at
 from specdec_cli.maths.speculative import expected_tokens
 from specdec_cli.tuning.cost_curve import CostCurve
 from specdec_cli.decoding.engine import Engine, GenerationConfig
@@ -26,7 +26,9 @@ from specdec_cli.tuning.policy import AdaptivePolicy, TunedPolicies, DEFAULT_P_M
 from specdec_cli.tuning.policy import CARRIED_TRIALS, MIN_TRIALS, RESUMED_BACKOFF, carried_record, carried_trials, models_in_use
 from specdec_cli.tuning.proposers import from_memory, prior_acceptance, prior_draft_cost
 from specdec_cli.tuning.speedup import best_draft_length
-from specdec_cli.maths.sampling import GREEDY, SamplingParams, probabilities, sample
+from specdec_cli.maths.draw import sample
+from specdec_cli.maths.filters import probabilities
+from specdec_cli.maths.sampling import GREEDY, SamplingParams
 
 from fakes import MarkovModel, random_markov
 from stat_checks import ALPHA as CHI_ALPHA, PLAIN, PROCESSED, first_two_law, first_two_pvalue

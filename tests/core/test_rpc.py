@@ -36,7 +36,8 @@ from specdec_cli.drafting.model import ModelDrafter
 from specdec_cli.errors import BadInput
 from specdec_cli.events import Token
 from specdec_cli.llama import rpc
-from specdec_cli.maths.sampling import GREEDY, probabilities
+from specdec_cli.maths.filters import probabilities
+from specdec_cli.maths.sampling import GREEDY
 from specdec_cli.session import check_pair
 from specdec_cli.tuning.policy import draft_policy
 from stat_checks import ALPHA, PLAIN, chi_square_pvalue

@@ -1,4 +1,4 @@
-"""Statistical and exact tests of maths/sampling.py and maths/speculative.py: processing, the accept/reject rule, whole rounds.
+"""Statistical and exact tests of maths/ (filters.py, draw.py, residual.py, speculative.py): processing, the accept/reject rule, whole rounds.
 
 Every statistical test uses a fixed seed and states its sample size N and its false-failure
 rate: each chi-square test fails by chance with probability ALPHA = 1e-4 (stat_checks), each
@@ -14,13 +14,16 @@ import numpy as np
 import pytest
 
 from fakes import MarkovModel
-from specdec_cli.maths import sampling, speculative
+from specdec_cli.maths import filters, speculative
 from specdec_cli.drafting.model import ModelDrafter
 from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.tuning.policy import draft_policy
 from specdec_cli.events import Round, Token
 from specdec_cli.errors import NumericalError
-from specdec_cli.maths.sampling import GREEDY, SamplingParams, probabilities, residual, sample
+from specdec_cli.maths.draw import sample
+from specdec_cli.maths.filters import probabilities
+from specdec_cli.maths.residual import residual
+from specdec_cli.maths.sampling import GREEDY, SamplingParams
 from specdec_cli.maths.speculative import verify
 from stat_checks import ALPHA, PLAIN, PROCESSED, binomial_within, chi_square_pvalue, power_against
 
@@ -263,7 +266,7 @@ def test_temperature_scales_logits_after_the_masks(temperature):
 def test_greedy_is_one_hot_at_the_first_maximum():
     logits = np.array([0.5, 3.0, -1.0, 3.0, 2.9], dtype=np.float32)
     np.testing.assert_array_equal(probabilities(logits, GREEDY), [0, 1, 0, 0, 0])
-    assert sampling.argmax(logits) == 1
+    assert filters.argmax(logits) == 1
     # The filters do not matter at temperature 0.
     np.testing.assert_array_equal(probabilities(logits, SamplingParams(temperature=0.0, top_k=1, top_p=0.1)), [0, 1, 0, 0, 0])
 
@@ -308,7 +311,7 @@ def test_nan_or_inf_logits_raise_numerical_error(bad):
         with pytest.raises(NumericalError):
             verify(rows, [1], None, params, rng)
     with pytest.raises(NumericalError):
-        sampling.argmax(logits)
+        filters.argmax(logits)
 
 
 def test_all_minus_inf_raises_but_some_minus_inf_is_a_mask():
@@ -331,11 +334,11 @@ def test_nucleus_matches_a_full_sort_also_when_wider_than_the_candidates(spread)
     # the 1024 candidates sorted first and the fallback must run; spread 3: a narrow nucleus.
     rng = np.random.default_rng(9)
     w = np.exp(rng.standard_normal(3000) * spread)
-    got = set(sampling._nucleus(w, 0.9).tolist())
+    got = set(filters._nucleus(w, 0.9).tolist())
     want = reference_nucleus(w, 0.9)
     assert got == want
     if spread < 1:
-        assert len(want) > sampling._TOP_P_CANDIDATES
+        assert len(want) > filters._TOP_P_CANDIDATES
     # The same through probabilities() on a vocabulary-sized row.
     logits = np.log(w).astype(np.float32)
     assert kept(logits, SamplingParams(temperature=1.0, top_k=0, top_p=0.9, min_p=0.0)) == reference_nucleus(

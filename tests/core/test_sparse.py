@@ -1,6 +1,6 @@
 """The sparse sampling path against a plain dense float64 reference, and numerical edges.
 
-sampling.distribution keeps only the support of a filtered distribution and selects top-k
+filters.distribution keeps only the support of a filtered distribution and selects top-k
 without a full sort; these tests hold it to a dense reference written the obvious way
 (full stable sort, every filter on the full row, float64) within 1e-12, on random rows for
 every filter combination, with ties, all-equal logits, -inf logits and vocabularies cut by
@@ -22,13 +22,17 @@ import pytest
 
 from fakes import MarkovModel
 from stat_checks import ALPHA, chi_square_pvalue
-from specdec_cli.maths import sampling, speculative
+from specdec_cli.maths import dense, filters, speculative
 from specdec_cli.drafting.model import ModelDrafter
 from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.events import Token
 from specdec_cli.tuning.policy import draft_policy
 from specdec_cli.errors import NumericalError
-from specdec_cli.maths.sampling import Distribution, GREEDY, SamplingParams, distribution, probabilities, proposal, point_mass, residual, sample
+from specdec_cli.maths.distribution import BLOCK, Distribution, point_mass
+from specdec_cli.maths.draw import sample
+from specdec_cli.maths.filters import distribution, probabilities, proposal
+from specdec_cli.maths.residual import residual
+from specdec_cli.maths.sampling import GREEDY, SamplingParams
 from specdec_cli.maths.speculative import verify
 
 TOP_K = [0, 1, 3, 40, 10_000]
@@ -111,7 +115,7 @@ def test_top_k_ranking_is_exact_with_ties_at_the_boundary():
     for n, k in [(100_000, 40), (151_936, 40), (5_000, 1), (5_000, 1024), (64, 40), (1_000, 999)]:
         for row in (rng.integers(-5, 6, size=n).astype(np.float32), (rng.standard_normal(n)).astype(np.float32), np.zeros(n, np.float32)):
             want = np.sort(np.argsort(-row.astype(np.float64), kind="stable")[:k])
-            np.testing.assert_array_equal(np.sort(sampling._top_k_ranked(row, k)), want)
+            np.testing.assert_array_equal(np.sort(filters._top_k_ranked(row, k)), want)
 
 
 def test_nucleus_over_a_whole_row_matches_the_reference_also_when_wide():
@@ -122,7 +126,7 @@ def test_nucleus_over_a_whole_row_matches_the_reference_also_when_wide():
         row = (rng.standard_normal(50_000) * spread).astype(np.float32)
         params = SamplingParams(1.0, 0, 0.9, 0.0)
         np.testing.assert_allclose(probabilities(row, params), reference(row, params), rtol=0, atol=1e-12)
-        assert (reference(row, params) > 0).sum() > sampling._TOP_P_CANDIDATES if spread < 1 else True
+        assert (reference(row, params) > 0).sum() > filters._TOP_P_CANDIDATES if spread < 1 else True
 
 
 @pytest.mark.parametrize("limit_pad", [0, 64])
@@ -278,7 +282,7 @@ FAST_TEMPS = [1.0 / 64.0, 0.3, 0.8, 1.0, 2.5, 64.0]
 
 @pytest.mark.usefixtures("warnings_are_errors")
 def test_float32_target_weights_are_within_their_stated_bounds_of_the_float64_ones():
-    # The bound FLOAT32_EPS is derived in maths/sampling.py (1.6e-5 worst case, 3.05e-5 stated).
+    # The bound FLOAT32_EPS is derived in maths/dense.py (1.6e-5 worst case, 3.05e-5 stated).
     # Held here on every kind of row, at the temperature limits, for every id: the thinning
     # bound w64 <= w32 (1 + eps) everywhere (floored ids included), |w32 / w64 - 1| <= eps where
     # w64 >= exp(-86), and the normaliser within 1 +- eps. A row whose top is too large for the
@@ -289,10 +293,10 @@ def test_float32_target_weights_are_within_their_stated_bounds_of_the_float64_on
             unfiltered = SamplingParams(temperature, 0, 1.0, 0.0)
             target, exact = speculative._DenseTarget.of(row, unfiltered), distribution(row, unfiltered)
             w64, w32 = exact.weights[:n], target.w32.weights[:n].astype(np.float64)
-            assert np.all(w64 <= w32 * (1.0 + sampling.FLOAT32_EPS)), (name, temperature)
+            assert np.all(w64 <= w32 * (1.0 + dense.FLOAT32_EPS)), (name, temperature)
             normal = w64 >= np.exp(-86.0)
-            assert np.all(np.abs(w32[normal] / w64[normal] - 1.0) <= sampling.FLOAT32_EPS), (name, temperature)
-            assert abs(target.w32.total / exact.total - 1.0) <= sampling.FLOAT32_EPS, (name, temperature)
+            assert np.all(np.abs(w32[normal] / w64[normal] - 1.0) <= dense.FLOAT32_EPS), (name, temperature)
+            assert abs(target.w32.total / exact.total - 1.0) <= dense.FLOAT32_EPS, (name, temperature)
             for x in np.flatnonzero(w64)[:: max(1, n // 50)]:
                 assert target.weight64(int(x)) == w64[x]
             checked += 1
@@ -322,7 +326,7 @@ def test_proposal_differs_from_distribution_only_in_float32_weights_of_dense_flo
             if fast:
                 normal = want >= 1e-37 * want.max()
                 assert np.all(got[want == 0] == 0) and np.all(got[normal] > 0), (name, params)
-                assert np.all(np.abs(got[normal] / want[normal] - 1.0) <= 2 * sampling.FLOAT32_EPS), (name, params)
+                assert np.all(np.abs(got[normal] / want[normal] - 1.0) <= 2 * dense.FLOAT32_EPS), (name, params)
                 checked_fast += 1
             else:
                 np.testing.assert_array_equal(got, want, err_msg=f"{name} {params}")
@@ -352,22 +356,35 @@ def test_docstring_examples_of_speculative_and_dense_weight():
     rows[0, 3] = 1.0
     assert verify(rows, [7], None, GREEDY, rng) == speculative.Verdict(accepted=0, token=3, bonus=False)
     np.testing.assert_array_equal(residual(point_mass(10, 3), point_mass(10, 7)).dense(), point_mass(10, 3).dense())
-    # sampling.dense_weight: exactly softmax_row's weight, the cap at 800 T included.
-    assert sampling.dense_weight(0.0, 0.0, 0.5) == 1.0
+    # dense.dense_weight: exactly softmax_row's weight, the cap at 800 T included.
+    assert dense.dense_weight(0.0, 0.0, 0.5) == 1.0
     far = np.array([0.0, -1e6], dtype=np.float32)
-    assert sampling.dense_weight(far[1], 0.0, 0.01) == 0.0 == sampling.softmax_row(far, 0.0, 0.01).weights[1]
+    assert dense.dense_weight(far[1], 0.0, 0.01) == 0.0 == dense.softmax_row(far, 0.0, 0.01).weights[1]
 
 
 def test_docstring_examples_of_the_sparse_path_and_top_k():
-    # sampling's module docstring, Distribution and _top_k_ranked.
+    # filters' module docstring, Distribution and _top_k_ranked.
     row = np.array([1, 5, 3, 4.5], dtype=np.float32)
-    assert sampling._top_k_ranked(row, 2).tolist() == [1, 3]
+    assert filters._top_k_ranked(row, 2).tolist() == [1, 3]
     swapped = np.array([1, 4.5, 3, 5], dtype=np.float32)  # ranked largest first
-    assert sampling._top_k_ranked(swapped, 2).tolist() == [3, 1]
+    assert filters._top_k_ranked(swapped, 2).tolist() == [3, 1]
     dist = distribution(row, SamplingParams(1.0, 2, 1.0, 0.0))
     assert dist.ids.tolist() == [1, 3]
     np.testing.assert_allclose(dist.dense()[[1, 3]], [0.62, 0.38], atol=0.005)
     np.testing.assert_array_equal(Distribution(5, np.array([1, 3]), np.array([0.25, 0.75])).dense(), [0, 0.25, 0, 0.75, 0])
+
+
+def test_docstring_examples_of_the_maths_modules():
+    # sampling.py, distribution.py, dense.py, draw.py and residual.py, each module's example.
+    assert SamplingParams(temperature=0.0).greedy and GREEDY.greedy and not SamplingParams().greedy
+    np.testing.assert_array_equal(point_mass(4, 2).dense(), [0, 0, 1, 0])
+    np.testing.assert_allclose(dense.softmax_row(np.array([0.0, np.log(3.0)]), np.log(3.0), 1.0).dense(), [0.25, 0.75])
+    assert dense.dense_weight(-1e6, 0.0, 0.01) == 0.0
+    rng = np.random.default_rng(0)
+    draws = [sample(Distribution(5, np.array([1, 3]), np.array([0.25, 0.75])), rng) for _ in range(4000)]
+    assert set(draws) == {1, 3} and abs(draws.count(1) / 4000 - 0.25) < 0.03  # 4.4 standard deviations
+    assert sample(np.array([0.0, 2.0, 0.0]), rng) == 1
+    np.testing.assert_array_equal(residual(np.array([0.5, 0.5, 0.0]), np.array([0.75, 0.0, 0.25])), [0, 1, 0])
 
 
 @pytest.mark.usefixtures("warnings_are_errors")
@@ -384,7 +401,7 @@ def test_float32_weights_take_the_floor_only_where_a_logit_lies_below_it():
     ]:
         floor = np.float32(top - floor_gaps * temperature)
         want = np.exp((np.maximum(row, floor) - np.float32(top)) * np.float32(1.0 / temperature))
-        got = sampling._float32_weights(row, top, temperature, np.empty(5000, np.float32), floor_gaps)
+        got = dense._float32_weights(row, top, temperature, np.empty(5000, np.float32), floor_gaps)
         np.testing.assert_array_equal(got, want)
         assert got.min() >= np.exp(np.float32(-floor_gaps)) * (1 - 1e-6) and got.max() == 1.0
 
@@ -400,7 +417,7 @@ def distorted_target(row: np.ndarray, temperature: float, eps: float, seed: int)
     factors = np.random.default_rng(seed).uniform(1.0 / (1.0 + eps) + 1e-6, 1.0, n)
     w = np.zeros_like(target.w32.weights)
     w[:n] = (w64 * factors).astype(np.float32)
-    block_sums = w.reshape(-1, sampling._BLOCK).sum(axis=1, dtype=np.float64)
+    block_sums = w.reshape(-1, BLOCK).sum(axis=1, dtype=np.float64)
     target.w32 = Distribution(n, None, w, float(block_sums.sum()), block_sums)
     return target
 
@@ -449,11 +466,11 @@ def test_a_plain_target_step_follows_p():
 
 class Float64Rows:
     """Counts float64 dense rows (softmax_row with float32=False) built while installed, in
-    both modules that build them (sampling's `distribution`, speculative's `_DenseTarget`)."""
+    both modules that build them (filters' `distribution` and `proposal`, speculative's `_DenseTarget`)."""
 
     def __init__(self, monkeypatch):
         self.count = 0
-        for module in (sampling, speculative):
+        for module in (filters, speculative):
             monkeypatch.setattr(module, "softmax_row", self)
 
     def __call__(self, logits, top, temperature, float32=False, floor_gaps=128.0):
@@ -461,7 +478,7 @@ class Float64Rows:
         return dense_row(logits, top, temperature, float32, floor_gaps)
 
 
-dense_row = sampling.softmax_row
+dense_row = dense.softmax_row
 
 
 def test_verify_decides_a_ratio_too_close_to_call_in_float64(monkeypatch):

@@ -17,7 +17,8 @@ import pytest
 
 from stat_checks import ALPHA, chi_square_pvalue
 from toyserver import Served
-from specdec_cli.maths.sampling import SamplingParams, probabilities
+from specdec_cli.maths.filters import probabilities
+from specdec_cli.maths.sampling import SamplingParams
 from specdec_cli.session import LoadOptions, open_pair
 
 pytestmark = pytest.mark.model
