@@ -30,6 +30,7 @@ MAX_TOP_LOGPROBS = 20  # OpenAI's limit for top_logprobs
 DRAFTERS = ("model", "lookup", "model+lookup", "cascade", "none")  # see drafting/ and session.LoadedPair.engine; none: target-only
 VERIFY_RULES = (*VERIFIERS, AUTO)  # ("token", "block", "auto"): speculative.verify, speculative.verify_block, rule_choice.AutoRule
 DEFAULT_CTX = 2048
+PASS_TIMEOUT = 60.0  # serve --pass-timeout: seconds a model pass may take before the server counts itself stalled
 
 # What the C fields behind the settings hold (llama.cpp's n_ctx is uint32_t, n_threads and
 # n_gpu_layers int32_t); numpy seeds a generator from any integer >= 0, and 2**64 - 1 keeps

@@ -13,9 +13,15 @@ target converted) before the port opens; the models then load behind it (/health
 is open, then one line per request. Ctrl-C or SIGTERM cancels the generation in flight
 (at most `GRACE_SECONDS` after the last byte is due), and the command exits 0.
 
-`--slots N` (default 4) requests generate at once: their rows share each pass of both models
+`--slots N` requests generate at once: their rows share each pass of both models
 (serve/worker.py, decoding/batch.py); each has --ctx tokens of context, and the memory check
-covers all of them.
+covers all of them. By default as many as fit (`default_slots`): a slot's KV caches at --ctx in
+both models, read from the GGUF headers, within half the free memory, up to 16; 4 where layers
+are on a GPU or RPC servers, whose memory this does not read. stderr says how many and why.
+
+`--pass-timeout SECONDS`: a pass of either model that has not returned by then (an RPC server
+that stopped answering) ends the server: /health and every request get 503 with the reason,
+and the command exits 1, for a supervisor to restart it.
 
 Each `--api-key` (and each line of `--api-key-file`) is a tenant (serve/guard.py): its own
 drafting memory and cached prefix. Listening on an address other than loopback without a key
@@ -42,13 +48,13 @@ import typer
 
 from ..errors import BadInput, SpecdecError
 from ..serve.guard import is_loopback, read_key_file
-from ..options import DEFAULT_VERIFY
+from ..options import DEFAULT_VERIFY, PASS_TIMEOUT
 from .options import DraftingFlags, FilterFlags, LoadFlags, ModelFlags, TemperatureOption, VerifyOption, _err, check_common, flag_groups
 
 GRACE_SECONDS = 5  # how long a shutdown waits for streams in flight before cancelling them
 DEFAULT_PORT = 8080
 DEFAULT_QUEUE = 16
-DEFAULT_SLOTS = 4  # requests generated at once (the issue: 4 clients; memory grows with slots x --ctx)
+OFFLOADED_SLOTS = 4  # the default slots where KV caches live on a GPU or RPC server (whose free memory is not read)
 MAX_SLOTS = 64
 DEFAULT_MAX_CONNECTIONS = 64  # open connections answered at once (serve/app.server_config); past it 503
 
@@ -96,7 +102,8 @@ def serve(
     max_connections: Annotated[int, typer.Option(help="Connections answered at once; more get 503.")] = DEFAULT_MAX_CONNECTIONS,
     alias: Annotated[Optional[str], typer.Option(help="The model name the server answers to (default: the target file's name).")] = None,
     queue: Annotated[int, typer.Option(help="Requests that may wait while the slots are busy (at least 1); more get 503 with Retry-After.")] = DEFAULT_QUEUE,
-    slots: Annotated[int, typer.Option(help="Requests generated at once, their rows in one batch (each with --ctx tokens of context).")] = DEFAULT_SLOTS,
+    slots: Annotated[Optional[int], typer.Option(show_default=False, help="Requests generated at once, their rows in one batch (each with --ctx tokens of context). Default: as many as fit, a slot's KV caches at --ctx in both models within half the free memory, up to 16 (4 with layers on a GPU or RPC servers).")] = None,
+    pass_timeout: Annotated[float, typer.Option(metavar="SECONDS", help="A model pass that has not returned after SECONDS (an RPC server that stopped answering) ends the server: /health and every request get 503 with the reason, and the command exits 1.")] = PASS_TIMEOUT,
 ) -> None:
     """Serve the pair over OpenAI's API (chat and completions, streaming) and a live page at /.
 
@@ -110,8 +117,10 @@ def serve(
         raise BadInput(f"--port must be between 0 and 65535, got {port}")
     if queue < 1:
         raise BadInput(f"--queue must be at least 1, got {queue}")
-    if not 1 <= slots <= MAX_SLOTS:
+    if slots is not None and not 1 <= slots <= MAX_SLOTS:
         raise BadInput(f"--slots must be between 1 and {MAX_SLOTS}, got {slots}")
+    if not pass_timeout > 0:
+        raise BadInput(f"--pass-timeout must be more than 0 seconds, got {pass_timeout:g}")
     if max_connections < 1:
         raise BadInput(f"--max-connections must be at least 1, got {max_connections}")
     if request_timeout is not None and not request_timeout > 0:
@@ -128,8 +137,8 @@ def serve(
         p_min=chosen.p_min,
         verify=verify,
     )
-    options = dataclasses.replace(load.options(models.pair_name), slots=slots)
-    limits = Limits(queue, max_connections, request_timeout)
+    options = load.options(models.pair_name)
+    limits = Limits(queue, max_connections, request_timeout, pass_timeout, slots)
     run_server(models.draft, models.target, models.pair_name, options, defaults, chosen.lookup, host, port, keys, allowed_host or [], cors_origin or [], alias, limits, admin_keys=admin)
 
 
@@ -138,6 +147,8 @@ class Limits:
     queue: int
     max_connections: int
     request_timeout: float | None
+    pass_timeout: float = PASS_TIMEOUT
+    slots: int | None = None  # None: default_slots
 
 
 def run_server(draft, target, pair_name, options, defaults, lookup, host, port, keys, allowed_hosts, cors_origins, alias, limits: Limits, admin_keys=()) -> None:
@@ -151,6 +162,8 @@ def run_server(draft, target, pair_name, options, defaults, lookup, host, port, 
         draft, target, pair_name, defaults.drafter != "lookup",
         on_convert=lambda dst: _err(f"specdec: converting the built-in target to F32 once, into {dst} ..."),
     )  # fmt: skip
+    slots, why = (limits.slots, "--slots") if limits.slots is not None else default_slots(draft_path, target_path, options)
+    options = dataclasses.replace(options, slots=slots)
     sock = _listen(host, port)
     name = alias or target_path.name
     bound_host, bound_port = sock.getsockname()[:2]
@@ -160,12 +173,21 @@ def run_server(draft, target, pair_name, options, defaults, lookup, host, port, 
     def load(stack: contextlib.ExitStack):
         return stack.enter_context(open_pair(draft_path, target_path, options))
 
-    worker = Worker(load, queue_size=limits.queue, lookup=lookup, request_timeout=limits.request_timeout, slots=options.slots)
+    stalled: list[str] = []
+
+    def gone(reason: str) -> None:  # the watchdog: a pass never returned
+        stalled.append(reason)
+        server.should_exit = True
+
+    worker = Worker(
+        load, queue_size=limits.queue, lookup=lookup, request_timeout=limits.request_timeout, slots=slots,
+        pass_timeout=limits.pass_timeout, on_gone=gone, rpc=options.rpc + options.draft_rpc,
+    )  # fmt: skip
     access = Access.for_bind(host, bound_port, keys, allowed_hosts, cors_origins, admin_keys)
     app = create_app(worker, defaults, alias=name, access=access)
     logging.getLogger("specdec.access").setLevel(logging.INFO)
     server = Server(server_config(app, limits.max_connections, timeout_graceful_shutdown=GRACE_SECONDS))
-    _err(f"specdec: listening on http://{_url_host(bound_host)}:{bound_port} (model {name}); loading the models ...")
+    _err(f"specdec: listening on http://{_url_host(bound_host)}:{bound_port} (model {name}, {slots} slots: {why}); loading the models ...")
     worker.start()
     threading.Thread(target=_report_load, args=(worker, server), daemon=True).start()
     try:
@@ -175,6 +197,29 @@ def run_server(draft, target, pair_name, options, defaults, lookup, host, port, 
         sock.close()
     if worker.load_error is not None:
         raise worker.load_error
+    if stalled:
+        raise SpecdecError(stalled[0])
+
+
+def default_slots(draft: Path | None, target: Path, options) -> tuple[int, str]:
+    """--slots when not given, and why: as many slots as fit (llama/resources.fit_slots), each
+    holding --ctx tokens of the target's KV cache and --draft-ctx of the draft's (f16, per the
+    GGUF headers), in half the free memory; OFFLOADED_SLOTS where a model's layers are on a GPU
+    or RPC servers. Example: the built-in pair at --ctx 1024, 20 GB free -> (16, "up to 16, ...")."""
+    from ..llama.gguf import read_gguf_header
+    from ..llama.resources import MAX_AUTO_SLOTS, available_memory, fit_slots, human_size, padded_ctx
+
+    if options.gpu_layers or options.draft_gpu_layers or options.rpc or options.draft_rpc:
+        return OFFLOADED_SLOTS, "layers on a GPU or RPC servers, whose memory is not read; pass --slots to choose"
+    sides = [(target, options.n_ctx)] + ([(draft, options.draft_ctx or options.n_ctx)] if draft is not None else [])
+    per_token = [(header.kv_bytes_per_token if header else None, ctx) for header, ctx in ((read_gguf_header(p), ctx) for p, ctx in sides)]
+    if any(size is None for size, _ in per_token):
+        return OFFLOADED_SLOTS, "a model's header does not give its KV cache's size; pass --slots to choose"
+    per_slot = sum(size * padded_ctx(ctx) for size, ctx in per_token)
+    available = available_memory()
+    n = fit_slots(per_slot, available)
+    free = "memory not known" if available is None else f"{human_size(available)} free"
+    return n, f"a slot's KV caches take {human_size(per_slot)}, up to {MAX_AUTO_SLOTS} within half of the {free}"
 
 
 def _report_load(worker, server) -> None:

@@ -6,6 +6,7 @@ long load:
     header = read_gguf_header(Path("gemma-3-270m-q4_k_m.gguf"))
     header.chat_template                 # None: `run` without --raw is refused before loading
     header.converted_size("F32")         # 1078917824 bytes once rewritten at F32
+    header.kv_bytes_per_token            # 18 layers x 1 KV head x (256 + 256) x 2 bytes = 18432
 
 The reader is reached over a ctypes handle of its own (`_gguf`), so that its declarations never
 touch llama-cpp-python's.
@@ -26,6 +27,7 @@ import llama_cpp as lc
 from ..errors import BadInput, ModelLoadError
 from ..inputs import read_head
 from .log import llama_log
+from .resources import kv_bytes_per_token
 
 FILE_TYPES = {  # name -> (llama.cpp's file type, the ggml type its weights get)
     "F32": (lc.LLAMA_FTYPE_ALL_F32, lc.GGML_TYPE_F32),
@@ -35,7 +37,8 @@ FILE_TYPES = {  # name -> (llama.cpp's file type, the ggml type its weights get)
     "Q4_1": (lc.LLAMA_FTYPE_MOSTLY_Q4_1, lc.GGML_TYPE_Q4_1),
 }
 GGUF_MAGIC = b"GGUF"
-GGUF_TYPE_STRING = 8  # gguf.h's enum gguf_type
+GGUF_TYPE_UINT32 = 4  # gguf.h's enum gguf_type
+GGUF_TYPE_STRING = 8
 CHAT_TEMPLATE_KEY = "tokenizer.chat_template"  # what llama_model_chat_template(model, NULL) reads
 
 
@@ -63,6 +66,7 @@ class GgufHeader:
     data_offset: int  # bytes before the tensor data: the key/value pairs and the tensor infos
     alignment: int
     tensor_elements: tuple[int, ...]  # weights per tensor, in file order
+    kv_bytes_per_token: int | None = None  # f16 K and V over all layers (resources.kv_bytes_per_token); None where the header does not say
 
     def converted_size(self, file_type: str) -> int:
         """Bytes of the file rewritten at `file_type` (llama.cpp's quantizer, every tensor at that type).
@@ -97,6 +101,7 @@ def _gguf() -> ctypes.CDLL:
         ("gguf_find_key", i64, [ctx, ctypes.c_char_p]),
         ("gguf_get_kv_type", ctypes.c_int, [ctx, i64]),
         ("gguf_get_val_str", ctypes.c_char_p, [ctx, i64]),
+        ("gguf_get_val_u32", ctypes.c_uint32, [ctx, i64]),
         ("gguf_get_data_offset", size, [ctx]),
         ("gguf_get_alignment", size, [ctx]),
         ("gguf_get_n_tensors", i64, [ctx]),
@@ -132,9 +137,32 @@ def read_gguf_header(path: Path) -> GgufHeader | None:
         for i in range(lib.gguf_get_n_tensors(ctx)):
             kind = lib.gguf_get_tensor_type(ctx, i)
             elements.append(lib.gguf_get_tensor_size(ctx, i) // lib.ggml_type_size(kind) * lib.ggml_blck_size(kind))
-        return GgufHeader(template, lib.gguf_get_data_offset(ctx), lib.gguf_get_alignment(ctx), tuple(elements))
+        return GgufHeader(template, lib.gguf_get_data_offset(ctx), lib.gguf_get_alignment(ctx), tuple(elements), _kv_bytes_per_token(lib, ctx))
     finally:
         lib.gguf_free(ctx)
+
+
+def _kv_bytes_per_token(lib: ctypes.CDLL, ctx) -> int | None:
+    """f16 K and V bytes per token from the architecture's keys (head sizes default to
+    embedding_length / head_count, as llama.cpp's do); None where one is missing or not a plain
+    number (per-layer head counts)."""
+
+    def number(key: str) -> int | None:
+        found = lib.gguf_find_key(ctx, key.encode())
+        if found < 0 or lib.gguf_get_kv_type(ctx, found) != GGUF_TYPE_UINT32:  # gguf_get_val_u32 aborts on other types
+            return None
+        return int(lib.gguf_get_val_u32(ctx, found))
+
+    found = lib.gguf_find_key(ctx, b"general.architecture")
+    if found < 0 or lib.gguf_get_kv_type(ctx, found) != GGUF_TYPE_STRING:
+        return None
+    arch = lib.gguf_get_val_str(ctx, found).decode("utf-8", errors="replace")
+    n_layer, n_head, n_embd = number(f"{arch}.block_count"), number(f"{arch}.attention.head_count"), number(f"{arch}.embedding_length")
+    n_head_kv = number(f"{arch}.attention.head_count_kv") or n_head
+    if not (n_layer and n_head and n_embd and n_head_kv):
+        return None
+    head = n_embd // n_head
+    return kv_bytes_per_token(n_layer, n_head_kv, number(f"{arch}.attention.key_length") or head, number(f"{arch}.attention.value_length") or head)
 
 
 def no_chat_template(path: Path) -> BadInput:

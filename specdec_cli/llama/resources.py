@@ -8,6 +8,12 @@ kernel kills the process; `check_kv_fits` refuses first, with the numbers:
     -> BadInput: a context of 1000000000 tokens for smol.gguf needs a 23040.00 GB KV cache, but 8.59 GB
        of memory is available; at most 372736 tokens fit: pass a smaller --ctx or --draft-ctx ...
 
+The server's default slots are as many as fit (`fit_slots`): each slot holds a context of --ctx
+tokens in both models, and the slots take at most half the free memory, up to 16:
+
+    fit_slots(per_slot=30 * 2**20, available=8 * 2**30)   # -> 16 (136 would fit in half of 8 GiB)
+    fit_slots(per_slot=2 * 2**30, available=8 * 2**30)    # -> 2
+
 Free memory is /proc/meminfo's MemAvailable (else the free pages sysconf reports), capped by
 the cgroup's headroom where a container sets a limit. SPECDEC_NO_MEMORY_CHECK=1 skips the
 check, for users who know better (swap, a KV cache on a GPU that this check does not see).
@@ -26,6 +32,8 @@ from ..errors import BadInput
 
 F16_BYTES = 2
 CTX_STEP = 256  # llama.cpp pads a context to a multiple of 256 tokens (--ctx 64 gets 256)
+MAX_AUTO_SLOTS = 16  # the most slots chosen by memory (beyond, a CPU's passes gain little: docs/serving.md, "Many clients in one batch")
+SLOTS_SHARE = 0.5  # of the free memory, what the default slots' KV caches may take (the rest: compute buffers, the system)
 
 
 def padded_ctx(n_ctx: int) -> int:
@@ -61,6 +69,14 @@ def available_memory(meminfo: str = "/proc/meminfo", cgroup: str = "/sys/fs/cgro
     except (OSError, ValueError):
         pass
     return found
+
+
+def fit_slots(per_slot: int, available: int | None) -> int:
+    """How many slots of `per_slot` KV bytes (both models' caches at their contexts) fit in
+    SLOTS_SHARE of `available`, from 1 to MAX_AUTO_SLOTS; MAX_AUTO_SLOTS where memory is not known."""
+    if available is None or per_slot <= 0:
+        return MAX_AUTO_SLOTS
+    return max(1, min(MAX_AUTO_SLOTS, int(available * SLOTS_SHARE) // per_slot))
 
 
 def memory_check_enabled() -> bool:

@@ -82,14 +82,15 @@ from ..decoding.scheduler import Ended, Scheduler
 from ..drafting.lookup import LookupOptions
 from ..drafting.memory import DraftMemory
 from ..errors import BadInput, SpecdecError
+from ..options import PASS_TIMEOUT
 from ..events import AUTO, DraftPolicy, Event, Prefill, Rejected, Round, Token
 from ..session import LoadedPair
-from ..tuning.policy import AUTO_MAX_K, draft_policy
+from ..tuning.adaptive import AUTO_MAX_K
+from ..tuning.policy import draft_policy
 from .types import Settings
 
 log = logging.getLogger("specdec")
 
-PASS_TIMEOUT = 60.0  # seconds a pass may take before the server counts itself stalled (--pass-timeout)
 SIMILAR = 0.5  # a slot's cache is reused where the shared prefix is this share of the prompt or of the slot's tokens (as llama-server's --slot-prompt-similarity)
 
 
