@@ -54,7 +54,7 @@ from specdec_cli.bench.stats import first_divergence  # noqa: E402
 from specdec_cli.tuning.cost_curve import measure_cost_curve  # noqa: E402
 from specdec_cli.decoding.engine import GenerationConfig  # noqa: E402
 from specdec_cli.decoding.consume import consume  # noqa: E402
-from specdec_cli.tuning.policy import AUTO  # noqa: E402
+from specdec_cli.events import AUTO  # noqa: E402
 from specdec_cli.prompts import BUILTIN_PROMPTS  # noqa: E402
 from specdec_cli.maths.sampling import GREEDY  # noqa: E402
 from specdec_cli.session import LoadOptions, open_pair  # noqa: E402

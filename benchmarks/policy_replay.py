@@ -68,7 +68,8 @@ sys.path.insert(1, str(Path(__file__).resolve().parent))
 
 from specdec_cli.tuning.cost_curve import CostCurve  # noqa: E402
 from specdec_cli.events import Round  # noqa: E402
-from specdec_cli.tuning.policy import AdaptivePolicy, FixedPolicy  # noqa: E402
+from specdec_cli.tuning.adaptive import AdaptivePolicy  # noqa: E402
+from specdec_cli.tuning.policy import FixedPolicy  # noqa: E402
 
 TRACES = Path(__file__).resolve().parent / "agreement_traces.json"
 CATCH_UP_PER_TOKEN = 0.1  # extra catch-up tokens cost this share of a draft step each

@@ -5,7 +5,7 @@ in front of it, adding a fixed delay each way (0, 1 and 5 ms: round trips of 0, 
 more than loopback's). For each delay the pair is loaded once (the draft here, the target's
 layers on the server through the proxy) and every configuration decodes the same prompts in
 turn, interleaved prompt by prompt: target-only, speculative at k 2, 4, 8 and 16, and -k auto.
-Each `auto` call goes on from what the one before it learnt (policy.TunedPolicies), as each
+Each `auto` call goes on from what the one before it learnt (tuning/chain.TunedPolicies), as each
 request of `specdec serve` starts from the costs and acceptance of those before it; the table
 counts the calls after the first, and reports auto against the best fixed k on the first
 call apart (a one-off `specdec run`: auto learns the costs and the acceptance within it).
@@ -49,7 +49,7 @@ from specdec_cli.maths.sampling import SamplingParams  # noqa: E402
 from specdec_cli.models.cache import builtin_pair  # noqa: E402
 from specdec_cli.prompts import builtin_prompts  # noqa: E402
 from specdec_cli.session import LoadOptions, open_pair  # noqa: E402
-from specdec_cli.tuning.policy import TunedPolicies  # noqa: E402
+from specdec_cli.tuning.chain import TunedPolicies  # noqa: E402
 
 CONFIGS = [("target-only", None), ("k=2", 2), ("k=4", 4), ("k=8", 8), ("k=16", 16), ("auto", "auto")]
 

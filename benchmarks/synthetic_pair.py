@@ -61,7 +61,7 @@ from specdec_cli.options import parse_draft_tokens  # noqa: E402
 from specdec_cli.tuning.cost_curve import CostCurve, measure_cost_curve  # noqa: E402
 from specdec_cli.decoding.engine import GenerationConfig  # noqa: E402
 from specdec_cli.errors import ModelNotFound  # noqa: E402
-from specdec_cli.tuning.policy import AUTO  # noqa: E402
+from specdec_cli.events import AUTO  # noqa: E402
 from specdec_cli.prompts import BUILTIN_PROMPTS, Prompt  # noqa: E402
 from specdec_cli.models.cache import builtin_draft_path, builtin_pair, cache_dir  # noqa: E402
 from specdec_cli.maths.sampling import GREEDY  # noqa: E402

@@ -110,7 +110,7 @@ Event = Union[Prefill, Token, Rejected, Round, Finished]
 
 
 AUTO = "auto"
-DraftTokens = Union[int, str]  # a fixed k, or AUTO (tuning/policy.AdaptivePolicy)
+DraftTokens = Union[int, str]  # a fixed k, or AUTO (tuning/adaptive.AdaptivePolicy)
 MAX_DRAFT_TOKENS = 64  # the longest draft anything may ask for: -k, a catalogue pair's k, a memory recall
 
 

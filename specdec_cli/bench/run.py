@@ -16,7 +16,7 @@ run is folded into a `decoding/stats.RunStats`; the bench reports per setting:
   run's own alpha (stats.predicted_speedup), to be read next to the measured one;
 - at temperature 0, the position of any token where B's output differs from A's (exactness).
 
-k is a number or "auto" (policy.AdaptivePolicy chooses each round's length); B drafts with
+k is a number or "auto" (adaptive.AdaptivePolicy chooses each round's length); B drafts with
 each of `drafters`: "model" (the draft GGUF), "lookup" (prompt lookup, no draft model) or
 "model+lookup". Every (drafter, k) is a setting like any other, with its own A right
 before its B. Theorem 3.8 assumes k drafts every round, so the prediction is given only for

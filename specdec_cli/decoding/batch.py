@@ -26,7 +26,7 @@ model's passes are fitted by a + b R + c N (tuning/pass_cost.py). Sequence i, wi
 T (a / N + c + b r_i) / (a + c N + b R): the fixed cost split evenly, its own sequence's cost,
 each row at the marginal cost of a row, scaled to what the pass took; and a pass that held only
 N of the M joined sequences (a draft step, a catch-up) stalled the other M - N, so its charges
-are multiplied by M / N. Alone that is T. So `-k auto` (tuning/policy.py), which learns from
+are multiplied by M / N. Alone that is T. So `-k auto` (tuning/adaptive.py), which learns from
 the Round figures, weighs the rows a sequence adds at the batch size it is in; it starts from those costs (`cost_curve`), and `BatchedPolicy`
 leaves the draft model out of any round where, at the current batch size, its drafts could
 not pay even if all were accepted. That model of the costs misses what a CPU's passes do (a
@@ -64,7 +64,7 @@ from ..errors import check_context
 from ..events import DraftPolicy, Earned, Round
 from ..tuning.cost_curve import CostCurve
 from ..tuning.pass_cost import PassCost, aside_seconds, shares
-from ..tuning.policy import AdaptivePolicy
+from ..tuning.adaptive import AdaptivePolicy
 from ..tuning.proposers import MODEL_KINDS, kind
 from ..tuning.switch import DraftingSwitch
 

@@ -23,8 +23,8 @@ policy from it and writes back what the call learnt, so lookup's proposals, in t
 context and in the memory, compete with the draft model on what they were worth in earlier
 calls: a short call does not spend its first rounds trying each class of match on its prior
 again (an extraction's one- and two-token matches mostly fail, call after call), nor climbing
-to the draft model's long drafts on a text it drafts well (tuning/policy.py, "What earlier
-calls earned", says how much the model's record weighs). The cascade's draft-model rounds
+to the draft model's long drafts on a text it drafts well (tuning/carried.py says how much the
+model's record weighs). The cascade's draft-model rounds
 ("cascade:2") are not kept (`recalled`), and a cascade's call does not start from the draft
 model's record (`resumed`).
 
@@ -45,7 +45,7 @@ proposer's record is this process's where it holds one, the file's otherwise), a
 replaces the file atomically (a temporary file, fsync, rename).
 
 Left out: the n-gram table (ngram.py); proposing and verifying (lookup.py, maths/speculative.py); when to save (the CLI and the
-server decide); what the record means and how it is learnt (tuning/policy.py, tuning/estimates.py).
+server decide); what the record means and how it is learnt (tuning/carried.py, tuning/estimates.py).
 """
 
 from __future__ import annotations

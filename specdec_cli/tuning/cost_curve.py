@@ -1,6 +1,6 @@
 """The cost curve: how long one draft step and one target batch of n tokens take, measured.
 
-Every speed-up prediction (stats.predict, policy.AdaptivePolicy's seed, the bench) needs the
+Every speed-up prediction (stats.predict, adaptive.AdaptivePolicy's seed, the bench) needs the
 target's cost per batch size, because verifying k drafts costs one batch of k + 1 tokens,
 not one step. `measure_cost_curve` times batches of 1..max_batch tokens at the end of a
 context (medians of a few repeats) and a draft step (the mean of a few in a row, as a round

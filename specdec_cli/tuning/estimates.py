@@ -1,4 +1,4 @@
-"""Running estimates that `auto` (policy.AdaptivePolicy) chooses k from, learnt from earlier rounds.
+"""Running estimates that `auto` (adaptive.AdaptivePolicy) chooses k from, learnt from earlier rounds.
 
 - `Acceptance`: a_1..a_m, the chance that draft position i gives a token when 1..i-1 did, from
   exponentially weighted hits and trials per position, shrunk toward the pooled rate;
@@ -12,7 +12,7 @@ Example: WeightedMean() after add(10.0) and add(20.0) has value (0.9 x 10 + 20) 
 the older sample fades by DECAY per sample.
 
 Left out: what is chosen from these estimates, and when a plain step re-measures T_batch(1)
-(policy.py); where the timings come from (events.Round, filled in by decoding/engine.py).
+(adaptive.py); where the timings come from (events.Round, filled in by decoding/engine.py).
 """
 
 from __future__ import annotations

@@ -128,7 +128,7 @@ class AutoRule:
 
     def observe(self, event: Round) -> None:
         self.rounds += 1
-        timed = self.rounds > 1  # the first round after a prefill runs slow (policy.py)
+        timed = self.rounds > 1  # the first round after a prefill runs slow (adaptive.py)
         if timed:
             self.round_seconds.add(event.seconds)
             self.round_tokens.add(event.tokens)

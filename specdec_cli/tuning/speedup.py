@@ -22,7 +22,7 @@ k = 0: 1 / 12 = 0.0833 tokens/ms; k = 1: 1.8 / 18.5 = 0.0973; k = 2: 2.44 / 25 =
 k = 3: 2.952 / 31.5 = 0.0937 -> k = 2.
 
 Left out: measuring the cost curve (cost_curve.measure_cost_curve) and the acceptance
-(estimates.py); when `auto` drafts at all, and with which proposer (policy.py).
+(estimates.py); when `auto` drafts at all, and with which proposer (adaptive.py).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def best_draft_length(
     Rate(0) = 1 / T_batch(1); rate(k) = E(k) / (draft_overhead + k * draft_step + T_batch(k + 1)
     + per_token * E(k)), draft_overhead being what a drafting round costs beyond its k steps and
     per_token what each token it makes costs later (a draft model's catch-up:
-    policy.AdaptivePolicy.plans). Ties go to the smaller k.
+    adaptive.AdaptivePolicy.plans). Ties go to the smaller k.
     """
     assert len(acceptance) >= max_k and len(batch_seconds) > max_k and 0 <= min_k <= max(max_k, 1)
     best_k, best_rate = (0, 1.0 / batch_seconds[0]) if min_k == 0 else (0, -1.0)

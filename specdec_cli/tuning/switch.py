@@ -1,6 +1,6 @@
 """Whether the draft model drafts at a batch size: measured tokens per second, drafting against not.
 
-Alone, a sequence's own rounds say what its drafts cost it, and `-k auto` (policy.py) stops
+Alone, a sequence's own rounds say what its drafts cost it, and `-k auto` (adaptive.py) stops
 drafting where they do not pay. In a batch they do not: a sequence that drafts makes every other
 one wait through its draft steps, each thread's sampling runs while no model computes, and the
 lines decoding/batch.py fits to the passes are straight where a CPU's costs are not. So, with

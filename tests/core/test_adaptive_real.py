@@ -13,7 +13,8 @@ from specdec_cli.causal_model import catch_up
 from specdec_cli.tuning.cost_curve import CostCurve
 from specdec_cli.decoding.engine import GenerationConfig
 from specdec_cli.events import Round
-from specdec_cli.tuning.policy import AdaptivePolicy, draft_policy
+from specdec_cli.tuning.adaptive import AdaptivePolicy
+from specdec_cli.tuning.policy import draft_policy
 from specdec_cli.prompts import BUILTIN_PROMPTS
 from specdec_cli.maths.filters import probabilities
 from specdec_cli.maths.sampling import GREEDY, SamplingParams

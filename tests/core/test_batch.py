@@ -24,10 +24,12 @@ from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.decoding.scheduler import Ended, Scheduler
 from specdec_cli.drafting.lookup import LookupDrafter, LookupOptions
 from specdec_cli.errors import ContextOverflow
-from specdec_cli.events import AUTO, Finished, Round
+from specdec_cli.events import Finished, Round
 from specdec_cli.drafting.model import ModelDrafter
 from specdec_cli.maths.filters import probabilities
 from specdec_cli.maths.sampling import GREEDY, SamplingParams
+from specdec_cli.tuning.adaptive import AdaptivePolicy
+from specdec_cli.tuning.cost_curve import CostCurve
 from specdec_cli.tuning.policy import draft_policy
 from specdec_cli.tuning.switch import DraftingSwitch
 
@@ -572,27 +574,34 @@ def test_a_draft_model_far_behind_catches_up_only_where_the_tokens_left_pay_for_
     assert inner.offered == [["lookup:2"], ["model", "lookup:2"], ["model", "lookup:2"]]
 
 
-def test_a_policy_saves_its_yardstick_less_one_over_its_plans_rate():
-    """T_batch(1) 50 ms and a plan of 40 tokens/s: 25 ms a token (BatchedPolicy.own_saving)."""
-    from specdec_cli.tuning.cost_curve import CostCurve
+def test_alone_a_sequence_catches_up_where_its_own_policys_plan_repays_the_catch_up():
+    """Alone (the switch pairs nothing), a draft model 80 tokens behind catches up only where the
+    tokens left, at what its policy's own plan saves a token, repay the catch-up (about 400 ms by
+    the draft passes' line, as above). The plan, by hand (test_policy.py's worked example):
+    a = 0.8, a draft step 5 ms, T_batch(n) = 12 + 1.5 (n - 1) ms -> k = 2, 2.44 tokens in 25 ms,
+    so a token costs 10.25 ms against a plain step's 12: 1.75 ms saved, and some 230 tokens to go
+    repay the catch-up. A pair whose drafts are mostly rejected (a = 0.3) saves nothing: it never
+    catches up."""
+    batcher = shared_pair()[0]
+    for rows, seqs in [(1, 1), (5, 1), (4, 4), (8, 4), (2, 2)] * 3:
+        batcher.costs[1].add(rows, seqs, 0.040 + 0.001 * rows)
+        batcher.costs[0].add(rows, seqs, 0.001 + 0.005 * rows)
 
-    inner = draft_policy(AUTO, costs=CostCurve(draft_step=0.005, target_batch=tuple(0.05 + 0.001 * n for n in range(20))))
-    inner.plan = lambda name, max_k, curve: (3, 40.0)
-    policy = BatchedPolicy(inner, shared_pair()[0])
-    assert policy.own_saving(["model"], 8) == pytest.approx(0.025)
-    assert BatchedPolicy(Choosing(), policy.batcher).own_saving(["model"], 8) is None  # a fixed k: no estimates
+    def policy(acceptance: float) -> BatchedPolicy:
+        costs = CostCurve(draft_step=0.005, target_batch=tuple((12 + 1.5 * n) * 1e-3 for n in range(17)))
+        inner = AdaptivePolicy(costs=costs, learn_costs=False)
+        inner.record("model").acceptance.resume([100 * acceptance] * 16, [100.0] * 16)
+        return BatchedPolicy(inner, batcher, lag=lambda: 80)
 
-
-def test_the_draft_models_lag_is_what_it_has_not_evaluated_of_the_targets_cache():
-    """session.LoadedPair.draft_lag, its examples: target [1, 2, 3, 4], draft [1, 2] -> 2, draft
-    [1, 5] -> 3; no draft model, or another vocabulary (not counted) -> 0."""
-    from types import SimpleNamespace
-
-    from specdec_cli.session import LoadedPair
-
-    target = SimpleNamespace(tokens=[1, 2, 3, 4])
-    assert LoadedPair(target, SimpleNamespace(tokens=[1, 2]), V).draft_lag() == 2
-    assert LoadedPair(target, SimpleNamespace(tokens=[1, 5]), V).draft_lag() == 3
-    assert LoadedPair(target, SimpleNamespace(tokens=[1, 2, 3, 4]), V).draft_lag() == 0
-    assert LoadedPair(target, None, V).draft_lag() == 0
-    assert LoadedPair(target, SimpleNamespace(tokens=[]), V, vocab_map=object()).draft_lag() == 0
+    good, poor = policy(0.8), policy(0.3)
+    saving = 0.012 - 0.025 / 2.44
+    assert good.own_saving(["model"], 1000) == pytest.approx(saving, rel=0.01)
+    assert poor.own_saving(["model"], 1000) < 0
+    assert BatchedPolicy(Choosing(), batcher).own_saving(["model"], 8) is None  # a fixed k: no estimates
+    with batcher.joined():
+        cost = batcher.catch_up_seconds(80)
+        assert cost == pytest.approx(0.4005, rel=0.02)
+        repaid = math.ceil(cost / saving)  # the fewest tokens to go that repay it
+        assert good.choose(["model"], repaid - 1)[0] == "model"  # a budget of n tokens has n + 1 to go
+        assert good.choose(["model"], repaid - 2) == (None, 0)
+        assert poor.choose(["model"], 10_000) == (None, 0)

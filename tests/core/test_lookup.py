@@ -16,7 +16,8 @@ from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.tuning.policy import draft_policy
 from specdec_cli.events import Finished, Round, Source, Token
 from specdec_cli.errors import BadInput
-from specdec_cli.tuning.policy import AdaptivePolicy, FixedPolicy
+from specdec_cli.tuning.adaptive import AdaptivePolicy
+from specdec_cli.tuning.policy import FixedPolicy
 from specdec_cli.maths.sampling import GREEDY
 
 from fakes import MarkovModel, random_markov

@@ -33,7 +33,8 @@ from specdec_cli.drafting.memory import RIVAL_SHARE, BadCache, DraftMemory, Reca
 from specdec_cli.drafting.ngram import agreement, agreements, longest
 from specdec_cli.tuning.cost_curve import CostCurve
 from specdec_cli.tuning.estimates import Acceptance
-from specdec_cli.tuning.policy import AdaptivePolicy, draft_policy
+from specdec_cli.tuning.adaptive import AdaptivePolicy
+from specdec_cli.tuning.policy import draft_policy
 from specdec_cli.maths.filters import probabilities
 from specdec_cli.maths.sampling import GREEDY
 from stat_checks import ALPHA, PLAIN, first_two_law, first_two_pvalue

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 
 from specdec_cli.events import Finished, Prefill, Round, Source, Token
+from specdec_cli.decoding import consume as consume_module
 from specdec_cli.decoding.consume import consume
 from specdec_cli.decoding.stats import RunStats
 
@@ -42,7 +44,32 @@ def test_consume_folds_a_whole_generation_and_closes_it():
     assert outcome.tokens == [7, 8, 9] and outcome.text == "abc" and not outcome.interrupted
     s = outcome.stats
     assert (s.prompt_tokens, s.new_tokens, s.target_passes, s.drafted, s.accepted, s.rejections) == (5, 3, 2, 3, 1, 1)
-    assert s.finish_reason == "max_tokens" and outcome.wall_seconds >= 0.0
+    assert s.finish_reason == "max_tokens"
+
+
+def test_wall_seconds_hold_the_whole_call_the_reader_and_the_rollback_included(monkeypatch):
+    """On a scripted clock: each of the 7 events takes 1 s to produce, the reader 0.25 s each, and
+    the rollback in the generation's `finally` 0.5 s: 7 + 1.75 + 0.5 = 9.25 s; when Ctrl-C ends it
+    after 4 events, 4 + 1 + 0.5."""
+    clock = [100.0]
+    monkeypatch.setattr(consume_module, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+
+    def advance(seconds: float) -> None:
+        clock[0] += seconds
+
+    def timed(interrupt_after: int | None = None):
+        events = scripted([], interrupt_after)
+        try:
+            for event in events:
+                advance(1.0)
+                yield event
+        finally:
+            events.close()
+            advance(0.5)
+
+    assert consume(timed(), lambda event: advance(0.25)).wall_seconds == pytest.approx(9.25)
+    interrupted = consume(timed(interrupt_after=4), lambda event: advance(0.25))
+    assert interrupted.interrupted and interrupted.wall_seconds == pytest.approx(5.5)
 
 
 def test_ctrl_c_keeps_what_was_generated_and_closes_the_generation():
