@@ -111,7 +111,7 @@ fi
 "$PY" -c 'import specdec_cli.llama.platform as b; print(b.system_info()); print(*b.devices(), sep="\n")' >"$out/system_info.txt" 2>&1 || true
 # Mesa 22.3.6's lavapipe (Debian 12) segfaults in its queue thread running one of llama.cpp's
 # fused shaders: with the built-in target, the first batch of 4 tokens after batches of 1, 2 and 3
-# (benchmarks/vulkan_batches.py shows it). llama.cpp's unfused path runs; it computes the same
+# (docs/benchmarks.md, "The GPU machine"). llama.cpp's unfused path runs; it computes the same
 # operations, one shader each. Only on lavapipe, and only unless the variable is set already.
 if "$PY" -c 'import sys, specdec_cli.llama.platform as b; sys.exit(0 if any("llvmpipe" in d.description for d in b.devices()) else 1)'; then
   export GGML_VK_DISABLE_FUSION=${GGML_VK_DISABLE_FUSION-1}
