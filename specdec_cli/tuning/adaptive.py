@@ -70,8 +70,8 @@ if TYPE_CHECKING:
 # The early-stop threshold (llama.cpp's --draft-p-min, whose default is 0.75), for `auto` and a
 # fixed k alike: 0, off. The choice of k already follows the measured acceptance, and a stop
 # counts as a failed position, so k adapts to a pair whose draft knows when it is guessing
-# (--p-min). What a threshold costs where the draft is right while unsure: docs/benchmarks.md,
-# "Comparisons with llama.cpp".
+# (--p-min). What a threshold costs where the draft is right while unsure:
+# docs/benchmarks.md, "Comparisons with llama.cpp".
 DEFAULT_P_MIN = 0.0
 AUTO_MAX_K = 16  # the longest draft `auto` considers
 PRIOR_DRAFT_WEIGHT = 0.25  # a prior draft step counts as a quarter of a measured round (see `plan`)
