@@ -27,7 +27,7 @@ import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, MutableMapping, Sequence
 
 from .causal_model import common_prefix
 from .compat import MIN_SHARED_TOKENS, compare_vocabularies
@@ -41,6 +41,7 @@ from .drafting.memory import DraftMemory
 from .drafting.model import ModelDrafter
 from .drafting.vocab_map import VocabMap, of_models
 from .errors import BadInput, IncompatiblePair
+from .events import Earned
 from .llama.gguf import require_chat_template
 from .llama.model import LlamaModel
 from .llama.rpc import parse_endpoints
@@ -145,12 +146,15 @@ class LoadedPair:
         return batcher, [dataclasses.replace(self, target=view(self.target, i), draft=view(self.draft, i)) for i in range(slots)]
 
     def engine(
-        self, speculative: bool = True, drafter: str = "model", lookup: LookupOptions = LookupOptions(), memory: DraftMemory | None = None
-    ) -> Engine:
+        self, speculative: bool = True, drafter: str = "model", lookup: LookupOptions = LookupOptions(), memory: DraftMemory | None = None,
+        earned: MutableMapping[str, Earned] | None = None,
+    ) -> Engine:  # fmt: skip
         """The engine for `drafter` ("model", "lookup", "model+lookup", "cascade"); target-only if not
         speculative or "none" (speculation off: the server's comparison, serve --drafter none).
         Lookup also drafts from `memory`, earlier calls' sequences (drafting/memory.py), when given,
-        and the policy starts from what lookup's proposals earned in those calls (memory.earned)."""
+        and the policy starts from what the proposals earned in those calls (memory.earned; else
+        `earned`, `-k auto`'s record of this pair on this machine: tuning/record.py), and writes
+        back what it learnt."""
         if drafter not in DRAFTERS:
             raise BadInput(f"unknown drafter {drafter!r}; choose one of {', '.join(DRAFTERS)}")
         if not speculative or drafter == "none" or (drafter == "model" and self.draft is None):
@@ -158,7 +162,7 @@ class LoadedPair:
         if drafter in ("model+lookup", "cascade") and self.draft is None:
             raise BadInput(f"--drafter {drafter} needs a draft model; pass --draft, or use --drafter lookup")
         by_lookup = LookupDrafter(lookup, vocab_limit=self.vocab_limit, is_end=self.target.is_end_of_generation, memory=memory)
-        earned = memory.earned if memory is not None else None
+        earned = memory.earned if memory is not None else earned
         if drafter == "lookup":
             return Engine(self.target, by_lookup, vocab_limit=self.vocab_limit, earned=earned)
         if self.vocab_map is not None:

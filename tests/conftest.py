@@ -21,6 +21,10 @@ import pytest
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# `-k auto` keeps what each `specdec run` learnt of a pair (tuning/record.py): off for the suite, so
+# that no test starts from what an earlier one left; the tests of the record turn it on themselves.
+os.environ["SPECDEC_NO_TUNING_CACHE"] = "1"
+
 
 def pytest_collection_modifyitems(config, items):
     for item in items:

@@ -87,6 +87,7 @@ def report_text(report: dict) -> str:
             lines.append(f"RPC server {e['endpoint']}: protocol {e['version']}, {devices}")
         else:
             lines.append(f"RPC server {e['endpoint']}: {e['error']}")
+    lines += [tuning_text(r) for r in report.get("tuning", [])] or ["-k auto's records: none kept yet (each `specdec run -k auto` keeps one per pair, machine and settings)"]
     for model in report["models"]:
         desc = next((p["desc"] for p in model["probes"] if p["desc"]), None)
         through = f" through RPC {', '.join(model['rpc'])}" if model.get("rpc") else ""
@@ -96,6 +97,23 @@ def report_text(report: dict) -> str:
             lines.append(f"  {how}{' (default)' if p['default'] else ''}: {p['outcome']}, {p['detail']}")
     lines.append("everything works" if report["ok"] else "a model does not decode with the default settings, or an RPC server does not answer: see above")
     return "\n".join(lines)
+
+
+def tuning_text(kept: dict) -> str:
+    """One record of `-k auto` (tuning/record.kept). Example: "-k auto's record: big.gguf + tiny.gguf,
+    2 threads: 12 calls, T_batch(1) 30.1 ms, draft step 4.0 ms; acceptance at 1: model 0.81 (FILE)"."""
+    if "error" in kept:
+        return f"-k auto's record {kept['file']}: {kept['error']}"
+    who = kept["identity"]
+    names = " + ".join(Path(who[role]["path"]).name for role in ("target", "draft") if who.get(role))
+    figures = [f"{kept['calls']} calls"]
+    if "target_step_ms" in kept:
+        figures.append(f"T_batch(1) {kept['target_step_ms']} ms")
+    if "draft_step_ms" in kept:
+        figures.append(f"draft step {kept['draft_step_ms']} ms")
+    rates = ", ".join(f"{name} {rate}" for name, rate in kept["acceptance_at_1"].items())
+    threads = f"{who['threads']} threads" if who.get("threads") else "default threads"
+    return f"-k auto's record: {names}, {threads}: {', '.join(figures)}" + (f"; acceptance at 1: {rates}" if rates else "") + f" ({kept['file']})"
 
 
 def device_text(device: dict) -> str:

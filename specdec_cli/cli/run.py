@@ -5,7 +5,9 @@
     specdec run --draft tiny.gguf --target big.gguf -k 6 --baseline "prompt"
 
 `decoding/consume.consume` runs the engine's event generator to its end or to Ctrl-C; `measure_afterwards`
-decodes target-only (--baseline) and times the costs behind the predicted speed-up.
+decodes target-only (--baseline) and times the costs behind the predicted speed-up. With `-k auto`
+the policy starts from what earlier calls learnt of this pair on this machine, and keeps what
+this one learnt (tuning/record.py; `--no-tuning-cache` turns it off).
 
 Left out: option checks (cli/options.py), the layout (cli/render.py), the loop (decoding/engine.py).
 """
@@ -24,7 +26,7 @@ import typer
 
 from ..drafting.memory import DEFAULT_MAX_TOKENS as DEFAULT_CACHE_TOKENS
 from ..drafting.memory import BadCache, DraftMemory, read_cache, save_cache
-from ..errors import BadInput
+from ..errors import BadInput, SpecdecError
 from ..inputs import argv_text, writable_file
 from ..options import DEFAULT_VERIFY, check_draft_cache_size
 from .options import (
@@ -53,6 +55,7 @@ if TYPE_CHECKING:  # the real imports happen inside the command, keeping --help 
     from ..decoding.stats import RunStats
     from ..session import LoadedPair
     from ..tuning.cost_curve import CostCurve
+    from ..tuning.record import Identity, TuningRecord
 
 
 @flag_groups
@@ -63,6 +66,7 @@ def run(
     drafting: DraftingFlags = DraftingFlags(),
     draft_cache: Annotated[Optional[Path], typer.Option(metavar="FILE", help="Lookup also drafts from earlier calls' prompts and outputs, kept in FILE (read, then updated).")] = None,
     draft_cache_size: Annotated[int, typer.Option(help="Tokens the draft cache keeps at most; the oldest calls go first.")] = DEFAULT_CACHE_TOKENS,
+    no_tuning_cache: Annotated[bool, typer.Option("--no-tuning-cache", help="With -k auto, start from nothing: neither read nor keep what earlier calls learnt of this pair on this machine (also SPECDEC_NO_TUNING_CACHE=1).")] = False,
     temperature: TemperatureOption = 0.8,
     verify: VerifyOption = DEFAULT_VERIFY,
     filters: FilterFlags = FilterFlags(),
@@ -133,7 +137,10 @@ def run(
                 typer.echo(legend(err_color, show_rejected), err=True, color=err_color)  # echo strips codes unless told
         try:
             memory, distrusted = open_memory(pair, draft_cache, draft_cache_size)
-            events = pair.engine(drafter=chosen.drafter, lookup=chosen.lookup, memory=memory).generate(prompt_ids, config, draft_policy(chosen.draft_tokens, chosen.p_min))
+            tuning = open_tuning(pair, options, chosen.draft_tokens, no_tuning_cache)
+            policy = draft_policy(chosen.draft_tokens, chosen.p_min, tuning.record.costs if tuning else None)
+            earned = memory.earned if memory is not None else tuning.record.earned if tuning else None
+            events = pair.engine(drafter=chosen.drafter, lookup=chosen.lookup, memory=memory, earned=earned).generate(prompt_ids, config, policy)
             result = consume(events, sink)
         except BaseException:
             if isinstance(sink, TextRenderer) and sink.started:
@@ -143,6 +150,8 @@ def run(
             sink.close()  # the final newline comes right after the text, before anything slow
         if draft_cache is not None:
             remember(pair, draft_cache, draft_cache_size, prompt_ids + result.tokens, memory, said=distrusted)
+        if tuning is not None:
+            keep_tuning(tuning, policy, earned)
         contexts = allocated_contexts(pair, options.n_ctx)
         after = Afterwards(interrupted=result.interrupted)
         if not after.interrupted and (stats or json_out or jsonl):
@@ -229,6 +238,56 @@ def remember(pair: LoadedPair, path: Path, size: int, tokens: list[int], memory:
     note = save_cache(path.expanduser(), [tokens], pair.tokenizer_fingerprint(), pair.target.n_vocab, size, memory.earned)
     if note is not None and not said:  # the file went bad while this call ran
         _err(f"specdec: {note}")
+
+
+@dataclass
+class Tuning:
+    """`-k auto`'s record for this pair, machine and settings (tuning/record.py), and where it is kept."""
+
+    folder: Path
+    identity: Identity
+    record: TuningRecord
+
+
+def open_tuning(pair: LoadedPair, options, draft_tokens, off: bool) -> Tuning | None:
+    """The record a call with `-k auto` starts from (None for a fixed k, or when turned off); a
+    file that cannot be trusted, or a cache folder that cannot be one, is said in one line."""
+    from ..events import AUTO
+    from ..models.cache import cache_dir
+    from ..tuning import record as records
+
+    if draft_tokens != AUTO or not records.enabled(off):
+        return None
+    identity = records.Identity.of(
+        pair.draft.path if pair.draft is not None else None, pair.target.path, threads=options.n_threads,
+        gpu_layers=options.gpu_layers, draft_gpu_layers=options.draft_gpu_layers, rpc=options.rpc, draft_rpc=options.draft_rpc,
+    )  # fmt: skip
+    try:
+        folder = cache_dir() / "tuning"
+    except SpecdecError as exc:
+        _err(f"specdec: {exc}; -k auto starts from nothing")
+        return None
+    record, note = records.load_record(folder, identity)
+    if note is not None:
+        _err(f"specdec: {note}")
+    return Tuning(folder, identity, record)
+
+
+def keep_tuning(tuning: Tuning, policy, earned) -> None:
+    """Save what the call's policy learnt: its cost curve (the draft step from the draft model's
+    record, in units of T_batch(1)) and each proposer's record (`earned`, as the engine wrote it back)."""
+    from ..tuning.cost_curve import CostCurve
+    from ..tuning.record import TuningRecord, save_record
+
+    curve, costs = policy.curve(), tuning.record.costs
+    if curve:
+        model = earned.get("model")
+        step = model.draft_cost * curve[0] if model is not None and model.draft_cost is not None else costs.draft_step if costs else None
+        costs = CostCurve(draft_step=step, target_batch=tuple(curve))
+    try:
+        save_record(tuning.folder, tuning.identity, TuningRecord(costs, dict(earned), tuning.record.calls + 1))
+    except OSError as exc:
+        _err(f"specdec: the tuning record could not be kept in {tuning.folder}: {(exc.strerror or str(exc)).lower()}")
 
 
 def allocated_contexts(pair: LoadedPair, requested: int) -> dict:

@@ -201,7 +201,19 @@ def examine(
             probes.append(run_probe(argv, repack, repack == default, timeout))
         found.append({"role": role, "path": str(path), "rpc": list(servers), "probes": [asdict(p) for p in probes]})
     ok = all(p["outcome"] == "ok" for m in found for p in m["probes"] if p["default"]) and all(e["ok"] for e in endpoints)
-    return {"ok": ok, "llama_cpp": facts, "paths": paths(), "rpc": endpoints, "models": found}
+    return {"ok": ok, "llama_cpp": facts, "paths": paths(), "rpc": endpoints, "models": found, "tuning": tuning_records()}
+
+
+def tuning_records() -> list[dict]:
+    """What `-k auto` keeps between calls in the cache folder (tuning/record.py): each record's pair,
+    machine and settings, its calls, costs and acceptance at the first position; [] without a cache folder."""
+    from ..models.cache import cache_dir
+    from ..tuning.record import kept
+
+    try:
+        return kept(cache_dir() / "tuning")
+    except Exception:  # a cache folder that cannot be one is reported under paths
+        return []
 
 
 def rpc_endpoint(endpoint: str) -> dict:

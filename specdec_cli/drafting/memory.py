@@ -50,17 +50,14 @@ server decide); what the record means and how it is learnt (tuning/carried.py, t
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
-import os
-import tempfile
 import threading
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Mapping, Sequence
 
+from ..atomic import locked, replace_atomically
 from ..errors import BadInput
 from ..events import MAX_DRAFT_TOKENS, Earned
 from .ngram import PLACES, RECALL_TOKENS, NgramTable, longest
@@ -166,7 +163,7 @@ class DraftMemory:
     # -- the cache file ---------------------------------------------------------------------
 
     def to_json(self, fingerprint: str) -> dict:
-        earned = {name: _record_json(e) for name, e in sorted(self.earned.items())}
+        earned = {name: earned_json(e) for name, e in sorted(self.earned.items())}
         return {"format": FORMAT, "version": VERSION, "tokenizer": fingerprint, "sequences": list(self.sequences), "earned": earned}
 
     @classmethod
@@ -189,11 +186,13 @@ class DraftMemory:
         memory = cls(max_tokens)
         for seq in sequences:
             memory.add(seq)
-        memory.earned = recalled(read_earned(data.get("earned"), name))  # a file of an earlier release may hold others
+        memory.earned = recalled(read_earned(data.get("earned"), f"draft cache {name}"))  # a file of an earlier release may hold others
         return memory
 
 
-def _record_json(e: Earned) -> dict:
+def earned_json(e: Earned) -> dict:
+    """One proposer's record as a file keeps it (`read_earned` reads it back). Example:
+    Earned((0.9,), (1.9,), 0.4) -> {"hits": [0.9], "trials": [1.9], "draft_cost": 0.4}."""
     record = {"hits": [round(h, 4) for h in e.hits], "trials": [round(x, 4) for x in e.trials]}
     if e.draft_cost is not None:
         record["draft_cost"] = round(e.draft_cost, 4)
@@ -225,19 +224,19 @@ def resumed(earned: Mapping[str, Earned], drafter: str) -> dict[str, Earned]:
 
 
 def read_earned(data, name: str) -> dict[str, Earned]:
-    """A file's earned record ({proposer: {"hits": [..], "trials": [..], "draft_cost": x}}), or
+    """A file's earned record (`name`: the file, as messages say it: "draft cache FILE") ({proposer: {"hits": [..], "trials": [..], "draft_cost": x}}), or
     BadCache saying what is wrong with it: counts must be finite, 0 <= hits <= trials, at most
     MAX_DRAFT_TOKENS positions; a draft cost, where there is one, a number as counts are.
     Example: {"model": {"hits": [0.9], "trials": [1.9], "draft_cost": 0.4}} -> {"model": Earned((0.9,), (1.9,), 0.4)}."""
     if not isinstance(data, dict) or len(data) > MAX_EARNED:
-        raise BadCache(f"draft cache {name} holds no record of what each drafter earned (or too large a one)")
+        raise BadCache(f"{name} holds no record of what each drafter earned (or too large a one)")
     out = {}
     for source, entry in data.items():
         hits, trials, cost = (entry.get(key) if isinstance(entry, dict) else None for key in ("hits", "trials", "draft_cost"))
         counts = isinstance(hits, list) and isinstance(trials, list) and len(hits) == len(trials) <= MAX_DRAFT_TOKENS
         counts = counts and all(_count(h) and _count(x) and h <= x for h, x in zip(hits, trials)) and (cost is None or _count(cost))
         if not counts or len(source) > 64:
-            raise BadCache(f"draft cache {name} holds a malformed record for drafter {source[:64]!r}")
+            raise BadCache(f"{name} holds a malformed record for drafter {source[:64]!r}")
         out[source] = Earned(tuple(float(h) for h in hits), tuple(float(x) for x in trials), None if cost is None else float(cost))
     return out
 
@@ -264,18 +263,6 @@ def read_cache(path: Path, fingerprint: str, n_vocab: int, max_tokens: int) -> D
     return DraftMemory.from_json(data, fingerprint, n_vocab, max_tokens, str(path))
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock on PATH.lock for the length of the block (other specdec processes wait)."""
-    lock = path.with_name(path.name + ".lock")
-    with open(lock, "a+b") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def save_cache(
     path: Path, new: Sequence[Sequence[int]], fingerprint: str, n_vocab: int, max_tokens: int, earned: Mapping[str, Earned] = {}
 ) -> str | None:
@@ -284,7 +271,7 @@ def save_cache(
     atomically. Returns the one line to show if the file on disk was not trusted and is rebuilt
     from `new` and `earned` alone, else None."""
     path = Path(path)
-    with _locked(path):
+    with locked(path):
         note = None
         try:
             memory = read_cache(path, fingerprint, n_vocab, max_tokens)
@@ -293,15 +280,5 @@ def save_cache(
         for seq in new:
             memory.add(seq)
         memory.earned.update(recalled(earned))
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                json.dump(memory.to_json(fingerprint), out, separators=(",", ":"))
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        replace_atomically(path, json.dumps(memory.to_json(fingerprint), separators=(",", ":")))
     return note

@@ -24,7 +24,7 @@ slot is one sequence in both models, with the job it serves. Jobs are admitted i
 order, one whenever a slot is free, so no request starves behind later ones; each takes the
 free slot whose cached tokens share the longest prefix with its prompt, where that is half the
 prompt or half the slot's tokens at least (`_choose`: a chat's next turn evaluates only what is
-new, in both models, while others are served: engine.prefill via drafting/kv_sync.catch_up;
+new, in both models, while others are served: engine.prefill via causal_model.catch_up;
 `cached_tokens` says how much was reused), else an empty slot, else the one used least recently.
 
 The queue holds at most `queue_size` waiting jobs (QueueFull beyond: the handler answers 503
@@ -34,7 +34,7 @@ engine's `finally` rolls its sequence back to the accepted prefix in both models
 in `specdec run`; the slot is free for the next pass. A drafting memory (drafting/memory.py)
 keeps every finished request's prompt and answer, which lookup drafts from for the requests
 after it, and what each proposer (the draft model among them) earned, which the next
-request's policy starts from (tuning/policy.py, "What earlier calls earned").
+request's policy starts from (tuning/carried.py).
 
 Tenants (a job's `tenant`: its API key, guard.py) never see each other's text. Each has its
 own drafting memory, and a job reuses a slot's cache only when the slot's last job was its own

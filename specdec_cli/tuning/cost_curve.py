@@ -31,7 +31,7 @@ DRAFT_RUN = 4  # draft steps timed in a row for the draft step's cost
 class CostCurve:
     """Measured costs in seconds: one draft step, and one target batch of n tokens (n = 1..)."""
 
-    draft_step: float
+    draft_step: float  # None only in a seed for auto that timed no draft step (tuning/record.py)
     target_batch: tuple[float, ...]  # target_batch[n - 1] = time of a batch of n tokens
 
     @property

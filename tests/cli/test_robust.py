@@ -259,7 +259,7 @@ def test_doctor_json_shape_and_exit_code(command, code, tmp_path, monkeypatch):
     result = runner.invoke(app, ["doctor", "--draft", str(model), "--json"])
     assert result.exit_code == code, result.output
     report = json.loads(result.stdout)
-    assert set(report) == {"ok", "llama_cpp", "paths", "rpc", "models"}
+    assert set(report) == {"ok", "llama_cpp", "paths", "rpc", "models", "tuning"}
     assert report["rpc"] == []  # no --rpc: no endpoint examined
     assert report["ok"] is (code == 0)
     assert set(report["llama_cpp"]) == set(FACTS)
@@ -268,6 +268,30 @@ def test_doctor_json_shape_and_exit_code(command, code, tmp_path, monkeypatch):
     assert (model_report["role"], model_report["path"], model_report["rpc"]) == ("draft", str(model), [])
     assert [p["repack"] for p in model_report["probes"]] == [True, False]
     assert set(model_report["probes"][0]) == {"repack", "default", "outcome", "detail", "signal", "exit_code", "desc", "offloaded", "layers"}
+
+
+def test_doctor_shows_what_auto_keeps_and_a_record_it_cannot_read(tmp_path, monkeypatch):
+    """Two records in the cache folder (tuning/record.py), one of them mangled: the text report
+    has a line for each, the good one with its pair, calls, costs and acceptance."""
+    from specdec_cli.cli.doctor import tuning_text
+    from specdec_cli.events import Earned
+    from specdec_cli.tuning.cost_curve import CostCurve
+    from specdec_cli.tuning.record import Identity, TuningRecord, record_path, save_record
+
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    draft, target = tmp_path / "tiny.gguf", tmp_path / "big.gguf"
+    draft.write_bytes(b"GGUF d")
+    target.write_bytes(b"GGUF t")
+    folder = tmp_path / "cache" / "tuning"
+    good = Identity.of(draft, target, threads=2, gpu_layers=0, draft_gpu_layers=0)
+    save_record(folder, good, TuningRecord(CostCurve(0.004, (0.0301, 0.031)), {"model": Earned((0.81,), (1.0,), 0.13)}, 12))
+    bad = Identity.of(draft, target, threads=4, gpu_layers=0, draft_gpu_layers=0)
+    save_record(folder, bad, TuningRecord(None, {}, 1))
+    record_path(folder, bad).write_text("{")
+    kept = doctor.tuning_records()
+    lines = sorted(tuning_text(k) for k in kept)
+    assert lines[0] == f"-k auto's record {record_path(folder, bad)}: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"
+    assert lines[1] == f"-k auto's record: big.gguf + tiny.gguf, 2 threads: 12 calls, T_batch(1) 30.1 ms, draft step 4.0 ms; acceptance at 1: model 0.81 ({record_path(folder, good)})"
 
 
 def test_doctor_text_names_the_crash(tmp_path, monkeypatch):

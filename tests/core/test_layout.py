@@ -3,7 +3,8 @@
 The core's parts, lowest first; a core module imports only its own part and lower ones:
 
     shared    errors, events, inputs, prompts,    what everyone uses (events.py imports nothing of ours;
-              clock, causal_model                 causal_model: the model interface and the KV catch-up rule)
+              clock, causal_model, atomic         causal_model: the model interface and the KV catch-up rule;
+                                                  atomic: files several processes share)
     maths     maths/                              pure numpy: p, q, the accept/reject rules
     llama     llama/                              the only importer of llama_cpp
     models    models/                             where model files come from
@@ -39,7 +40,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "specdec_cli"
 FRONT_ENDS = ("cli", "bench", "audit", "doctor", "serve")
 CORE_PARTS = ("shared", "maths", "llama", "models", "grammar", "drafting", "tuning", "decoding", "wiring")  # lowest first
-TOP_LEVEL = {"errors": "shared", "clock": "shared", "events": "shared", "inputs": "shared", "prompts": "shared", "causal_model": "shared", "options": "wiring", "compat": "wiring", "session": "wiring", "": "wiring"}
+TOP_LEVEL = {"errors": "shared", "clock": "shared", "events": "shared", "inputs": "shared", "prompts": "shared", "causal_model": "shared", "atomic": "shared", "options": "wiring", "compat": "wiring", "session": "wiring", "": "wiring"}
 # cli/ is the shell of the other front-ends: each of its commands hands one of them its flags.
 MAY_IMPORT = {"cli": {"bench", "audit", "doctor", "serve"}}
 

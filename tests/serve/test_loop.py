@@ -12,7 +12,7 @@ import pytest
 
 from toyserver import GREEDY, Served, toy_pair, wait_until
 from specdec_cli.serve.types import CompletionRequest, Settings
-from specdec_cli.serve.worker import Failed, Job, QueueFull, Unavailable
+from specdec_cli.serve.worker import Job, QueueFull
 
 LONG = "abcdefghijklmnopqrstuvwxyz" * 40  # 1,040 prompt tokens: three passes of the toy's n_batch (512) alone
 
