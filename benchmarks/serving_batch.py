@@ -10,8 +10,8 @@ repeat (its slots are fixed at start), so that the machine's drift, which moves 
 within minutes, falls on all of them alike:
 
   - before:        `specdec serve` of --before, a git worktree of another commit, run with
-                   that commit's default slots: for the table, the commit before slots (one
-                   generation at a time); for an A/B, the commit before a change;
+                   that commit's default slots (or --before-slots): for an A/B, the commit
+                   before a change;
   - specdec:       `specdec serve --slots S` (this checkout): every request's rows in one batch;
   - specdec-off:   the same with `--drafter none` (speculation off: what it must never lose to);
   - llama-server:  llama.cpp's server with `-np N` (N = the client count), the draft
@@ -187,6 +187,7 @@ RATIOS = (
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--before-slots", type=int, help="--slots for 'before' (default: its own default)")
     parser.add_argument("--before", type=Path, help="a checkout of specdec to compare, run with its own default slots (git worktree add DIR COMMIT: the commit before slots for the table, or before a change); needed for 'before'")
     parser.add_argument("--llama-server", type=Path, help="llama.cpp b11434's llama-server (its two servers are skipped when not given)")
     parser.add_argument("--llama-server-same", type=Path, help="a llama-server built from the llama.cpp the installed llama-cpp-python vendors (docs/serving.md, 'Reproduce'); its server is skipped when not given")
@@ -216,7 +217,7 @@ def main() -> int:
     logs.mkdir(exist_ok=True)
     slots = ["--slots", str(args.slots)]
     specdec_servers = {
-        "before": (args.before, pair_flags),
+        "before": (args.before, pair_flags + (["--slots", str(args.before_slots)] if args.before_slots else [])),
         "specdec": (ROOT, pair_flags + slots),
         "specdec-off": (ROOT, pair_flags + slots + ["--drafter", "none"]),
     }

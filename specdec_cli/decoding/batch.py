@@ -113,10 +113,10 @@ class _Request:
 @dataclass
 class PassLog:
     """What the passes held: per model role, how many passes had N sequences, the rows and the
-    seconds the passes took (the compute thread's, from hand-over to return); and the time between
+    seconds the passes took; and the time between
     one pass's end and the next one's start while sequences were joined throughout (`spans`, and
     their seconds `between`): the sequences' own rounds (sampling, verification, events) and the
-    hand-overs, during which no model computes. Example: passes of 30 ms with 1.5 ms between
+    scheduler's switches, during which no model computes. Example: passes of 30 ms with 1.5 ms between
     them -> busy 95 % of the time."""
 
     sequences: dict[str, collections.Counter] = field(default_factory=lambda: collections.defaultdict(collections.Counter))

@@ -119,7 +119,7 @@ class DraftMemory:
         self._size = 0
         self._table = NgramTable(range(1, ngram + 1), places)  # n-gram -> its newest (sequence number, end)
         self.earned: dict[str, Earned] = {}  # by proposer name: what its drafts earned in earlier calls
-        self._lock = threading.Lock()  # the server's slots add and match from their own threads
+        self._lock = threading.Lock()  # a server's handlers may read it while its loop adds
 
     def __len__(self) -> int:
         return self._size

@@ -74,8 +74,8 @@ def test_the_same_check_fails_with_q_rows_from_the_wrong_step(monkeypatch):
     Same N, seed and level as the exactness test (with N = 8,000 it already gave p = 5e-6)."""
     real = GuessedDraft.propose
 
-    def shifted(self, context, k, params, rng, p_min=0.0) -> Proposal:
-        out = real(self, context, k, params, rng, p_min)
+    def shifted(self, context, k, params, rng, p_min=0.0, guide=None) -> Proposal:
+        out = real(self, context, k, params, rng, p_min, guide)
         if out.q_rows and len(out.q_rows) > 1:
             out = dataclasses.replace(out, q_rows=[out.q_rows[0]] + out.q_rows[:-1])
         return out

@@ -32,7 +32,7 @@ import pytest
 from toyserver import Served, toy_pair
 
 REPO = Path(__file__).resolve().parents[2]
-SERVE = [sys.executable, "-m", "specdec_cli.cli", "serve", "--port", "0", "--temperature", "0", "-n", "24"]
+SERVE = [sys.executable, "-m", "specdec_cli.cli", "serve", "--port", "0", "--temperature", "0", "-n", "24", "--slots", "4"]  # the default depends on free memory
 LISTENING = re.compile(r"specdec: listening on (http://127\.0\.0\.1:\d+)")
 START_SECONDS = 60  # to the "listening" line: Python's imports, before any model loads
 LOAD_SECONDS = 120  # to /health 200: both models loaded (the F32 target converted on a first run)

@@ -227,7 +227,8 @@ def test_an_error_from_the_server_is_shown_on_the_page(live_server, browser):
 
 def test_the_slots_panel_shows_each_slot_and_the_sequences_each_target_pass_held(live_server, browser):
     """Two requests at once, then the page's slots panel against GET /slots: a row per slot (the
-    server's default --slots 4), each slot's last job's tokens and tokens per pass, and the target
+    server's --slots 4), each slot's last job's tokens and tokens per pass, each under its own
+    header (aligned as the header is: a stray rule once put them beside the tokens), and the target
     passes counted by how many sequences they held. Example: passes {"1": 30, "2": 11} ->
     "big-model steps by sequences they held: 30 with 1, 11 with 2"."""
     from collections import Counter
@@ -256,6 +257,11 @@ def test_the_slots_panel_shows_each_slot_and_the_sequences_each_target_pass_held
     for row, s in zip(rows, report["slots"]):
         if s["rounds"]:
             assert abs(float(row[3]) - s["tokens"] / s["rounds"]) <= 0.005 + 1e-9, (row, s)
+    aligned = browser.execute_script(
+        "const t = document.getElementById('slots');"
+        "return [...t.tHead.rows[0].cells].map((h, i) => [getComputedStyle(h).textAlign, getComputedStyle(t.tBodies[0].rows[0].cells[i]).textAlign]);"
+    )
+    assert all(header == cell for header, cell in aligned), aligned
     shown = Counter(int(r[2]) for r in rows if r[2] not in ("–", "0"))
     assert shown >= Counter(a["usage"]["completion_tokens"] for a in answers), (rows, answers)
     held = ", ".join(f"{count} with {n}" for n, count in sorted(passes.items()))
