@@ -38,7 +38,7 @@ from typing import Callable
 
 import numpy as np
 
-from .llama.model import VocabInfo
+from .llama.vocab import VocabInfo
 
 MAX_SIZE_DIFFERENCE = 128  # llama.cpp's SPEC_VOCAB_MAX_SIZE_DIFFERENCE
 FIRST_CHECKED_TOKEN = 5  # llama.cpp's SPEC_VOCAB_CHECK_START_TOKEN_ID

@@ -29,7 +29,7 @@ prints a warning, since anyone who reaches the port can then use the models. The
 (`--admin-key-file`, or SPECDEC_ADMIN_KEY) is the operator's, no tenant: with keys, /metrics
 needs it, and /slots shows it every slot where a tenant's key sees only its own.
 
-Left out: the HTTP side (serve/app.py), the worker (serve/worker.py).
+Left out: the HTTP side (serve/app.py, serve/server.py), the worker (serve/worker.py).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ DEFAULT_PORT = 8080
 DEFAULT_QUEUE = 16
 OFFLOADED_SLOTS = 4  # the default slots where KV caches live on a GPU or RPC server (whose free memory is not read)
 MAX_SLOTS = 64
-DEFAULT_MAX_CONNECTIONS = 64  # open connections answered at once (serve/app.server_config); past it 503
+DEFAULT_MAX_CONNECTIONS = 64  # open connections answered at once (serve/server.server_config); past it 503
 
 
 KEY_VARIABLE = "SPECDEC_API_KEY"  # a key given in the environment: the whole value, spaces and all
@@ -152,8 +152,9 @@ class Limits:
 
 
 def run_server(draft, target, pair_name, options, defaults, lookup, host, port, keys, allowed_hosts, cors_origins, alias, limits: Limits, admin_keys=()) -> None:
-    from ..serve.app import Server, create_app, server_config
+    from ..serve.app import create_app
     from ..serve.guard import Access
+    from ..serve.server import Server, server_config
     from ..serve.worker import Worker
     from ..session import open_pair
     from .options import pair_files

@@ -1,8 +1,13 @@
-"""A GGUF's Jinja chat template, rendered as Hugging Face renders it, in a sandbox and within limits.
+"""A chat conversation as prompt text, through the model's own template: Jinja in a sandbox first, llama.cpp's matcher second.
+
+`render_chat` formats messages with a GGUF's chat template, ending on the assistant's turn. It
+renders the Jinja template as Hugging Face does (so a default system prompt written into the
+template is kept); where Jinja cannot render it, llama.cpp's built-in matcher, which recognises
+the common families by their markers, is the fallback (without tools: it knows none). A limit
+hit while rendering is the template's fault and has no fallback.
 
 A chat template is code that comes with the model file, so it runs in jinja2's immutable
-sandbox, under a time limit and a size limit (`render_jinja_template`). model.py renders a
-model's template here and falls back to llama.cpp's built-in matcher when Jinja cannot.
+sandbox, under a time limit and a size limit (`render_jinja_template`).
 
 Messages are (role, content) pairs, or dicts in Hugging Face's form: assistant turns may hold
 `tool_calls` ([{"id", "type": "function", "function": {"name", "arguments": {...}}}]) and
@@ -19,19 +24,28 @@ are (jinja2's own escapes them), and `{% break %}` / `{% continue %}`.
     render_jinja_template(template, [{"role": "user", "content": "<weather>?"}], bos="", eos="",
                           tools=[{"type": "function", "function": {"name": "w"}}])  -> '{"name": "w"}<weather>?'
 
-Left out: reading the template from the model and the fallback (model.py); what tools and tool
+    render_chat("{% if <|im_start|>", [("user", "hi")], bos="", eos="", name="m.gguf")   # Jinja fails: ChatML by its marker
+    -> "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+Left out: reading the template from the model file (model.py, gguf.py); what tools and tool
 calls become for a template that knows none (grammar/tools.py).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
+import logging
 import sys
 import time
 from datetime import datetime
 from typing import Any, Sequence, Union
 
-from ..errors import BadInput
+import llama_cpp as lc  # before numpy: see specdec_cli/__init__.py
+
+from ..errors import BadInput, SpecdecError
+
+log = logging.getLogger("specdec")
 
 # A chat template is code that comes with the GGUF file: it renders under these limits.
 TEMPLATE_SECONDS = 2.0  # real templates render in milliseconds
@@ -39,6 +53,40 @@ TEMPLATE_MIN_CHARS = 1 << 16  # output allowed beyond 8x the messages' own lengt
 
 
 Message = Union[tuple[str, str], dict[str, Any]]  # (role, content), or Hugging Face's dict form
+
+
+def render_chat(template: str, messages: Sequence[Message], *, bos: str, eos: str, name: str, tools: list[dict] | None = None) -> str:
+    """Format messages with a chat template, ending on the assistant's turn: Jinja first
+    (`render_jinja_template`), llama.cpp's matcher where Jinja cannot render it. Each error names
+    the model file (`name`); `bos` and `eos` are the template's `bos_token` and `eos_token`."""
+    try:
+        return render_jinja_template(template, messages, bos=bos, eos=eos, tools=tools)
+    except BadInput as exc:  # a limit was hit: the template is at fault, no fallback
+        raise BadInput(f"{name}: {exc}") from None
+    except Exception as exc:  # jinja2 errors of every kind: fall back to llama.cpp's matcher
+        if tools:
+            raise BadInput(f"{name}: the chat template cannot render this conversation with tools: {exc}") from None
+        log.debug("jinja rendering of the chat template failed (%s); using llama.cpp's matcher", exc)
+    return _render_builtin(template, messages, name)
+
+
+def _render_builtin(template: str, messages: Sequence[Message], name: str) -> str:
+    """llama.cpp's built-in matcher: it knows a template's family by its markers and formats the turns so."""
+    turns = [(m["role"], m.get("content") or "") if isinstance(m, dict) else m for m in messages]
+    keep = [(role.encode(), content.encode()) for role, content in turns]
+    chat = (lc.llama_chat_message * len(keep))()
+    for i, (role, content) in enumerate(keep):
+        chat[i].role = role
+        chat[i].content = content
+    size = 2 * sum(len(c) + len(r) for r, c in keep) + 256
+    buf = ctypes.create_string_buffer(size)
+    n = lc.llama_chat_apply_template(template.encode(), chat, len(keep), True, buf, size)
+    if n > size:
+        buf = ctypes.create_string_buffer(n)
+        n = lc.llama_chat_apply_template(template.encode(), chat, len(keep), True, buf, n)
+    if n < 0:
+        raise SpecdecError(f"llama.cpp does not recognise the chat template of {name}; pass --raw and format the prompt yourself")
+    return buf.raw[:n].decode("utf-8", errors="replace")
 
 
 class _TemplateTimeout(BaseException):

@@ -6,62 +6,49 @@ It gives the engine exactly what speculative decoding needs:
     rows = model.decode([1, 2, 3], n_logits=3)      # (3, n_vocab) float32 view, no copy
     model.rewind(1)                                  # KV cache now holds [1] only
 
-Left out on purpose: sampling (maths/), drafting policy (drafting/, tuning/), rendering a Jinja
-chat template (chat_template.py), and the high-level `llama_cpp.Llama` class, whose
-`logits_all=True` allocates an n_ctx x n_vocab float buffer. Here a batch asks for logits only
-on the rows the loop will read, and those rows come back as numpy views over llama.cpp's own
-output buffer: they are valid until the next `decode` call on the same model.
+Loading goes in two stages, each its own method: the weights (`_load`: GPU layers, RPC devices,
+repacking, Ctrl-C through the progress callback), then the context (`_create_context`: the KV
+cache sized from the model's metadata and checked against free memory by resources.py, so a huge
+--ctx is refused instead of swapping to death; one stream of n_seq sequences for the server's
+slots). A batch asks for logits only on the rows the loop will read, and those rows come back as
+numpy views over llama.cpp's own output buffer: they are valid until the next `decode` call on
+the same model.
 
-Before a context is created its KV cache is sized from the model's metadata and checked
-against free memory (resources.py), so a huge --ctx is refused instead of swapping to death.
+Left out on purpose: sampling (maths/), drafting policy (drafting/, tuning/), the vocabulary
+(vocab.py, `LlamaModel`'s base: tokenize, piece, token kinds), rendering a chat template
+(chat_template.py), and the high-level `llama_cpp.Llama` class, whose `logits_all=True`
+allocates an n_ctx x n_vocab float buffer.
 """
 
 from __future__ import annotations
 
 import ctypes
-import functools
 import logging
 import os
-import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import llama_cpp as lc  # before numpy: see specdec_cli/__init__.py
 import numpy as np
 
-from ..errors import BadInput, ModelLoadError, SpecdecError, check_context
+from ..errors import ModelLoadError, SpecdecError, check_context
 from . import crashguard, ggml, resources, rpc
-from .chat_template import render_jinja_template
+from .chat_template import render_chat
 from .gguf import check_gguf_file, no_chat_template
 from .log import llama_log
 from .platform import can_choose_repack, resolve_gpu_layers, resolve_repack
+from .vocab import Vocabulary
 
 log = logging.getLogger("specdec")
 
-VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
 
-
-@dataclass(frozen=True)
-class VocabInfo:
-    """What llama.cpp's compatibility rule compares between a draft and a target."""
-
-    n_vocab: int
-    vocab_type: str
-    bos: int
-    eos: int
-    eot: int
-    add_bos: bool
-    add_eos: bool
-
-
-
-class LlamaModel:
+class LlamaModel(Vocabulary):
     """One GGUF model with one context and the tokens its KV cache holds.
 
     `decode` and `rewind` work on sequence 0 and keep `tokens`. A context made for n_seq > 1
     sequences (the server's slots) is shared through `decode_rows` and `seq_rm` by
     decoding/batch.py, which keeps each sequence's tokens; `n_ctx` is then each one's context.
+    The vocabulary's methods (tokenize, piece, token_kind, ...) come from `Vocabulary` (vocab.py).
     """
 
     def __init__(
@@ -86,8 +73,20 @@ class LlamaModel:
         self._batch = None
         self.tokens: list[int] = []
         self.decoded = 0  # tokens llama_decode has evaluated over this model's life (what a cache hit saves)
-        self._pieces: dict[int, bytes] = {}
+        self._load(n_gpu_layers, vocab_only, repack, role, rpc_servers)
+        super().__init__(lc.llama_model_get_vocab(self._model))
+        # llama.cpp offloads the repeating layers first, then the output layer: n_layer + 1 in all
+        self.n_layer = int(lc.llama_model_n_layer(self._model))
+        self.offloaded_layers = min(self.n_gpu_layers, self.n_layer + 1)
+        if vocab_only:
+            self.n_ctx = 0
+            return
+        self._create_context(n_ctx, n_threads, n_batch, n_seq, role)
 
+    # -- loading: the weights, then the context ----------------------------------------
+
+    def _load(self, n_gpu_layers: int | None, vocab_only: bool, repack: bool | None, role: str, rpc_servers: Sequence[str]) -> None:
+        """The weights, on the devices asked for; ModelLoadError with llama.cpp's reason if it fails."""
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = 0 if vocab_only else resolve_gpu_layers(n_gpu_layers)
         self.rpc_servers = tuple(rpc_servers) if not vocab_only else ()
@@ -120,15 +119,9 @@ class LlamaModel:
                 f"llama.cpp could not load {self.path}: {self._log.reason(mark)} "
                 "(SPECDEC_LLAMA_LOG=1 shows llama.cpp's full log)"
             )
-        self._vocab = lc.llama_model_get_vocab(self._model)
-        self.n_vocab = int(lc.llama_vocab_n_tokens(self._vocab))
-        # llama.cpp offloads the repeating layers first, then the output layer: n_layer + 1 in all
-        self.n_layer = int(lc.llama_model_n_layer(self._model))
-        self.offloaded_layers = min(self.n_gpu_layers, self.n_layer + 1)
-        if vocab_only:
-            self.n_ctx = 0
-            return
 
+    def _create_context(self, n_ctx: int, n_threads: int | None, n_batch: int, n_seq: int, role: str) -> None:
+        """The context: n_seq sequences of n_ctx tokens each, once their KV cache fits in memory."""
         if self.n_gpu_layers == 0 and resources.memory_check_enabled():
             try:
                 resources.check_kv_fits(self.path.name, n_ctx * n_seq, self.kv_bytes_per_token(), resources.available_memory())
@@ -187,6 +180,8 @@ class LlamaModel:
             self._log.pending = self._log.pending or exc
             return False
 
+    # -- the model file's metadata -----------------------------------------------------
+
     def describe(self) -> str:
         """llama.cpp's one-line description, e.g. "llama 134M Q4_1 - Medium"."""
         buf = ctypes.create_string_buffer(256)
@@ -238,86 +233,7 @@ class LlamaModel:
         except Exception:
             pass
 
-    # -- vocabulary -------------------------------------------------------------------
-
-    @functools.cached_property
-    def vocab(self) -> VocabInfo:
-        v = self._vocab
-        return VocabInfo(
-            n_vocab=self.n_vocab,
-            vocab_type=VOCAB_TYPES.get(int(lc.llama_vocab_type(v)), "unknown"),
-            bos=int(lc.llama_vocab_bos(v)),
-            eos=int(lc.llama_vocab_eos(v)),
-            eot=int(lc.llama_vocab_eot(v)),
-            add_bos=bool(lc.llama_vocab_get_add_bos(v)),
-            add_eos=bool(lc.llama_vocab_get_add_eos(v)),
-        )
-
-    def token_text(self, token: int) -> str:
-        """The vocabulary's stored text for a token (not its rendered piece)."""
-        raw = lc.llama_vocab_get_text(self._vocab, token)
-        return raw.decode("utf-8", errors="replace") if raw else ""
-
-    def is_end_of_generation(self, token: int) -> bool:
-        return bool(lc.llama_vocab_is_eog(self._vocab, token))
-
-    def tokenize(self, text: str | bytes, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        """Text (str, or UTF-8 bytes) to token ids. `add_special` adds BOS only if the model asks for it."""
-        data = text if isinstance(text, bytes) else text.encode("utf-8")
-        size = len(data) + 8
-        buf = (lc.llama_token * size)()
-        n = lc.llama_tokenize(self._vocab, data, len(data), buf, size, add_special, parse_special)
-        if n < 0:
-            size = -n
-            buf = (lc.llama_token * size)()
-            n = lc.llama_tokenize(self._vocab, data, len(data), buf, size, add_special, parse_special)
-        return list(buf[:n])
-
-    def piece(self, token: int) -> bytes:
-        """The bytes a token renders as (special tokens render as nothing). Cached."""
-        cached = self._pieces.get(token)
-        if cached is not None:
-            return cached
-        buf = ctypes.create_string_buffer(64)
-        n = lc.llama_token_to_piece(self._vocab, token, buf, 64, 0, False)
-        if n < 0:
-            buf = ctypes.create_string_buffer(-n)
-            n = lc.llama_token_to_piece(self._vocab, token, buf, -n, 0, False)
-        out = buf.raw[:n]
-        self._pieces[token] = out
-        return out
-
-    def token_kind(self, token: int) -> str:
-        """"text" (normal or user-defined: it stands for its piece), "byte" (byte fallback,
-        <0x0A> -> b"\\n") or "special" (control, unknown, unused: renders as nothing)."""
-        attr = int(lc.llama_vocab_get_attr(self._vocab, token))
-        if attr & lc.LLAMA_TOKEN_ATTR_BYTE:
-            return "byte"
-        if attr & (lc.LLAMA_TOKEN_ATTR_CONTROL | lc.LLAMA_TOKEN_ATTR_UNKNOWN | lc.LLAMA_TOKEN_ATTR_UNUSED):
-            return "special"
-        if attr & (lc.LLAMA_TOKEN_ATTR_NORMAL | lc.LLAMA_TOKEN_ATTR_USER_DEFINED):
-            return "text"
-        return "special"  # undefined
-
-    @functools.cached_property
-    def vocab_table(self) -> tuple[list[bytes], list[str]]:
-        """Every token's piece and kind (see `token_kind`), for vocab_map.build. Read once (a second for 262k tokens)."""
-        return [self.piece(t) for t in range(self.n_vocab)], [self.token_kind(t) for t in range(self.n_vocab)]
-
-    @functools.cached_property
-    def grammar_tokenizer(self):
-        """The vocabulary as llguidance reads it, for constraints (grammar/): every token's bytes,
-        control tokens marked special (a grammar never emits them), the end-of-generation tokens
-        as what ends a grammar's output. Built once: about 0.2 s at 49,152 tokens, 1.6 s at 262,144."""
-        from llguidance.llamacpp import lltokenizer_from_vocab  # imports llama_cpp: it belongs here
-
-        ends = [t for t in range(self.n_vocab) if lc.llama_vocab_is_eog(self._vocab, t)]
-        with warnings.catch_warnings():  # it reads each token's attributes by a name llama-cpp-python deprecates: a warning per token
-            warnings.simplefilter("ignore", DeprecationWarning)
-            return lltokenizer_from_vocab(self._vocab, eos_token=ends or None)
-
-    def detokenize(self, tokens: Sequence[int]) -> str:
-        return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
+    # -- the chat template ---------------------------------------------------------------
 
     def chat_template(self) -> str | None:
         raw = lc.llama_model_chat_template(self._model, None)
@@ -325,58 +241,13 @@ class LlamaModel:
 
     def apply_chat_template(self, messages: Sequence, tools: list[dict] | None = None) -> str:
         """Format messages with the model's own template, ending on the assistant's turn: (role,
-        content) tuples, or Hugging Face's message dicts, with `tools` for the template's `tools`.
-
-        The GGUF's Jinja template is rendered as Hugging Face does (so a default system
-        prompt written into the template is kept); llama.cpp's built-in template matcher is
-        the fallback for templates Jinja cannot render (without tools: it knows none).
-        """
+        content) tuples, or Hugging Face's message dicts, with `tools` for the template's `tools`
+        (chat_template.render_chat: Jinja first, llama.cpp's matcher as the fallback)."""
         template = self.chat_template()
         if not template:
             raise no_chat_template(self.path)
-        try:
-            return render_jinja_template(
-                template, messages, bos=self.token_text(self.vocab.bos), eos=self.token_text(self.vocab.eos), tools=tools
-            )
-        except BadInput as exc:  # a limit was hit: the template is at fault, no fallback
-            raise BadInput(f"{self.path.name}: {exc}") from None
-        except Exception as exc:  # jinja2 errors of every kind: fall back to llama.cpp's matcher
-            if tools:
-                raise BadInput(f"{self.path.name}: the chat template cannot render this conversation with tools: {exc}") from None
-            log.debug("jinja rendering of the chat template failed (%s); using llama.cpp's matcher", exc)
-        return self._apply_builtin_template(template, messages)
-
-    def special_id(self, text: str) -> int | None:
-        """The id of the one token that spells `text` and that llguidance reads as special (a control
-        token, or a user-defined one in angle brackets: llguidance.llamacpp's rule), or None.
-        Example: Qwen 2.5's "<tool_call>" -> its id; "hello" -> None."""
-        ids = self.tokenize(text, add_special=False, parse_special=True)
-        if len(ids) != 1:
-            return None
-        attr = int(lc.llama_vocab_get_attr(self._vocab, ids[0]))
-        spelled = self.token_text(ids[0])
-        if attr & lc.LLAMA_TOKEN_ATTR_CONTROL or (attr & lc.LLAMA_TOKEN_ATTR_USER_DEFINED and spelled.startswith("<") and spelled.endswith(">")):
-            return ids[0]
-        return None
-
-    def _apply_builtin_template(self, template: str, messages: Sequence) -> str:
-        turns = [(m["role"], m.get("content") or "") if isinstance(m, dict) else m for m in messages]
-        keep = [(role.encode(), content.encode()) for role, content in turns]
-        chat = (lc.llama_chat_message * len(keep))()
-        for i, (role, content) in enumerate(keep):
-            chat[i].role = role
-            chat[i].content = content
-        size = 2 * sum(len(c) + len(r) for r, c in keep) + 256
-        buf = ctypes.create_string_buffer(size)
-        n = lc.llama_chat_apply_template(template.encode(), chat, len(keep), True, buf, size)
-        if n > size:
-            buf = ctypes.create_string_buffer(n)
-            n = lc.llama_chat_apply_template(template.encode(), chat, len(keep), True, buf, n)
-        if n < 0:
-            raise SpecdecError(
-                f"llama.cpp does not recognise the chat template of {self.path.name}; pass --raw and format the prompt yourself"
-            )
-        return buf.raw[:n].decode("utf-8", errors="replace")
+        bos, eos = self.token_text(self.vocab.bos), self.token_text(self.vocab.eos)
+        return render_chat(template, messages, bos=bos, eos=eos, name=self.path.name, tools=tools)
 
     # -- evaluation -------------------------------------------------------------------
 

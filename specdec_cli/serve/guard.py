@@ -26,9 +26,9 @@ rules keep it out, in the order `Access.check` applies them to every request:
     access.check_admin("Bearer k2", "/metrics")    # Refused(403, "a tenant's key does not open /metrics ...")
     access.sees_everything("Bearer a1")            # -> True
 
-A POST body's Content-Type (application/json, else 415) is app.py's `read_json`.
+A POST body's Content-Type (application/json, else 415) is body.py's `read_json`.
 
-Left out: the HTTP plumbing (app.py's middleware turns these into responses and CORS headers),
+Left out: the HTTP plumbing (middleware.py turns these into responses and CORS headers),
 what a tenant owns (worker.py: its drafting memory, its cached prefix).
 """
 

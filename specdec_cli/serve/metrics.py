@@ -21,7 +21,7 @@ Each app has its own registry (no global state: the tests start many apps in one
     metrics.answered("/v1/completions", 200)
     metrics.render()  # -> b"# HELP specdec:http_requests_total Requests answered, by endpoint and status ..."
 
-Left out: which requests count (app.py calls these), the figures themselves (decoding/stats.py).
+Left out: which requests count (middleware.py and completions.py call these), the figures themselves (decoding/stats.py).
 """
 
 from __future__ import annotations

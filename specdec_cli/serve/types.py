@@ -20,7 +20,7 @@ best_of > 1, penalties, logit_bias, functions, echo, suffix, audio ...) are refu
 naming them, never silently dropped. Unknown fields are ignored, as OpenAI's clients add new
 ones: docs/structured.md lists both sets.
 
-Left out: answering (app.py), generating (worker.py), the responses' shape (wire.py).
+Left out: answering (completions.py), generating (worker.py), the responses' shape (wire.py).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ content null when there is none. An answer that made calls and ended by itself f
 "tool_calls"; one cut by max_tokens with "length" (its JSON is incomplete, as is any
 constrained answer's that ends so).
 
-Left out: reading requests (types.py), sending anything (app.py).
+Left out: reading requests (types.py), sending anything (completions.py).
 """
 
 from __future__ import annotations

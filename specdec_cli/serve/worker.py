@@ -58,7 +58,7 @@ Example (what the tests do, with a scripted pair):
     job = worker.submit(Job(messages=[{"role": "user", "content": "Hi"}], settings=settings, tenant="key-1"), loop)
     first = await job.items.get()   # Started(prompt_tokens=9, cached_tokens=0)
 
-Left out: HTTP (app.py), what a request may hold (types.py), the JSON shapes (wire.py).
+Left out: HTTP (app.py, completions.py), what a request may hold (types.py), the JSON shapes (wire.py).
 """
 
 from __future__ import annotations

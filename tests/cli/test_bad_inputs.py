@@ -307,6 +307,22 @@ def test_the_chat_template_module_docstring_example():
     assert render_jinja_template(template, [("user", "hi")], bos="", eos="") == "<user>hi<assistant>"
 
 
+def test_a_template_jinja_cannot_render_falls_back_to_llama_cpps_matcher_and_one_it_cannot_match_is_an_error():
+    """The module docstring's render_chat example: a syntax error Jinja refuses, known to llama.cpp
+    by its ChatML marker; with tools no fallback (the matcher knows none); with no marker, one line
+    naming the model file."""
+    from specdec_cli.llama.chat_template import render_chat
+
+    broken = "{% if <|im_start|>"
+    assert render_chat(broken, [("user", "hi")], bos="", eos="", name="m.gguf") == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    with pytest.raises(BadInput, match="^m.gguf: the chat template cannot render this conversation with tools"):
+        render_chat(broken, [("user", "hi")], bos="", eos="", name="m.gguf", tools=[{"type": "function", "function": {"name": "w"}}])
+    with pytest.raises(SpecdecError, match="does not recognise the chat template of m.gguf; pass --raw"):
+        render_chat("{% if", [("user", "hi")], bos="", eos="", name="m.gguf")
+    with pytest.raises(BadInput, match="^m.gguf: the chat template writes more than"):  # a limit: no fallback
+        render_chat(ENDLESS["huge repetition"], [("user", "hi")], bos="", eos="", name="m.gguf")
+
+
 @pytest.mark.parametrize("name", ENDLESS)
 def test_a_template_that_never_finishes_is_bad_input_within_the_limit(name):
     from specdec_cli.llama.chat_template import render_jinja_template

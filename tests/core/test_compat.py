@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from fakes import MarkovModel
-from specdec_cli.llama.model import VocabInfo
+from specdec_cli.llama.vocab import VocabInfo
 from specdec_cli.compat import FIRST_CHECKED_TOKEN, MAX_SIZE_DIFFERENCE, compare_vocabularies, report_lines
 
 BASE = VocabInfo(n_vocab=1000, vocab_type="bpe", bos=1, eos=2, eot=0, add_bos=False, add_eos=False)

@@ -214,6 +214,34 @@ def test_the_model_interface_lies_below_both_the_drafters_and_the_loop():
     assert not any(m.startswith("drafting.") for m in edges["causal_model"])
 
 
+def test_the_server_and_the_model_are_split_by_job_with_the_wiring_on_top():
+    """serve/app.py wires routes to the parts that answer them (the body, the completions, the one
+    error shape, the middleware); llama/model.py loads and decodes on top of the vocabulary and the
+    chat template. No part imports what wires it, and each job has one owner: the error shape is
+    serve/errors.py's alone, the vocabulary's calls llama/vocab.py's. Fails if, say, completions.py
+    imports app.py, or model.py tokenizes again."""
+    edges = graph()
+    serve_parts = {"serve.body", "serve.completions", "serve.errors", "serve.middleware", "serve.server"}
+    assert serve_parts <= set(edges)
+    assert {"serve.body", "serve.completions", "serve.errors", "serve.middleware"} <= edges["serve.app"]
+    assert not any("serve.app" in edges[m] for m in serve_parts)
+    assert "serve.errors" in edges["serve.body"] & edges["serve.completions"] & edges["serve.middleware"]
+    assert not {m for m in edges["serve.server"] if m.startswith("serve.")}, "uvicorn's side needs nothing of the app"
+    assert {"llama.vocab", "llama.chat_template"} <= edges["llama.model"]
+    assert "llama.model" not in edges["llama.vocab"] | edges["llama.chat_template"]
+    found = modules()
+    owners = {
+        (node.name, m)
+        for m, path in found.items()
+        if m.startswith("serve.")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name in ("ApiError", "error_response", "from_specdec")
+    }
+    assert owners == {("ApiError", "serve.errors"), ("error_response", "serve.errors"), ("from_specdec", "serve.errors")}
+    calls = {node.attr for node in ast.walk(ast.parse(found["llama.model"].read_text(encoding="utf-8"))) if isinstance(node, ast.Attribute)}
+    assert not calls & {"llama_tokenize", "llama_token_to_piece", "llama_vocab_get_attr", "llama_vocab_get_text", "llama_chat_apply_template"}
+
+
 def test_llama_cpp_loads_before_numpy_whichever_module_is_imported_first():
     """`-X importtime` prints each module when its import ends, nested ones first: llama_cpp.llama_cpp
     (which loads the shared libraries) must end before numpy's import ends. Fails if llama/log.py

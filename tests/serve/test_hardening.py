@@ -24,7 +24,7 @@ import pytest
 
 from specdec_cli.serve.guard import Access, Refused
 from toyserver import Served, chat, toy_pair
-from specdec_cli.serve.app import MAX_INT, MAX_JSON_DEPTH
+from specdec_cli.serve.body import MAX_INT, MAX_JSON_DEPTH
 from specdec_cli.options import MAX_STOP_CHARS, MAX_STOPS
 
 GREEDY_TEXT = "bcdefghijklmnopqrstuvwxyz"
@@ -607,7 +607,7 @@ def test_guard_docstring_examples(tmp_path):
 
 def test_body_and_stop_docstring_examples():
     from specdec_cli.options import BadSetting, check_stops
-    from specdec_cli.serve.app import _depth
+    from specdec_cli.serve.body import _depth
 
     assert _depth({"a": [1, {}]}) == 3
     with pytest.raises(BadSetting) as bad:

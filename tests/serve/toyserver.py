@@ -22,8 +22,9 @@ import uvicorn
 
 from fakes import ToyModel, successor_table
 from specdec_cli.maths.sampling import SamplingParams
-from specdec_cli.serve.app import create_app, server_config
+from specdec_cli.serve.app import create_app
 from specdec_cli.serve.guard import Access
+from specdec_cli.serve.server import server_config
 from specdec_cli.serve.types import Defaults
 from specdec_cli.serve.worker import Worker
 from specdec_cli.session import LoadedPair
