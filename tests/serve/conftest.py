@@ -4,7 +4,8 @@
 built-in pair), reads its stderr until `specdec: listening on http://127.0.0.1:PORT`, polls
 GET /health until 200 (the models loaded) and stops it with SIGTERM at the end; `live_server` is
 one of them for a whole module; `served` is the toy pair behind the app in this process
-(toyserver.py). Its
+(toyserver.py), and `serve` starts more of them, each with its own arguments, stopped at the end:
+`s = serve(toy_pair(), slots=2)`. The real server's
 stderr keeps being read (a full pipe would stall the server) and goes into any failure.
 Example: live_server.url -> "http://127.0.0.1:41237".
 
@@ -113,6 +114,22 @@ def start_server(*extra: str, code: str | None = None, wait_healthy: bool = True
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 process.kill()
+
+
+@pytest.fixture
+def serve():
+    """Start toyserver.Served apps: `s = serve(pair, **Served's keywords)`, not waited for (the test
+    waits on s.worker.ready where it needs the load done). Every one started is stopped at teardown,
+    the last first; a test that checks something after a stop calls s.stop() itself (stopping twice
+    does no harm)."""
+    with contextlib.ExitStack() as started:
+
+        def start(pair, **options) -> Served:
+            s = Served(pair, **options)
+            started.callback(s.stop)
+            return s
+
+        yield start
 
 
 @pytest.fixture

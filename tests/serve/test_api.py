@@ -21,7 +21,7 @@ import urllib.request
 
 import pytest
 
-from toyserver import JSON, Served, chat, toy_pair, wait_until
+from toyserver import JSON, chat, toy_pair, wait_until
 
 
 # -- the wire format ----------------------------------------------------------------------------
@@ -127,9 +127,9 @@ def test_models_and_health(served):
     assert served.get("/health")[0] == 200
 
 
-def test_health_is_503_while_loading_then_200():
+def test_health_is_503_while_loading_then_200(serve):
     loaded = threading.Event()
-    s = Served(toy_pair(), loaded=loaded)
+    s = serve(toy_pair(), loaded=loaded)
     try:
         status, body = s.get("/health")
         assert status == 503 and body["error"]["type"] == "unavailable_error"
@@ -140,7 +140,6 @@ def test_health_is_503_while_loading_then_200():
         assert s.get("/health")[0] == 200
     finally:
         loaded.set()
-        s.stop()
 
 
 # -- bad input never crashes or wedges it ------------------------------------------------------
@@ -182,13 +181,10 @@ def test_bad_input_gets_an_openai_error_and_the_next_request_is_served(served, r
     assert served.post("/v1/chat/completions", chat("a"))[2]["choices"][0]["message"]["content"] == "bcdefghij"
 
 
-def test_a_body_over_the_limit_is_413():
-    s = Served(toy_pair(), max_body=1000)
-    try:
-        status, _, body = s.post("/v1/chat/completions", chat("a" * 2000))
-        assert status == 413 and "at most 1000" in body["error"]["message"]
-    finally:
-        s.stop()
+def test_a_body_over_the_limit_is_413(serve):
+    s = serve(toy_pair(), max_body=1000)
+    status, _, body = s.post("/v1/chat/completions", chat("a" * 2000))
+    assert status == 413 and "at most 1000" in body["error"]["message"]
 
 
 def test_paths_outside_the_api_are_404_in_the_error_shape(served):
@@ -197,29 +193,26 @@ def test_paths_outside_the_api_are_404_in_the_error_shape(served):
         assert status == 404 and set(body["error"]) == {"message", "type", "param", "code"}, (path, body)
 
 
-def test_the_api_key_is_required_on_the_api_but_not_on_health_or_the_page():
-    s = Served(toy_pair(), keys=("s3cret",))
-    try:
-        assert s.worker.ready.wait(10)
-        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
-            status, _, body = s.post("/v1/chat/completions", chat("a"), headers=headers)
-            assert status == 401 and body["error"]["code"] == "invalid_api_key", headers
-            assert s.get("/v1/models", headers=headers)[0] == 401
-        assert s.client("s3cret").chat.completions.create(model="toy", messages=[{"role": "user", "content": "a"}]).choices[0].message.content == "bcdefghij"
-        assert s.get("/health")[0] == 200
-        with urllib.request.urlopen(s.url + "/", timeout=10) as page:
-            assert page.status == 200 and b"<html" in page.read().lower()
-    finally:
-        s.stop()
+def test_the_api_key_is_required_on_the_api_but_not_on_health_or_the_page(serve):
+    s = serve(toy_pair(), keys=("s3cret",))
+    assert s.worker.ready.wait(10)
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+        status, _, body = s.post("/v1/chat/completions", chat("a"), headers=headers)
+        assert status == 401 and body["error"]["code"] == "invalid_api_key", headers
+        assert s.get("/v1/models", headers=headers)[0] == 401
+    assert s.client("s3cret").chat.completions.create(model="toy", messages=[{"role": "user", "content": "a"}]).choices[0].message.content == "bcdefghij"
+    assert s.get("/health")[0] == 200
+    with urllib.request.urlopen(s.url + "/", timeout=10) as page:
+        assert page.status == 200 and b"<html" in page.read().lower()
 
 
 # -- one generation at a time: the queue and disconnects ---------------------------------------
 
 
-def test_a_full_queue_answers_503_with_retry_after_and_nothing_is_lost():
+def test_a_full_queue_answers_503_with_retry_after_and_nothing_is_lost(serve):
     gate = threading.Event()
     pair = toy_pair(gate=gate)
-    s = Served(pair, queue=1)
+    s = serve(pair, queue=1)
     try:
         assert s.worker.ready.wait(10)
         results = {}
@@ -243,46 +236,42 @@ def test_a_full_queue_answers_503_with_retry_after_and_nothing_is_lost():
         assert results["first"][2]["usage"]["completion_tokens"] == 20  # the one in flight, whole
     finally:
         gate.set()
-        s.stop()
 
 
-def test_a_client_that_leaves_mid_stream_stops_its_generation_and_the_caches_stay_exact():
+def test_a_client_that_leaves_mid_stream_stops_its_generation_and_the_caches_stay_exact(serve):
     pair = toy_pair(seconds_per_decode=0.02)
-    s = Served(pair)
-    try:
-        assert s.worker.ready.wait(10)
-        host, port = s.url.removeprefix("http://").split(":")
-        connection = http.client.HTTPConnection(host, int(port), timeout=10)
-        body = json.dumps({"prompt": "a", "max_tokens": 2000, "stream": True, "draft_tokens": 2})
-        connection.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
-        response = connection.getresponse()
-        assert response.status == 200
-        response.read(300)  # a few chunks
-        connection.sock.shutdown(socket.SHUT_RDWR)
-        connection.close()
-        left = time.monotonic()
-        while s.worker.running and time.monotonic() - left < 5:
-            time.sleep(0.01)
-        assert not s.worker.running, "the generation went on after its client left"
-        # one round is 2 draft steps + 1 target batch at 20 ms each, and the disconnect is noticed
-        # within 0.25 s: nowhere near the 2000 tokens asked for
-        assert time.monotonic() - left < 2.0
-        held, drafted = pair.target.kv[0], pair.draft.kv[0]  # the fakes' own record of the slot's sequence
-        assert len(held) < 1000
-        # The caches hold an accepted prefix of the output ("abcd..."), and the next answer is exact.
-        expected = [i % 26 for i in range(len(held))]
-        assert held == expected and drafted == expected[: len(drafted)]
-        assert held == s.worker.slots[0].pair.target.tokens
-        status, _, answer = s.post("/v1/completions", {"prompt": "a", "max_tokens": 5})
-        assert status == 200 and answer["choices"][0]["text"] == "bcdef"
-    finally:
-        s.stop()
+    s = serve(pair)
+    assert s.worker.ready.wait(10)
+    host, port = s.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    body = json.dumps({"prompt": "a", "max_tokens": 2000, "stream": True, "draft_tokens": 2})
+    connection.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
+    response = connection.getresponse()
+    assert response.status == 200
+    response.read(300)  # a few chunks
+    connection.sock.shutdown(socket.SHUT_RDWR)
+    connection.close()
+    left = time.monotonic()
+    while s.worker.running and time.monotonic() - left < 5:
+        time.sleep(0.01)
+    assert not s.worker.running, "the generation went on after its client left"
+    # one round is 2 draft steps + 1 target batch at 20 ms each, and the disconnect is noticed
+    # within 0.25 s: nowhere near the 2000 tokens asked for
+    assert time.monotonic() - left < 2.0
+    held, drafted = pair.target.kv[0], pair.draft.kv[0]  # the fakes' own record of the slot's sequence
+    assert len(held) < 1000
+    # The caches hold an accepted prefix of the output ("abcd..."), and the next answer is exact.
+    expected = [i % 26 for i in range(len(held))]
+    assert held == expected and drafted == expected[: len(drafted)]
+    assert held == s.worker.slots[0].pair.target.tokens
+    status, _, answer = s.post("/v1/completions", {"prompt": "a", "max_tokens": 5})
+    assert status == 200 and answer["choices"][0]["text"] == "bcdef"
 
 
-def test_stop_cancels_the_generation_in_flight_and_the_queue():
+def test_stop_cancels_the_generation_in_flight_and_the_queue(serve):
     gate = threading.Event()
     pair = toy_pair(gate=gate)
-    s = Served(pair, queue=2)
+    s = serve(pair, queue=2)
     try:
         assert s.worker.ready.wait(10)
         results = {}
@@ -311,4 +300,3 @@ def test_stop_cancels_the_generation_in_flight_and_the_queue():
         assert held == [i % 26 for i in range(len(held))] and len(held) < 100
     finally:
         gate.set()
-        s.stop()

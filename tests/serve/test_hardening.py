@@ -55,76 +55,64 @@ def post(served: Served, body: dict, headers: dict | None = None, path: str = "/
 # -- a failure costs one request ---------------------------------------------------------------
 
 
-def test_an_unexpected_exception_fails_its_request_alone_logged_once(caplog):
+def test_an_unexpected_exception_fails_its_request_alone_logged_once(caplog, serve):
     pair = toy_pair()
-    s = Served(pair)
-    try:
-        assert s.worker.ready.wait(10)
-        pair.target.fail_on_decode, pair.target.error = 3, AssertionError("a planted bug")
-        with caplog.at_level(logging.ERROR, logger="specdec"):
-            status, _, body = post(s, {"prompt": "a", "max_tokens": 9})
-        assert status == 500 and body["error"]["type"] == "server_error" and "AssertionError: a planted bug" in body["error"]["message"]
-        stacks = [r for r in caplog.records if r.exc_info]
-        assert len(stacks) == 1 and "a planted bug" in caplog.text and "Traceback" in caplog.text
-        pair.target.fail_on_decode = None
-        status, _, body = post(s, {"prompt": "a", "max_tokens": 9})  # the worker went on; the caches were emptied
-        assert status == 200 and body["choices"][0]["text"] == GREEDY_TEXT[:9]
-        assert raw(s, "GET", "/health")[0] == 200
-    finally:
-        s.stop()
+    s = serve(pair)
+    assert s.worker.ready.wait(10)
+    pair.target.fail_on_decode, pair.target.error = 3, AssertionError("a planted bug")
+    with caplog.at_level(logging.ERROR, logger="specdec"):
+        status, _, body = post(s, {"prompt": "a", "max_tokens": 9})
+    assert status == 500 and body["error"]["type"] == "server_error" and "AssertionError: a planted bug" in body["error"]["message"]
+    stacks = [r for r in caplog.records if r.exc_info]
+    assert len(stacks) == 1 and "a planted bug" in caplog.text and "Traceback" in caplog.text
+    pair.target.fail_on_decode = None
+    status, _, body = post(s, {"prompt": "a", "max_tokens": 9})  # the worker went on; the caches were emptied
+    assert status == 200 and body["choices"][0]["text"] == GREEDY_TEXT[:9]
+    assert raw(s, "GET", "/health")[0] == 200
 
 
-def test_a_stream_that_fails_midway_ends_with_an_error_event_and_the_next_is_exact():
+def test_a_stream_that_fails_midway_ends_with_an_error_event_and_the_next_is_exact(serve):
     pair = toy_pair()
-    s = Served(pair)
-    try:
-        assert s.worker.ready.wait(10)
-        pair.target.fail_on_decode, pair.target.error = 4, ZeroDivisionError("planted")
-        status, _, data = raw(s, "POST", "/v1/completions", json.dumps({"prompt": "a", "max_tokens": 30, "stream": True}).encode(), {"Content-Type": "application/json"})
-        events = [json.loads(line[6:]) for line in data.decode().split("\n\n") if line.startswith("data: {")]
-        assert status == 200 and events[-1]["error"]["type"] == "server_error" and "ZeroDivisionError" in events[-1]["error"]["message"]
-        pair.target.fail_on_decode = None
-        assert post(s, {"prompt": "a", "max_tokens": 12})[2]["choices"][0]["text"] == GREEDY_TEXT[:12]
-    finally:
-        s.stop()
+    s = serve(pair)
+    assert s.worker.ready.wait(10)
+    pair.target.fail_on_decode, pair.target.error = 4, ZeroDivisionError("planted")
+    status, _, data = raw(s, "POST", "/v1/completions", json.dumps({"prompt": "a", "max_tokens": 30, "stream": True}).encode(), {"Content-Type": "application/json"})
+    events = [json.loads(line[6:]) for line in data.decode().split("\n\n") if line.startswith("data: {")]
+    assert status == 200 and events[-1]["error"]["type"] == "server_error" and "ZeroDivisionError" in events[-1]["error"]["message"]
+    pair.target.fail_on_decode = None
+    assert post(s, {"prompt": "a", "max_tokens": 12})[2]["choices"][0]["text"] == GREEDY_TEXT[:12]
 
 
-def test_caches_that_cannot_be_reset_make_health_503_with_the_reason_and_requests_503_at_once():
+def test_caches_that_cannot_be_reset_make_health_503_with_the_reason_and_requests_503_at_once(serve):
     pair = toy_pair()
-    s = Served(pair)
-    try:
-        assert s.worker.ready.wait(10)
-        assert post(s, {"prompt": "a", "max_tokens": 5})[0] == 200
-        pair.target.fail_on_decode, pair.target.error = len(pair.target.calls) + 2, RuntimeError("device lost")
+    s = serve(pair)
+    assert s.worker.ready.wait(10)
+    assert post(s, {"prompt": "a", "max_tokens": 5})[0] == 200
+    pair.target.fail_on_decode, pair.target.error = len(pair.target.calls) + 2, RuntimeError("device lost")
 
-        def broken_seq_rm(seq, n_keep):
-            raise RuntimeError("the device is gone")
+    def broken_seq_rm(seq, n_keep):
+        raise RuntimeError("the device is gone")
 
-        pair.target.seq_rm = broken_seq_rm  # what emptying a slot's sequence calls
-        assert post(s, {"prompt": "a", "max_tokens": 5})[0] == 500
-        status, _, data = raw(s, "GET", "/health")
-        assert status == 503 and "the device is gone" in json.loads(data)["error"]["message"]
-        started = time.monotonic()
-        status, _, body = post(s, {"prompt": "a", "max_tokens": 5})
-        assert status == 503 and "restart the server" in body["error"]["message"] and time.monotonic() - started < 5
-    finally:
-        s.stop()
+    pair.target.seq_rm = broken_seq_rm  # what emptying a slot's sequence calls
+    assert post(s, {"prompt": "a", "max_tokens": 5})[0] == 500
+    status, _, data = raw(s, "GET", "/health")
+    assert status == 503 and "the device is gone" in json.loads(data)["error"]["message"]
+    started = time.monotonic()
+    status, _, body = post(s, {"prompt": "a", "max_tokens": 5})
+    assert status == 503 and "restart the server" in body["error"]["message"] and time.monotonic() - started < 5
 
 
 @pytest.mark.parametrize("error", [RuntimeError("no such device"), MemoryError("out of memory")], ids=["RuntimeError", "MemoryError"])
-def test_a_load_that_fails_unexpectedly_gives_its_reason_on_health_and_503(error):
+def test_a_load_that_fails_unexpectedly_gives_its_reason_on_health_and_503(error, serve):
     def load(stack):
         raise error
 
-    s = Served(toy_pair(), load=load)
-    try:
-        assert s.worker.ready.wait(10)
-        status, _, data = raw(s, "GET", "/health")
-        assert status == 503 and f"{type(error).__name__}: {error}" in json.loads(data)["error"]["message"]
-        status, _, body = post(s, {"prompt": "a"})
-        assert status == 503 and f"{type(error).__name__}" in body["error"]["message"]
-    finally:
-        s.stop()
+    s = serve(toy_pair(), load=load)
+    assert s.worker.ready.wait(10)
+    status, _, data = raw(s, "GET", "/health")
+    assert status == 503 and f"{type(error).__name__}: {error}" in json.loads(data)["error"]["message"]
+    status, _, body = post(s, {"prompt": "a"})
+    assert status == 503 and f"{type(error).__name__}" in body["error"]["message"]
 
 
 # -- tenants -----------------------------------------------------------------------------------
@@ -137,54 +125,48 @@ def as_key(n: int) -> dict:
     return {"Authorization": f"Bearer {KEYS[n - 1]}"}
 
 
-def test_each_key_drafts_only_from_its_own_memory():
-    s = Served(toy_pair(), keys=KEYS)
-    try:
-        assert s.worker.ready.wait(10)
-        lookup = {"prompt": "a", "max_tokens": 12, "drafter": "lookup"}
-        # Key 1 writes "abc..." into its memory. "a" alone gives lookup nothing in its own context.
-        assert post(s, {"prompt": "a", "max_tokens": 20}, as_key(1))[0] == 200
-        status, _, other = post(s, {**lookup, "specdec_events": True}, as_key(2))
-        assert status == 200 and other["timings"]["draft_n"] == 0, "key 2 drafted from key 1's text"
-        status, _, own = post(s, lookup, as_key(1))
-        assert status == 200 and own["timings"]["draft_n"] > 0, "key 1's memory should draft for key 1"
-        assert own["choices"][0]["text"] == other["choices"][0]["text"] == GREEDY_TEXT[:12]
-    finally:
-        s.stop()
+def test_each_key_drafts_only_from_its_own_memory(serve):
+    s = serve(toy_pair(), keys=KEYS)
+    assert s.worker.ready.wait(10)
+    lookup = {"prompt": "a", "max_tokens": 12, "drafter": "lookup"}
+    # Key 1 writes "abc..." into its memory. "a" alone gives lookup nothing in its own context.
+    assert post(s, {"prompt": "a", "max_tokens": 20}, as_key(1))[0] == 200
+    status, _, other = post(s, {**lookup, "specdec_events": True}, as_key(2))
+    assert status == 200 and other["timings"]["draft_n"] == 0, "key 2 drafted from key 1's text"
+    status, _, own = post(s, lookup, as_key(1))
+    assert status == 200 and own["timings"]["draft_n"] > 0, "key 1's memory should draft for key 1"
+    assert own["choices"][0]["text"] == other["choices"][0]["text"] == GREEDY_TEXT[:12]
 
 
-def test_a_cached_prefix_is_reused_and_reported_only_within_a_key_and_the_target_decodes_what_it_claims():
+def test_a_cached_prefix_is_reused_and_reported_only_within_a_key_and_the_target_decodes_what_it_claims(serve):
     pair = toy_pair()
-    s = Served(pair, keys=KEYS)
-    try:
-        assert s.worker.ready.wait(10)
+    s = serve(pair, keys=KEYS)
+    assert s.worker.ready.wait(10)
 
-        def ask(n: int, prompt: str) -> tuple[dict, int]:
-            before = pair.target.decoded
-            status, _, body = post(s, {"prompt": prompt, "max_tokens": 3}, as_key(n))
-            assert status == 200, body
-            return body, pair.target.decoded - before
+    def ask(n: int, prompt: str) -> tuple[dict, int]:
+        before = pair.target.decoded
+        status, _, body = post(s, {"prompt": prompt, "max_tokens": 3}, as_key(n))
+        assert status == 200, body
+        return body, pair.target.decoded - before
 
-        def check(body: dict, decoded: int) -> None:
-            # The target evaluates the prompt's uncached tokens but its last (prefill), then each
-            # pass's last token and drafts: prompt_n - 1 + passes + drafted, counted by the fake.
-            t = body["timings"]
-            assert decoded == t["prompt_n"] - 1 + t["target_passes"] + t["draft_n"], (decoded, t)
+    def check(body: dict, decoded: int) -> None:
+        # The target evaluates the prompt's uncached tokens but its last (prefill), then each
+        # pass's last token and drafts: prompt_n - 1 + passes + drafted, counted by the fake.
+        t = body["timings"]
+        assert decoded == t["prompt_n"] - 1 + t["target_passes"] + t["draft_n"], (decoded, t)
 
-        first, decoded = ask(1, "abcdefgh")
-        check(first, decoded)
-        assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
-        other, decoded = ask(2, "abcdefghijk")  # shares key 1's prefix, but is key 2
-        check(other, decoded)
-        assert other["usage"]["prompt_tokens_details"]["cached_tokens"] == 0 and other["timings"]["prompt_n"] == 11
-        again, decoded = ask(2, "abcdefghijklmn")  # key 2's own next turn
-        check(again, decoded)
-        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 13 and again["timings"]["prompt_n"] == 1
-        back, decoded = ask(1, "abcdefghijklmn")  # key 1 again: key 2's prefix is not its own
-        check(back, decoded)
-        assert back["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
-    finally:
-        s.stop()
+    first, decoded = ask(1, "abcdefgh")
+    check(first, decoded)
+    assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    other, decoded = ask(2, "abcdefghijk")  # shares key 1's prefix, but is key 2
+    check(other, decoded)
+    assert other["usage"]["prompt_tokens_details"]["cached_tokens"] == 0 and other["timings"]["prompt_n"] == 11
+    again, decoded = ask(2, "abcdefghijklmn")  # key 2's own next turn
+    check(again, decoded)
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 13 and again["timings"]["prompt_n"] == 1
+    back, decoded = ask(1, "abcdefghijklmn")  # key 1 again: key 2's prefix is not its own
+    check(back, decoded)
+    assert back["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
 
 
 def test_without_keys_all_requests_are_one_tenant(served):
@@ -192,19 +174,16 @@ def test_without_keys_all_requests_are_one_tenant(served):
     assert post(served, {"prompt": "abcdefghijk", "max_tokens": 3})[2]["usage"]["prompt_tokens_details"]["cached_tokens"] == 10
 
 
-def test_any_of_the_keys_opens_the_api_and_others_do_not():
-    s = Served(toy_pair(), keys=KEYS)
-    try:
-        assert s.worker.ready.wait(10)
-        for n in (1, 2):
-            assert post(s, {"prompt": "a", "max_tokens": 2}, as_key(n))[0] == 200
-            assert raw(s, "GET", "/slots", headers=as_key(n))[0] == 200
-        for headers in ({}, {"Authorization": "Bearer key-three"}, {"Authorization": "Bearer key-one-and-more"}):
-            assert post(s, {"prompt": "a"}, headers)[0] == 401
-            assert raw(s, "GET", "/metrics", headers=headers)[0] == 401
-            assert raw(s, "GET", "/slots", headers=headers)[0] == 401
-    finally:
-        s.stop()
+def test_any_of_the_keys_opens_the_api_and_others_do_not(serve):
+    s = serve(toy_pair(), keys=KEYS)
+    assert s.worker.ready.wait(10)
+    for n in (1, 2):
+        assert post(s, {"prompt": "a", "max_tokens": 2}, as_key(n))[0] == 200
+        assert raw(s, "GET", "/slots", headers=as_key(n))[0] == 200
+    for headers in ({}, {"Authorization": "Bearer key-three"}, {"Authorization": "Bearer key-one-and-more"}):
+        assert post(s, {"prompt": "a"}, headers)[0] == 401
+        assert raw(s, "GET", "/metrics", headers=headers)[0] == 401
+        assert raw(s, "GET", "/slots", headers=headers)[0] == 401
 
 
 ADMIN = {"Authorization": "Bearer the-operator"}
@@ -216,45 +195,38 @@ def error_of(reply: tuple[int, dict, bytes]) -> tuple[int, str | None, str]:
     return status, error["code"], error["message"]
 
 
-def test_metrics_need_the_admin_key_and_a_tenants_key_gets_403():
+def test_metrics_need_the_admin_key_and_a_tenants_key_gets_403(serve):
     """Issue 73: any tenant's key read /metrics, every tenant's traffic summed."""
-    s = Served(toy_pair(), keys=KEYS, admin_keys=("the-operator",))
-    try:
-        assert s.worker.ready.wait(10)
-        assert post(s, {"prompt": "a", "max_tokens": 2}, as_key(1))[0] == 200
-        status, headers, data = raw(s, "GET", "/metrics", headers=ADMIN)
-        assert status == 200 and headers["content-type"].startswith("text/plain") and b"specdec:" in data
-        for n in (1, 2):
-            status, code, message = error_of(raw(s, "GET", "/metrics", headers=as_key(n)))
-            assert (status, code) == (403, "admin_key_required") and "admin key" in message and "--admin-key-file" not in message
-        for headers in ({}, {"Authorization": "Bearer the-operator-and-more"}):
-            assert error_of(raw(s, "GET", "/metrics", headers=headers))[:2] == (401, "invalid_api_key")
-        assert post(s, {"prompt": "a", "max_tokens": 2}, ADMIN)[0] == 401  # the admin key is no tenant's
-    finally:
-        s.stop()
-    s = Served(toy_pair(), keys=KEYS)  # keys, and no admin key: nobody reads /metrics, and the refusal says how
-    try:
-        status, code, message = error_of(raw(s, "GET", "/metrics", headers=as_key(1)))
-        assert (status, code) == (403, "admin_key_required") and "--admin-key-file" in message and "SPECDEC_ADMIN_KEY" in message
-    finally:
-        s.stop()
+    s = serve(toy_pair(), keys=KEYS, admin_keys=("the-operator",))
+    assert s.worker.ready.wait(10)
+    assert post(s, {"prompt": "a", "max_tokens": 2}, as_key(1))[0] == 200
+    status, headers, data = raw(s, "GET", "/metrics", headers=ADMIN)
+    assert status == 200 and headers["content-type"].startswith("text/plain") and b"specdec:" in data
+    for n in (1, 2):
+        status, code, message = error_of(raw(s, "GET", "/metrics", headers=as_key(n)))
+        assert (status, code) == (403, "admin_key_required") and "admin key" in message and "--admin-key-file" not in message
+    for headers in ({}, {"Authorization": "Bearer the-operator-and-more"}):
+        assert error_of(raw(s, "GET", "/metrics", headers=headers))[:2] == (401, "invalid_api_key")
+    assert post(s, {"prompt": "a", "max_tokens": 2}, ADMIN)[0] == 401  # the admin key is no tenant's
+    s.stop()
+    s = serve(toy_pair(), keys=KEYS)  # keys, and no admin key: nobody reads /metrics, and the refusal says how
+    status, code, message = error_of(raw(s, "GET", "/metrics", headers=as_key(1)))
+    assert (status, code) == (403, "admin_key_required") and "--admin-key-file" in message and "SPECDEC_ADMIN_KEY" in message
 
 
 SERVER_WIDE = {"target_passes", "target_rows", "busy_seconds", "between_passes", "drafting"}
 
 
-def test_slots_show_a_tenant_its_own_slots_alone_and_the_admin_every_slot():
+def test_slots_show_a_tenant_its_own_slots_alone_and_the_admin_every_slot(serve):
     """Issue 73: /slots showed any tenant every slot's state and the server's pass counts, busy
     seconds and drafting rates, the other tenants' traffic among them."""
-    s = Served(toy_pair(), keys=KEYS, admin_keys=("the-operator",), slots=2)
-    try:
-        assert s.worker.ready.wait(10)
-        assert post(s, {"prompt": "a", "max_tokens": 5}, as_key(1))[0] == 200
-        assert post(s, {"prompt": "k", "max_tokens": 7}, as_key(2))[0] == 200
-        views = {n: json.loads(raw(s, "GET", "/slots", headers=as_key(n))[2]) for n in (1, 2)}
-        everything = json.loads(raw(s, "GET", "/slots", headers=ADMIN)[2])
-    finally:
-        s.stop()
+    s = serve(toy_pair(), keys=KEYS, admin_keys=("the-operator",), slots=2)
+    assert s.worker.ready.wait(10)
+    assert post(s, {"prompt": "a", "max_tokens": 5}, as_key(1))[0] == 200
+    assert post(s, {"prompt": "k", "max_tokens": 7}, as_key(2))[0] == 200
+    views = {n: json.loads(raw(s, "GET", "/slots", headers=as_key(n))[2]) for n in (1, 2)}
+    everything = json.loads(raw(s, "GET", "/slots", headers=ADMIN)[2])
+    s.stop()
     assert SERVER_WIDE <= set(everything) and len(everything["slots"]) == 2
     assert sum(everything["target_passes"].values()) > 0
     owned = {slot["slot"]: slot for slot in everything["slots"] if slot["tokens"] is not None}
@@ -289,13 +261,10 @@ def test_the_host_header_must_name_this_server(served, host, allowed):
         assert json.loads(data)["error"]["code"] == "host_not_allowed"
 
 
-def test_allowed_host_adds_a_name():
-    s = Served(toy_pair(), allowed_hosts=("box.lan",))
-    try:
-        assert raw(s, "GET", "/v1/models", headers={"Host": f"box.lan:{s.port}"})[0] == 200
-        assert raw(s, "GET", "/v1/models", headers={"Host": f"other.lan:{s.port}"})[0] == 400
-    finally:
-        s.stop()
+def test_allowed_host_adds_a_name(serve):
+    s = serve(toy_pair(), allowed_hosts=("box.lan",))
+    assert raw(s, "GET", "/v1/models", headers={"Host": f"box.lan:{s.port}"})[0] == 200
+    assert raw(s, "GET", "/v1/models", headers={"Host": f"other.lan:{s.port}"})[0] == 400
 
 
 @pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"])
@@ -360,33 +329,27 @@ def test_a_server_on_another_loopback_address_takes_its_own_host_header():
         access.check_host("127.0.0.3:8080")
 
 
-def test_the_preflight_allows_the_headers_the_page_asks_for():
+def test_the_preflight_allows_the_headers_the_page_asks_for(serve):
     # The openai JS SDK sends x-stainless-* headers; a preflight from an allowed page gets them allowed.
-    s = Served(toy_pair(), cors_origins=("http://localhost:3000",))
-    try:
-        assert s.worker.ready.wait(10)
-        asked = "authorization, content-type, x-stainless-os, x-stainless-lang, x-stainless-retry-count"
-        status, headers, _ = raw(s, "OPTIONS", "/v1/chat/completions", headers={"Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": asked})
-        allowed = [h.strip().lower() for h in headers["access-control-allow-headers"].split(",")]
-        assert status == 204 and set(asked.split(", ")) <= set(allowed) and len(allowed) == len(set(allowed))
-    finally:
-        s.stop()
+    s = serve(toy_pair(), cors_origins=("http://localhost:3000",))
+    assert s.worker.ready.wait(10)
+    asked = "authorization, content-type, x-stainless-os, x-stainless-lang, x-stainless-retry-count"
+    status, headers, _ = raw(s, "OPTIONS", "/v1/chat/completions", headers={"Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": asked})
+    allowed = [h.strip().lower() for h in headers["access-control-allow-headers"].split(",")]
+    assert status == 204 and set(asked.split(", ")) <= set(allowed) and len(allowed) == len(set(allowed))
 
 
-def test_cors_origin_allows_one_page_with_a_proper_preflight():
-    s = Served(toy_pair(), cors_origins=("http://localhost:3000",))
-    try:
-        assert s.worker.ready.wait(10)
-        page = {"Origin": "http://localhost:3000"}
-        status, headers, _ = raw(s, "OPTIONS", "/v1/chat/completions", headers={**page, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization, content-type"})
-        assert status == 204 and headers["access-control-allow-origin"] == "http://localhost:3000"
-        assert "POST" in headers["access-control-allow-methods"] and "Content-Type" in headers["access-control-allow-headers"]
-        assert "Authorization" in headers["access-control-allow-headers"] and headers["vary"] == "Origin"
-        status, headers, body = post(s, chat("a", max_tokens=3), page, path="/v1/chat/completions")
-        assert status == 200 and headers["access-control-allow-origin"] == "http://localhost:3000" and body["choices"][0]["message"]["content"] == "bcd"
-        assert post(s, {"prompt": "a"}, {"Origin": "http://localhost:4000"})[0] == 403
-    finally:
-        s.stop()
+def test_cors_origin_allows_one_page_with_a_proper_preflight(serve):
+    s = serve(toy_pair(), cors_origins=("http://localhost:3000",))
+    assert s.worker.ready.wait(10)
+    page = {"Origin": "http://localhost:3000"}
+    status, headers, _ = raw(s, "OPTIONS", "/v1/chat/completions", headers={**page, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization, content-type"})
+    assert status == 204 and headers["access-control-allow-origin"] == "http://localhost:3000"
+    assert "POST" in headers["access-control-allow-methods"] and "Content-Type" in headers["access-control-allow-headers"]
+    assert "Authorization" in headers["access-control-allow-headers"] and headers["vary"] == "Origin"
+    status, headers, body = post(s, chat("a", max_tokens=3), page, path="/v1/chat/completions")
+    assert status == 200 and headers["access-control-allow-origin"] == "http://localhost:3000" and body["choices"][0]["message"]["content"] == "bcd"
+    assert post(s, {"prompt": "a"}, {"Origin": "http://localhost:4000"})[0] == 403
 
 
 # -- limits ------------------------------------------------------------------------------------
@@ -431,8 +394,8 @@ def test_no_integer_a_client_sends_gives_500(served, field, value):
     assert status < 500, answer
 
 
-def test_past_the_connection_bound_requests_get_503():
-    s = Served(toy_pair(), max_connections=2)
+def test_past_the_connection_bound_requests_get_503(serve):
+    s = serve(toy_pair(), max_connections=2)
     idle = []
     try:
         assert s.worker.ready.wait(10)
@@ -449,97 +412,78 @@ def test_past_the_connection_bound_requests_get_503():
     finally:
         for sock in idle:
             sock.close()
-        s.stop()
 
 
-def test_a_connection_that_trickles_its_headers_is_cut_off():
-    s = Served(toy_pair(), header_seconds=0.5)
-    try:
-        with socket.create_connection(("127.0.0.1", s.port)) as sock:
-            sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # the headers never end
-            sock.settimeout(10)
-            started = time.monotonic()
-            assert sock.recv(1024) == b""  # closed by the server
-            assert time.monotonic() - started < 5
-        assert raw(s, "GET", "/v1/models")[0] == 200
-    finally:
-        s.stop()
+def test_a_connection_that_trickles_its_headers_is_cut_off(serve):
+    s = serve(toy_pair(), header_seconds=0.5)
+    with socket.create_connection(("127.0.0.1", s.port)) as sock:
+        sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # the headers never end
+        sock.settimeout(10)
+        started = time.monotonic()
+        assert sock.recv(1024) == b""  # closed by the server
+        assert time.monotonic() - started < 5
+    assert raw(s, "GET", "/v1/models")[0] == 200
 
 
-def test_a_body_that_does_not_arrive_in_time_is_408():
-    s = Served(toy_pair(), body_seconds=0.5)
-    try:
-        assert s.worker.ready.wait(10)
-        with socket.create_connection(("127.0.0.1", s.port)) as sock:
-            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"prompt\"")
-            sock.settimeout(10)
-            reply = sock.recv(4096)
-            head, _, body = reply.partition(b"\r\n\r\n")
-            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-            while len(body) < length:
-                body += sock.recv(4096)
-            reply = head + b"\r\n\r\n" + body
-        assert reply.startswith(b"HTTP/1.1 408") and b"did not arrive within 0.5 s" in reply
-    finally:
-        s.stop()
+def test_a_body_that_does_not_arrive_in_time_is_408(serve):
+    s = serve(toy_pair(), body_seconds=0.5)
+    assert s.worker.ready.wait(10)
+    with socket.create_connection(("127.0.0.1", s.port)) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"prompt\"")
+        sock.settimeout(10)
+        reply = sock.recv(4096)
+        head, _, body = reply.partition(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        while len(body) < length:
+            body += sock.recv(4096)
+        reply = head + b"\r\n\r\n" + body
+    assert reply.startswith(b"HTTP/1.1 408") and b"did not arrive within 0.5 s" in reply
 
 
-def test_request_timeout_ends_a_generation_with_its_tokens_so_far_as_length():
-    s = Served(toy_pair(seconds_per_decode=0.01), request_timeout=0.3)
-    try:
-        assert s.worker.ready.wait(10)
-        status, _, body = post(s, {"prompt": "a", "max_tokens": 3000})
-        assert status == 200 and body["choices"][0]["finish_reason"] == "length"
-        text = body["choices"][0]["text"]
-        assert 0 < len(text) < 3000 and body["usage"]["completion_tokens"] == len(text)
-        assert text == (GREEDY_TEXT + "a") * (len(text) // 26) + (GREEDY_TEXT + "a")[: len(text) % 26]
-        assert post(s, {"prompt": "a", "max_tokens": 5})[2]["choices"][0]["text"] == "bcdef"  # the caches were rolled back
-    finally:
-        s.stop()
+def test_request_timeout_ends_a_generation_with_its_tokens_so_far_as_length(serve):
+    s = serve(toy_pair(seconds_per_decode=0.01), request_timeout=0.3)
+    assert s.worker.ready.wait(10)
+    status, _, body = post(s, {"prompt": "a", "max_tokens": 3000})
+    assert status == 200 and body["choices"][0]["finish_reason"] == "length"
+    text = body["choices"][0]["text"]
+    assert 0 < len(text) < 3000 and body["usage"]["completion_tokens"] == len(text)
+    assert text == (GREEDY_TEXT + "a") * (len(text) // 26) + (GREEDY_TEXT + "a")[: len(text) % 26]
+    assert post(s, {"prompt": "a", "max_tokens": 5})[2]["choices"][0]["text"] == "bcdef"  # the caches were rolled back
 
 
-def test_an_answer_that_ends_in_the_round_that_crosses_the_time_limit_keeps_its_finish_reason():
+def test_an_answer_that_ends_in_the_round_that_crosses_the_time_limit_keeps_its_finish_reason(serve):
     # Each decode takes 50 ms and the limit is 10 ms: it passes during the prefill. The answer
     # ends by its stop string in round 1, and says so ("stop", not "length"), with its text.
-    s = Served(toy_pair(seconds_per_decode=0.05), request_timeout=0.01)
-    try:
-        assert s.worker.ready.wait(10)
-        status, _, body = post(s, {"prompt": "a", "max_tokens": 30, "stop": ["de"]})
-        assert status == 200 and body["choices"][0]["finish_reason"] == "stop" and body["choices"][0]["text"] == "bc"
-    finally:
-        s.stop()
+    s = serve(toy_pair(seconds_per_decode=0.05), request_timeout=0.01)
+    assert s.worker.ready.wait(10)
+    status, _, body = post(s, {"prompt": "a", "max_tokens": 30, "stop": ["de"]})
+    assert status == 200 and body["choices"][0]["finish_reason"] == "stop" and body["choices"][0]["text"] == "bc"
 
 
-def test_a_stream_cut_by_the_time_limit_carries_every_token_it_counts():
+def test_a_stream_cut_by_the_time_limit_carries_every_token_it_counts(serve):
     # The worker hands a round's events over together, with its Round; a limit that strikes
     # mid-round still sends the tokens of that round the answer counts. Each decode takes 10 ms,
     # and the limit is checked after each event: the first event after the decode that crossed it
     # is a round's Token (no drafter: a round is a Token, then its Round), so the check cuts
     # between the two. Without the worker's last hand-over the stream lacked that token.
-    s = Served(toy_pair(seconds_per_decode=0.01), request_timeout=0.3)
-    try:
-        assert s.worker.ready.wait(10)
-        body = {"prompt": "a", "max_tokens": 3000, "stream": True, "stream_options": {"include_usage": True}, "drafter": "none"}
-        status, _, data = raw(s, "POST", "/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
-        chunks = [json.loads(line[6:]) for line in data.decode().splitlines() if line.startswith("data: {")]
-        text = "".join(c["choices"][0]["text"] for c in chunks if c.get("choices"))
-        reasons = [c["choices"][0]["finish_reason"] for c in chunks if c.get("choices") and c["choices"][0].get("finish_reason")]
-        assert status == 200 and reasons == ["length"]
-        assert 0 < len(text) == chunks[-1]["usage"]["completion_tokens"]
-        assert text == ((GREEDY_TEXT + "a") * (len(text) // 26 + 1))[: len(text)]
-    finally:
-        s.stop()
+    s = serve(toy_pair(seconds_per_decode=0.01), request_timeout=0.3)
+    assert s.worker.ready.wait(10)
+    body = {"prompt": "a", "max_tokens": 3000, "stream": True, "stream_options": {"include_usage": True}, "drafter": "none"}
+    status, _, data = raw(s, "POST", "/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
+    chunks = [json.loads(line[6:]) for line in data.decode().splitlines() if line.startswith("data: {")]
+    text = "".join(c["choices"][0]["text"] for c in chunks if c.get("choices"))
+    reasons = [c["choices"][0]["finish_reason"] for c in chunks if c.get("choices") and c["choices"][0].get("finish_reason")]
+    assert status == 200 and reasons == ["length"]
+    assert 0 < len(text) == chunks[-1]["usage"]["completion_tokens"]
+    assert text == ((GREEDY_TEXT + "a") * (len(text) // 26 + 1))[: len(text)]
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_drafter_that_cannot_work_is_400_before_the_stream_starts(stream):
-    s = Served(toy_pair(draft=False))
-    try:
-        assert s.worker.ready.wait(10)
-        status, _, data = raw(s, "POST", "/v1/completions", json.dumps({"prompt": "a", "drafter": "cascade", "stream": stream}).encode(), {"Content-Type": "application/json"})
-        assert status == 400 and "needs a draft model" in json.loads(data)["error"]["message"]
-    finally:
-        s.stop()
+def test_a_drafter_that_cannot_work_is_400_before_the_stream_starts(stream, serve):
+    s = serve(toy_pair(draft=False))
+    assert s.worker.ready.wait(10)
+    status, _, data = raw(s, "POST", "/v1/completions", json.dumps({"prompt": "a", "drafter": "cascade", "stream": stream}).encode(), {"Content-Type": "application/json"})
+    assert status == 400 and "needs a draft model" in json.loads(data)["error"]["message"]
 
 
 # -- metrics -----------------------------------------------------------------------------------

@@ -42,7 +42,8 @@ def toy_pair(seconds_per_decode: float = 0.0, n_ctx: int = 4096, gate: threading
 
 
 class Served:
-    """One app on a free port in a thread; `stop()` ends it and its worker."""
+    """One app on a free port in a thread; `stop()` ends it and its worker (a second call does no
+    harm). The tests start one with conftest's `serve` fixture, which stops it at teardown."""
 
     def __init__(
         self, pair: LoadedPair, *, loaded: threading.Event | None = None, queue: int = 4, keys: tuple[str, ...] = (), max_body: int = 1 << 20,
