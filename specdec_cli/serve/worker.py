@@ -211,6 +211,7 @@ class Slot:
     round_events: list[Event] = field(default_factory=list)  # a round's Rejected and Tokens, handed over with its Round
     held: bool = False  # a whole answer's rounds after its first token wait for the end
     cut_at: int | None = None  # once past the deadline: the round whose end ends the generation
+    failure: Failed | None = None  # an error of ours while handling its events (`_broken`): its answer
 
 
 class Worker:
@@ -363,7 +364,10 @@ class Worker:
             self.ready.set()
             try:
                 for slot, item in self._scheduler.run(self._admit):
-                    self._handle(slot, item)
+                    try:
+                        self._handle(slot, item)
+                    except Exception as exc:  # a bug of ours in one request's handling: it fails alone, the loop goes on
+                        self._broken(slot, item, exc)
             except Exception as exc:  # a bug in the loop itself: nothing can be served any more
                 log.error("the scheduling loop failed", exc_info=True)
                 self._lose(f"the server failed ({type(exc).__name__}: {exc}); restart it")
@@ -412,7 +416,7 @@ class Worker:
         slot.job, slot.used, slot.ids = job, self._served, ids
         slot.rounds = slot.tokens = 0
         slot.prefilled = slot.ending = slot.held = False
-        slot.round_events, slot.cut_at = [], None
+        slot.round_events, slot.cut_at, slot.failure = [], None, None
         pair, s = slot.pair, job.settings
         try:
             config = self._fit(ids, s)
@@ -426,6 +430,9 @@ class Worker:
             policy = self._policy(s, pair)
         except SpecdecError as exc:
             self._finish(slot, Failed(exc))
+            return
+        except Exception as exc:  # a bug of ours: this request fails, the server goes on
+            self._finish(slot, self._internal(exc))
             return
         job._put(Started(prompt_tokens=len(ids), cached_tokens=common_prefix(pair.target.tokens, ids[:-1])))
         slot.deadline = None if self._request_timeout is None else time.monotonic() + self._request_timeout
@@ -467,9 +474,25 @@ class Worker:
         if slot.cut_at is not None and not slot.ending and (isinstance(event, Rejected) or (isinstance(event, Round) and slot.rounds >= slot.cut_at)):
             self._end(slot, EndEarly("time_limit"))
 
+    def _broken(self, slot: Slot, item: object, exc: Exception) -> None:
+        """`_handle` failed on one of a slot's items: the request ends with InternalError, its sequence emptied."""
+        if slot.job is None:
+            return
+        failure = self._internal(exc)
+        if isinstance(item, Ended):  # the generation is over: answer now
+            self._finish(slot, failure)
+            self._reset(slot)
+        else:  # end it where it waits; its Ended then answers with the failure
+            slot.failure = failure
+            self._end(slot, _Cancelled())
+
     def _last(self, slot: Slot, ended: Ended) -> Done | Failed | None:
         """The job's last item (None: it was cancelled and nobody listens)."""
         job, error = slot.job, ended.error
+        if slot.failure is not None:  # `_broken`: the generation was ended by our own failure
+            failure, slot.failure = slot.failure, None
+            self._reset(slot)
+            return failure
         if slot.round_events and not job.cancelled:  # a whole answer's held rounds; a round the time limit or an error cut
             job._put(*slot.round_events)
         if isinstance(error, _Cancelled):  # the engine rolled both caches back

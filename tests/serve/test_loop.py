@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from toyserver import GREEDY, Served, toy_pair, wait_until
+from toyserver import GREEDY, toy_pair, wait_until
 from specdec_cli.serve.types import CompletionRequest, Settings
 from specdec_cli.serve.worker import Job, QueueFull
 
@@ -32,13 +32,13 @@ def loop():
     loop.close()
 
 
-def test_a_client_that_leaves_during_its_prefill_costs_no_more_passes(loop):
+def test_a_client_that_leaves_during_its_prefill_costs_no_more_passes(loop, serve):
     """A 1,040-token prompt goes in three passes of 512 rows alone. The client cancels while the
     first is in flight (the gate holds it): counted by the target, the sequence's rows go in no
     pass after the one in flight, and the model's cache holds what the slot's view says."""
     gate = threading.Event()
     pair = toy_pair(gate=gate, draft=False)
-    s = Served(pair)
+    s = serve(pair)
     try:
         assert s.worker.ready.wait(10)
         cancelled = s.worker.submit(job(LONG), loop)
@@ -52,30 +52,26 @@ def test_a_client_that_leaves_during_its_prefill_costs_no_more_passes(loop):
         assert status == 200 and body["choices"][0]["text"] == "bcdef"
     finally:
         gate.set()
-        s.stop()
 
 
-def test_a_time_limit_ends_a_prefill_at_the_next_pass(loop):
+def test_a_time_limit_ends_a_prefill_at_the_next_pass(serve):
     """--request-timeout of 50 ms, passes of 100 ms: the 1,040-token prompt's first pass crosses
     it, so the request ends with no tokens and finish reason length, and its rows go in no
     later pass (counted by the target)."""
     pair = toy_pair(seconds_per_decode=0.1, draft=False)
-    s = Served(pair, request_timeout=0.05)
-    try:
-        assert s.worker.ready.wait(10)
-        status, _, body = s.post("/v1/completions", {"prompt": LONG, "max_tokens": 5})
-        assert status == 200 and body["choices"][0]["finish_reason"] == "length" and body["choices"][0]["text"] == ""
-        assert passes_of(pair.target, 0) == 1
-    finally:
-        s.stop()
+    s = serve(pair, request_timeout=0.05)
+    assert s.worker.ready.wait(10)
+    status, _, body = s.post("/v1/completions", {"prompt": LONG, "max_tokens": 5})
+    assert status == 200 and body["choices"][0]["finish_reason"] == "length" and body["choices"][0]["text"] == ""
+    assert passes_of(pair.target, 0) == 1
 
 
-def test_a_cancelled_job_gives_its_place_in_the_queue_back_at_once(loop):
+def test_a_cancelled_job_gives_its_place_in_the_queue_back_at_once(loop, serve):
     """--queue 1: one job generating (held by the gate), one waiting fills the queue, a third is
     refused; when the waiting one's client leaves, its place is free at once, before any slot is."""
     gate = threading.Event()
     pair = toy_pair(gate=gate)
-    s = Served(pair, queue=1)
+    s = serve(pair, queue=1)
     try:
         assert s.worker.ready.wait(10)
         s.worker.submit(job(), loop)
@@ -89,10 +85,9 @@ def test_a_cancelled_job_gives_its_place_in_the_queue_back_at_once(loop):
         assert s.worker.running == 1
     finally:
         gate.set()
-        s.stop()
 
 
-def test_a_pass_that_never_returns_ends_the_server_with_503_and_the_reason():
+def test_a_pass_that_never_returns_ends_the_server_with_503_and_the_reason(serve):
     """A target pass held past --pass-timeout (0.5 s): the watchdog fails the running request and
     the queued one with 503 and the reason, /health answers 503 with it, and on_gone is called
     (the command then exits non-zero)."""
@@ -100,7 +95,7 @@ def test_a_pass_that_never_returns_ends_the_server_with_503_and_the_reason():
     pair = toy_pair(gate=gate)
     gone = threading.Event()
     reasons = []
-    s = Served(pair, pass_timeout=0.5, on_gone=lambda reason: reasons.append(reason) or gone.set())
+    s = serve(pair, pass_timeout=0.5, on_gone=lambda reason: reasons.append(reason) or gone.set())
     results = {}
     try:
         assert s.worker.ready.wait(10)
@@ -124,4 +119,35 @@ def test_a_pass_that_never_returns_ends_the_server_with_503_and_the_reason():
         assert reasons[0].startswith("the target model's pass has not returned in 0.5 s on this machine")
     finally:
         gate.set()
-        s.stop()
+
+
+def test_a_bug_while_handling_one_requests_events_fails_that_request_alone(monkeypatch, serve):
+    """A planted bug: handing over the first Round of the request whose prompt is "k" raises. That
+    request gets 500 and its slot is emptied; the other, generating beside it, gets its greedy
+    answer; /health stays 200 and the next request is answered exactly."""
+    from specdec_cli.events import Round
+    from specdec_cli.serve.worker import Worker
+
+    real = Worker._handle
+
+    def planted(self, slot, item):
+        if isinstance(item, Round) and slot.ids[:1] == [10]:  # "k"
+            raise ZeroDivisionError("planted")
+        return real(self, slot, item)
+
+    monkeypatch.setattr(Worker, "_handle", planted)
+    s = serve(toy_pair(seconds_per_decode=0.002), slots=2)
+    assert s.worker.ready.wait(10)
+    results = {}
+
+    def ask(name, prompt):
+        results[name] = s.post("/v1/completions", {"prompt": prompt, "max_tokens": 12})
+
+    threads = [threading.Thread(target=ask, args=(p, p)) for p in ("a", "k")]
+    [t.start() for t in threads]
+    [t.join(30) for t in threads]
+    assert results["k"][0] == 500 and "ZeroDivisionError: planted" in results["k"][2]["error"]["message"]
+    assert results["a"][0] == 200 and results["a"][2]["choices"][0]["text"] == "bcdefghijklm"
+    assert s.get("/health")[0] == 200
+    status, _, body = s.post("/v1/completions", {"prompt": "b", "max_tokens": 5})
+    assert status == 200 and body["choices"][0]["text"] == "cdefg"
