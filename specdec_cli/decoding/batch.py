@@ -294,13 +294,14 @@ class Batcher:
         index = min(self.models.index(r.view.model) for r in self._waiting)
         model = self.models[index]
         planned = self._plan(model, [r for r in self._waiting if r.view.model is model])
+        parts = [self._part(r, take) for r, take in planned]
         start = time.perf_counter()
         if self._last_end is not None:
             self.log.spans += 1
             self.log.between += start - self._last_end
         self.pass_model, self.pass_began = self.names[index], time.monotonic()
         try:
-            results, seconds = self._decode(model, planned)
+            results, seconds = self._decode(model, parts)
         finally:
             self.pass_began = None
             self._last_end = time.perf_counter()
@@ -319,14 +320,15 @@ class Batcher:
                 finished.append(r)
         self._waiting = [r for r in self._waiting if not r.finished]
         try:
-            self._account(index, planned, results, seconds)
+            self._account(index, planned, parts, results, seconds)
         except Exception:  # a bug in the figures must not cost the sequences their rows: logged, and the passes go on
             log.error("accounting for a pass failed", exc_info=True)
         return finished
 
-    def _account(self, index: int, planned: list[tuple[_Request, int]], results: list, seconds: float | None) -> None:
+    def _account(self, index: int, planned: list[tuple[_Request, int]], parts: list[Part], results: list, seconds: float | None) -> None:
         """A pass's costs, the sequences' charges, the switch's figures and the log."""
         served = [(r, take) for (r, take), result in zip(planned, results) if not isinstance(result, BaseException)]
+        logit_rows = [part.n_logits for part, result in zip(parts, results) if not isinstance(result, BaseException)]
         # With a draft model: a pass of it (its steps, its catch-ups), or the target's that follows.
         draft_pass, target_pass = len(self.models) > 1 and index == 0, index > 0 and index == len(self.models) - 1
         if seconds is not None:
@@ -342,7 +344,7 @@ class Batcher:
             if draft_pass:  # the draft model's rows beyond a round's last draft and its bonus: a catch-up
                 self.switch.catch_up(aside_seconds(seconds, takes, [min(take, CATCH_UP_FREE) for take in takes], line))
             elif target_pass:  # the target's rows that want no logits: a prompt's, alike either way
-                self.switch.set_aside(aside_seconds(seconds, takes, [self._logit_rows(r, r.done - take, take) for r, take in served], line))
+                self.switch.set_aside(aside_seconds(seconds, takes, logit_rows, line))
         if target_pass:
             self.switch.after_pass(self._active, len(planned) == self._active, time.perf_counter())
         if draft_pass:
@@ -374,9 +376,8 @@ class Batcher:
         assert planned, "a pass with nothing to do"
         return planned
 
-    def _decode(self, model: SharedModel, planned: list[tuple[_Request, int]]) -> tuple[list, float | None]:
+    def _decode(self, model: SharedModel, parts: list[Part]) -> tuple[list, float | None]:
         """Each part's logits (or the exception its rows raised) and the pass's seconds (None when it failed)."""
-        parts = [self._part(r, take) for r, take in planned]
         start = time.perf_counter()
         try:
             return model.decode_rows(parts), time.perf_counter() - start
@@ -395,13 +396,10 @@ class Batcher:
         return results, None
 
     @staticmethod
-    def _logit_rows(r: _Request, done: int, take: int) -> int:
-        """How many of the `take` rows from `done` want logits: the request's, in its last chunk only."""
-        return r.n_logits if done + take == len(r.tokens) else 0
-
-    @classmethod
-    def _part(cls, r: _Request, take: int) -> Part:
-        return Part(r.view.seq, len(r.view.tokens), r.tokens[r.done : r.done + take], cls._logit_rows(r, r.done, take))
+    def _part(r: _Request, take: int) -> Part:
+        """The request's next `take` rows; those that want logits are the request's, in its last chunk only."""
+        last = r.done + take == len(r.tokens)
+        return Part(r.view.seq, len(r.view.tokens), r.tokens[r.done : r.done + take], r.n_logits if last else 0)
 
 
 class BatchedPolicy:
