@@ -274,16 +274,17 @@ def open_tuning(pair: LoadedPair, options, draft_tokens, off: bool) -> Tuning | 
 
 
 def keep_tuning(tuning: Tuning, policy, earned) -> None:
-    """Save what the call's policy learnt: its cost curve (the draft step from the draft model's
-    record, in units of T_batch(1)) and each proposer's record (`earned`, as the engine wrote it back)."""
-    from ..tuning.cost_curve import CostCurve
+    """Save what the call's policy learnt: its costs (AdaptivePolicy.costs; the record's draft step
+    where this call has none) and each proposer's record (`earned`, as the engine wrote it back)."""
+    import dataclasses
+
     from ..tuning.record import TuningRecord, save_record
 
-    curve, costs = policy.curve(), tuning.record.costs
-    if curve:
-        model = earned.get("model")
-        step = model.draft_cost * curve[0] if model is not None and model.draft_cost is not None else costs.draft_step if costs else None
-        costs = CostCurve(draft_step=step, target_batch=tuple(curve))
+    costs, kept = policy.costs(), tuning.record.costs
+    if costs is None:
+        costs = kept
+    elif costs.draft_step is None and kept is not None:
+        costs = dataclasses.replace(costs, draft_step=kept.draft_step)
     try:
         save_record(tuning.folder, tuning.identity, TuningRecord(costs, dict(earned), tuning.record.calls + 1))
     except OSError as exc:

@@ -55,16 +55,14 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from ..events import Earned, Round
 from .carried import carried_record
+from .cost_curve import CostCurve
 from .estimates import DECAY, PRIOR_BATCH_SLOPE, Acceptance, BatchCost, WeightedMean, clamp
 from .proposers import MIN_TRIALS, MODEL_KINDS, MOSTLY_WRONG, SAT_OUT_PRIOR, from_memory, kind, prior_acceptance, prior_draft_cost
 from .speedup import best_draft_length
-
-if TYPE_CHECKING:
-    from .cost_curve import CostCurve
 
 
 # The early-stop threshold (llama.cpp's --draft-p-min, whose default is 0.75), for `auto` and a
@@ -122,7 +120,7 @@ class AdaptivePolicy:
         max_k: int = AUTO_MAX_K,
         *,
         decay: float = DECAY,
-        costs: "CostCurve | None" = None,
+        costs: CostCurve | None = None,
         learn_costs: bool = True,
     ) -> None:
         assert max_k >= 1 and 0.0 <= p_min <= 1.0
@@ -229,6 +227,16 @@ class AdaptivePolicy:
                 elif rec.draft_step.value is not None:
                     cost = max(cost, SAT_OUT_PRIOR * rec.draft_step.value)
         return cost
+
+    def costs(self) -> CostCurve | None:
+        """The costs as the policy sees them now, for a later call to start from (tuning/record.py):
+        T_batch(1..max_k + 1) and the draft model's step (None where it has no estimate of one);
+        None before the first round."""
+        curve = self.curve()
+        if not curve:
+            return None
+        model = self.drafters.get("model")
+        return CostCurve(draft_step=model.draft_step.value if model is not None else None, target_batch=tuple(curve))
 
     def curve(self) -> list[float]:
         """T_batch(1..max_k + 1) as the policy currently sees it (empty before the first round)."""

@@ -95,6 +95,11 @@ class Identity:
             "cpu": cpu_name(), "cores": os.cpu_count(), "threads": threads,
             "gpu_layers": gpu_layers, "draft_gpu_layers": draft_gpu_layers, "rpc": list(rpc), "draft_rpc": list(draft_rpc),
         }  # fmt: skip
+        return cls.from_json(values)
+
+    @classmethod
+    def from_json(cls, values: Mapping[str, object]) -> "Identity":
+        """The identity a record's file holds (`to_json` gives it back)."""
         return cls(tuple(sorted((k, json.dumps(v, sort_keys=True)) for k, v in values.items())))
 
     def to_json(self) -> dict:
@@ -188,7 +193,7 @@ def kept(folder: Path, limit: int = 100) -> list[dict]:
     for path in sorted(folder.glob("tuning-*.json"))[:limit]:
         try:
             data = json.loads(path.read_bytes()[:MAX_BYTES].decode("utf-8"))
-            identity = Identity(tuple(sorted((k, json.dumps(v, sort_keys=True)) for k, v in data["identity"].items())))
+            identity = Identity.from_json(data["identity"])
             out.append({"file": str(path), "identity": data["identity"], **describe(_read(path, identity))})
         except (OSError, ValueError, KeyError, TypeError, AttributeError, BadCache) as exc:
             out.append({"file": str(path), "error": str(exc) or type(exc).__name__})

@@ -137,3 +137,14 @@ def test_first_two_law_holds_with_a_record_present(temperature):
         outputs.append([e for e in events if isinstance(e, Finished)][0].tokens)
     law = first_two_law(lambda prefix: probabilities(t[(prompt + list(prefix))[-1]], params), n)
     assert first_two_pvalue(outputs, law) > ALPHA
+
+
+def test_the_costs_a_call_keeps_are_the_policys_own():
+    """AdaptivePolicy.costs: None before a round; after a generation drafted by the model, the
+    curve the policy plans with and the draft model's step it measured."""
+    policy = draft_policy(AUTO)
+    assert policy.costs() is None
+    list(engine(TuningRecord()).generate(prompts(1)[0], GenerationConfig(max_tokens=30, sampling=GREEDY), policy))
+    costs = policy.costs()
+    assert costs.target_batch == tuple(policy.curve()) and len(costs.target_batch) > 1
+    assert costs.draft_step == policy.drafters["model"].draft_step.value > 0
