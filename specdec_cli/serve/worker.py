@@ -192,19 +192,12 @@ class Job:
 
 
 @dataclass(eq=False)
-class Slot:
-    """One sequence in both models (`pair`: views, LoadedPair.shared), and the job it serves."""
+class Running:
+    """A job in a slot, as the loop follows it (made afresh for each job)."""
 
-    index: int
-    pair: LoadedPair
-    tenant: str | None = None  # whose tokens its sequence holds (None: nobody's)
-    job: Job | None = None
-    used: int = 0  # when it last took a job (a counter): the least recently used is given away first
-    rounds: int = 0  # this job's rounds and tokens, for the page
-    tokens: int = 0
-    # The running job's state in the loop:
-    ids: list[int] = field(default_factory=list)
-    memory: DraftMemory | None = None
+    job: Job
+    ids: list[int]  # its prompt's tokens
+    memory: DraftMemory | None = None  # its tenant's
     deadline: float | None = None
     prefilled: bool = False  # its Prefill event came: past the deadline it ends at a round's end, not at once
     ending: bool = False  # an end was raised in it (cancel, time limit); it leaves at the loop's next step
@@ -212,6 +205,23 @@ class Slot:
     held: bool = False  # a whole answer's rounds after its first token wait for the end
     cut_at: int | None = None  # once past the deadline: the round whose end ends the generation
     failure: Failed | None = None  # an error of ours while handling its events (`_broken`): its answer
+
+
+@dataclass(eq=False)
+class Slot:
+    """One sequence in both models (`pair`: views, LoadedPair.shared), and the job it serves."""
+
+    index: int
+    pair: LoadedPair
+    tenant: str | None = None  # whose tokens its sequence holds (None: nobody's)
+    run: Running | None = None
+    used: int = 0  # when it last took a job (a counter): the least recently used is given away first
+    rounds: int = 0  # the last job's rounds and tokens, for the page
+    tokens: int = 0
+
+    @property
+    def job(self) -> Job | None:
+        return self.run.job if self.run is not None else None
 
 
 class Worker:
@@ -384,12 +394,12 @@ class Worker:
         stopping = self._stopping.is_set() or self.gone is not None
         now = time.monotonic()
         for slot in self.slots:
-            job = slot.job
-            if job is None or slot.ending:
+            run = slot.run
+            if run is None or run.ending:
                 continue
-            if job.cancelled or stopping:
+            if run.job.cancelled or stopping:
                 self._end(slot, _Cancelled())
-            elif slot.deadline is not None and now > slot.deadline and not slot.prefilled:
+            elif run.deadline is not None and now > run.deadline and not run.prefilled:
                 self._end(slot, EndEarly("time_limit"))  # in its prefill: no answer yet whose end could be kept
         if stopping:
             return False
@@ -413,15 +423,13 @@ class Worker:
             return
         slot = self._choose(ids, job.tenant)
         self._served += 1
-        slot.job, slot.used, slot.ids = job, self._served, ids
+        slot.run, slot.used = Running(job, ids), self._served
         slot.rounds = slot.tokens = 0
-        slot.prefilled = slot.ending = slot.held = False
-        slot.round_events, slot.cut_at, slot.failure = [], None, None
-        pair, s = slot.pair, job.settings
+        pair, s, run = slot.pair, job.settings, slot.run
         try:
             config = self._fit(ids, s)
-            slot.memory = self.memories.setdefault(job.tenant, DraftMemory())
-            engine = pair.engine(drafter=s.drafter, lookup=self._lookup, memory=slot.memory)
+            run.memory = self.memories.setdefault(job.tenant, DraftMemory())
+            engine = pair.engine(drafter=s.drafter, lookup=self._lookup, memory=run.memory)
             if slot.tenant != job.tenant:
                 self._reset(slot)  # another tenant's prefix is never reused, nor reported
                 if self.gone is not None:
@@ -435,43 +443,44 @@ class Worker:
             self._finish(slot, self._internal(exc))
             return
         job._put(Started(prompt_tokens=len(ids), cached_tokens=common_prefix(pair.target.tokens, ids[:-1])))
-        slot.deadline = None if self._request_timeout is None else time.monotonic() + self._request_timeout
+        run.deadline = None if self._request_timeout is None else time.monotonic() + self._request_timeout
         self._scheduler.add(slot, lambda emit: consume(engine.generate(ids, config, policy), emit))
 
     def _end(self, slot: Slot, error: BaseException) -> None:
-        slot.ending = True
+        slot.run.ending = True
         self._scheduler.end(slot, error)
 
     def _handle(self, slot: Slot, item: object) -> None:
         """One item of a slot's job from the loop: an engine event, or its end."""
-        job = slot.job
+        run = slot.run
+        job = run.job
         if isinstance(item, Ended):
             self._finish(slot, self._last(slot, item))
             return
         event = item
         if job.cancelled:
-            if not slot.ending:
+            if not run.ending:
                 self._end(slot, _Cancelled())
             return
         if isinstance(event, Round):
             slot.rounds += 1
             slot.tokens += event.tokens
         elif isinstance(event, Prefill):
-            slot.prefilled = True
-        slot.round_events.append(event)
+            run.prefilled = True
+        run.round_events.append(event)
         # A round is whole (or the prefill, the end): one wake-up of the handler's loop. A
         # streamed answer goes out round by round; a whole one (stream false) is read at its end,
         # so once its first token went out (time to first token) its rounds go with the last.
-        if not isinstance(event, (Token, Rejected)) and not slot.held:
-            job._put(*slot.round_events)
-            slot.held = not job.settings.stream and any(isinstance(e, Token) for e in slot.round_events)
-            slot.round_events = []
+        if not isinstance(event, (Token, Rejected)) and not run.held:
+            job._put(*run.round_events)
+            run.held = not job.settings.stream and any(isinstance(e, Token) for e in run.round_events)
+            run.round_events = []
         # Past the deadline the generation ends where the next round would begin, not inside the
         # round that crossed it: that round may end the answer itself (an end, a stop string),
         # which then keeps its own finish reason and the text held back for the stop strings.
-        if slot.cut_at is None and slot.deadline is not None and time.monotonic() > slot.deadline:
-            slot.cut_at = slot.rounds + (1 if isinstance(event, Round) else 2)
-        if slot.cut_at is not None and not slot.ending and (isinstance(event, Rejected) or (isinstance(event, Round) and slot.rounds >= slot.cut_at)):
+        if run.cut_at is None and run.deadline is not None and time.monotonic() > run.deadline:
+            run.cut_at = slot.rounds + (1 if isinstance(event, Round) else 2)
+        if run.cut_at is not None and not run.ending and (isinstance(event, Rejected) or (isinstance(event, Round) and slot.rounds >= run.cut_at)):
             self._end(slot, EndEarly("time_limit"))
 
     def _broken(self, slot: Slot, item: object, exc: Exception) -> None:
@@ -483,18 +492,17 @@ class Worker:
             self._finish(slot, failure)
             self._reset(slot)
         else:  # end it where it waits; its Ended then answers with the failure
-            slot.failure = failure
+            slot.run.failure = failure
             self._end(slot, _Cancelled())
 
     def _last(self, slot: Slot, ended: Ended) -> Done | Failed | None:
         """The job's last item (None: it was cancelled and nobody listens)."""
-        job, error = slot.job, ended.error
-        if slot.failure is not None:  # `_broken`: the generation was ended by our own failure
-            failure, slot.failure = slot.failure, None
+        run, error = slot.run, ended.error
+        if run.failure is not None:  # `_broken`: the generation was ended by our own failure
             self._reset(slot)
-            return failure
-        if slot.round_events and not job.cancelled:  # a whole answer's held rounds; a round the time limit or an error cut
-            job._put(*slot.round_events)
+            return run.failure
+        if run.round_events and not run.job.cancelled:  # a whole answer's held rounds; a round the time limit or an error cut
+            run.job._put(*run.round_events)
         if isinstance(error, _Cancelled):  # the engine rolled both caches back
             if self._stopping.is_set():
                 return Failed(ShuttingDown("the server is shutting down; the generation was cancelled"))
@@ -505,11 +513,11 @@ class Worker:
             failed = self._internal(error)
             self._reset(slot)
             return failed
-        slot.memory.add(slot.ids + ended.result.tokens)
+        run.memory.add(run.ids + ended.result.tokens)
         return Done(ended.result)
 
     def _finish(self, slot: Slot, last: Done | Failed | None) -> None:
-        job, slot.job = slot.job, None
+        job, slot.run = slot.job, None
         if last is not None:  # after the slot is free: a client that has its answer sees it idle in GET /slots
             job._put(last)
 
