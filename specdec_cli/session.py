@@ -174,6 +174,12 @@ class LoadedPair:
         chosen = by_model if drafter in ("model", "cascade") else ModelAndLookup(by_model, by_lookup)  # cascade: not across vocabularies
         return Engine(self.target, chosen, vocab_limit=self.vocab_limit, earned=earned)
 
+    def baseline_engine(self) -> Engine:
+        """A target-only engine on a second context of the target's weights (LlamaModel.sibling,
+        its own KV cache), to decode in turns with this pair's own engine (decoding/in_turns.py:
+        `run --baseline`); close its target when done, before the pair."""
+        return Engine(self.target.sibling(), None, vocab_limit=self.vocab_limit)
+
 
 def check_pair(draft: LlamaModel, target: LlamaModel) -> int:
     """The ids below which drafts and outputs stay (see `pair_vocabularies`); IncompatiblePair for an unusable pair."""

@@ -13,6 +13,7 @@ tokens, and a part must start where its sequence ends (a wrong position fails th
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from typing import Sequence
@@ -60,6 +61,17 @@ class MarkovModel:
 
     def seq_rm(self, seq: int, n_keep: int) -> None:
         del self.kv.setdefault(seq, [])[n_keep:]
+
+    def sibling(self):
+        """A second context over the same table, as LlamaModel.sibling: its own cache and counts;
+        `siblings` lists them."""
+        twin = copy.copy(self)
+        twin.tokens, twin.kv, twin.calls, twin.passes, twin.decoded = [], {}, [], [], 0
+        self.siblings = [*getattr(self, "siblings", []), twin]
+        return twin
+
+    def close(self) -> None:
+        self.closed = True
 
     def rewind(self, n_keep: int) -> None:
         self.seq_rm(0, n_keep)

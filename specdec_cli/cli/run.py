@@ -4,8 +4,9 @@
     echo "Summarise: ..." | specdec run --json -n 64     # prompt from stdin, JSON on stdout
     specdec run --draft tiny.gguf --target big.gguf -k 6 --baseline "prompt"
 
-`decoding/consume.consume` runs the engine's event generator to its end or to Ctrl-C; `measure_afterwards`
-decodes target-only (--baseline) and times the costs behind the predicted speed-up. With `-k auto`
+`decoding/consume.consume` runs the engine's event generator to its end or to Ctrl-C; with
+--baseline a target-only generation on a second context of the target is decoded in turns with
+it (decoding/in_turns.py), and `measure_afterwards` times the costs behind the predicted speed-up. With `-k auto`
 the policy starts from what earlier calls learnt of this pair on this machine, and keeps what
 this one learnt (tuning/record.py; `--no-tuning-cache` turns it off).
 
@@ -78,7 +79,7 @@ def run(
     load: LoadFlags = LoadFlags(),
     chat: ChatOption = True,
     system: SystemOption = None,
-    baseline: Annotated[bool, typer.Option(help="Also decode target-only and report the measured speed-up.")] = False,
+    baseline: Annotated[bool, typer.Option(help="Also decode target-only, in turns with the speculative run (the text streams at about half speed), and report the measured speed-up.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of text.")] = False,
     jsonl: Annotated[bool, typer.Option("--jsonl", help="Stream one JSON object per token on stdout, then a stats object.")] = False,
     color: Annotated[ColorMode, typer.Option(help="Colour the stream by provenance: auto (stdout is a terminal, no NO_COLOR), always, never.")] = ColorMode.auto,
@@ -104,6 +105,7 @@ def run(
 
     from ..decoding.consume import consume
     from ..decoding.engine import GenerationConfig
+    from ..decoding.in_turns import Beside
     from ..decoding.stats import measured_speedup
     from ..tuning.policy import draft_policy
     from .render import Activity, JsonlRenderer, TextRenderer, color_enabled, legend, stats_table, stderr_console
@@ -141,6 +143,12 @@ def run(
             policy = draft_policy(chosen.draft_tokens, chosen.p_min, tuning.record.costs if tuning else None)
             earned = memory.earned if memory is not None else tuning.record.earned if tuning else None
             events = pair.engine(drafter=chosen.drafter, lookup=chosen.lookup, memory=memory, earned=earned).generate(prompt_ids, config, policy)
+            beside = None
+            if baseline and (stats or json_out or jsonl):  # decoded in turns with the run: in_turns.py
+                plain = pair.baseline_engine()
+                stack.callback(plain.target.close)
+                beside = Beside(plain.generate(prompt_ids, config))
+                events = beside.alongside(events)
             result = consume(events, sink)
         except BaseException:
             if isinstance(sink, TextRenderer) and sink.started:
@@ -155,7 +163,8 @@ def run(
         contexts = allocated_contexts(pair, options.n_ctx)
         after = Afterwards(interrupted=result.interrupted)
         if not after.interrupted and (stats or json_out or jsonl):
-            after = measure_afterwards(pair, prompt_ids, config, chosen.draft_tokens, result, baseline, Activity(console))
+            after = measure_afterwards(pair, prompt_ids, chosen.draft_tokens, result, Activity(console))
+            after.baseline = beside.outcome.stats if beside is not None else None
 
     summary = result.stats.to_dict()
     summary.update(contexts)
@@ -309,7 +318,7 @@ def describe_contexts(contexts: dict, requested: int) -> str:
 
 @dataclass
 class Afterwards:
-    """What is measured after generation: the target-only run and the predicted speed-up."""
+    """What the statistics report beside the run: the target-only run (decoded in turns with it) and the predicted speed-up."""
 
     baseline: RunStats | None = None
     costs: CostCurve | None = None
@@ -318,14 +327,13 @@ class Afterwards:
     interrupted: bool = False
 
 
-def measure_afterwards(pair, prompt_ids: list[int], config, k, result: Outcome, baseline: bool, activity) -> Afterwards:
-    """Decode target-only (with --baseline), then time draft and target steps on the loaded pair.
+def measure_afterwards(pair, prompt_ids: list[int], k, result: Outcome, activity) -> Afterwards:
+    """Time draft and target steps on the loaded pair, for the predicted speed-up.
 
     The predicted speed-up is Leviathan et al.'s formula at the measured alpha and costs,
     timed halfway through the generated text (cost_curve.mid_generation); measure_cost_curve
     rewinds both caches itself. Ctrl-C here keeps what was measured.
     """
-    from ..decoding.consume import consume
     from ..tuning.cost_curve import measure_cost_curve, mid_generation
     from ..tuning.speedup import predict
 
@@ -333,13 +341,6 @@ def measure_afterwards(pair, prompt_ids: list[int], config, k, result: Outcome, 
     context = mid_generation(prompt_ids, result.tokens)
     try:
         with activity:
-            if baseline:
-                activity.show("decoding target-only for the baseline ...")
-                base = consume(pair.engine(speculative=False).generate(prompt_ids, config))
-                if base.interrupted:
-                    after.interrupted = True
-                    return after
-                after.baseline = base.stats
             if not result.stats.drafted:
                 after.note = "n/a (nothing was drafted)"
             elif k == "auto" or pair.draft is None:

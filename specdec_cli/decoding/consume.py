@@ -33,12 +33,23 @@ class Outcome:
 
     stats: RunStats
     tokens: list[int] = field(default_factory=list)  # the ids of the Token events
-    text: str = ""  # their text, joined
+    pieces: list[str] = field(default_factory=list, repr=False)  # their text
     wall_seconds: float = 0.0  # the whole call, prefill and Python included
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
 
     @property
     def interrupted(self) -> bool:
         return self.stats.finish_reason == "interrupted"
+
+    def add(self, event: Event) -> None:
+        """Fold one event of the generation in."""
+        self.stats.add(event)
+        if isinstance(event, Token):
+            self.tokens.append(event.id)
+            self.pieces.append(event.text)
 
 
 def consume(events: Iterator[Event], on_event: Callable[[Event], None] | None = None) -> Outcome:
@@ -49,14 +60,10 @@ def consume(events: Iterator[Event], on_event: Callable[[Event], None] | None = 
     caches back now, not at garbage collection.
     """
     outcome = Outcome(RunStats())
-    pieces = []
     start = time.perf_counter()
     try:
         for event in events:
-            outcome.stats.add(event)
-            if isinstance(event, Token):
-                outcome.tokens.append(event.id)
-                pieces.append(event.text)
+            outcome.add(event)
             if on_event is not None:
                 on_event(event)
     except KeyboardInterrupt:
@@ -65,6 +72,5 @@ def consume(events: Iterator[Event], on_event: Callable[[Event], None] | None = 
         outcome.stats.finish_reason = end.reason
     finally:
         events.close()
-        outcome.text = "".join(pieces)
         outcome.wall_seconds = time.perf_counter() - start
     return outcome

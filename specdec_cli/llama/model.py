@@ -69,6 +69,7 @@ class LlamaModel(Vocabulary):
         check_gguf_file(self.path)
         self._log = llama_log()
         self._model = None
+        self._weights: LlamaModel | None = None  # set on a sibling: the model whose weights it shares
         self._ctx = None
         self._batch = None
         self.tokens: list[int] = []
@@ -180,6 +181,26 @@ class LlamaModel(Vocabulary):
             self._log.pending = self._log.pending or exc
             return False
 
+    def sibling(self) -> "LlamaModel":
+        """A second context over these same weights (nothing loaded again), with its own KV cache
+        of this one's size and threads, on sequence 0: `run --baseline` decodes target-only in it,
+        in turns with the speculative run in this one. Close it before this model.
+
+            beside = target.sibling()
+            beside.decode([1, 2, 3]); target.tokens   # unchanged: each context has its own cache
+        """
+        twin = object.__new__(LlamaModel)
+        Vocabulary.__init__(twin, self._vocab)
+        twin._pieces = self._pieces  # the same vocabulary: its pieces are read once
+        for name in ("path", "_log", "rpc_servers", "repack", "n_gpu_layers", "n_layer", "offloaded_layers"):
+            setattr(twin, name, getattr(self, name))
+        twin._model, twin._ctx, twin._batch = self._model, None, None
+        twin._weights = self  # the owner of the weights, kept alive while the twin is
+        twin.tokens, twin.decoded = [], 0
+        twin._decoding = self._decoding + " (its second context)"
+        twin._create_context(self.n_ctx_requested, self.n_threads, self.n_batch, 1, "target")
+        return twin
+
     # -- the model file's metadata -----------------------------------------------------
 
     def describe(self) -> str:
@@ -218,7 +239,8 @@ class LlamaModel(Vocabulary):
             lc.llama_free(self._ctx)
             self._ctx = None
         if self._model:
-            lc.llama_model_free(self._model)
+            if self._weights is None:  # a sibling's weights are its owner's
+                lc.llama_model_free(self._model)
             self._model = None
 
     def __enter__(self) -> "LlamaModel":

@@ -44,3 +44,27 @@ def test_a_decode_that_fails_between_chunks_leaves_the_cache_holding_exactly_its
     with LlamaModel(draft_path, n_ctx=256, n_batch=8, n_threads=2) as fresh:
         expected = fresh.decode(prompt, n_logits=1).copy()
     np.testing.assert_allclose(again, expected, rtol=0, atol=1e-3)
+
+
+def test_a_sibling_context_shares_the_weights_and_keeps_a_cache_of_its_own(builtin_paths):
+    draft_path, _ = builtin_paths
+    with LlamaModel(draft_path, n_ctx=256, n_threads=2) as model:
+        prompt = model.tokenize(TEXT)
+        first = np.array(model.decode(prompt[:10], n_logits=1))
+        twin = model.sibling()
+        try:
+            assert twin.n_ctx == model.n_ctx and twin.tokens == [] and twin._model is model._model
+            again = np.array(twin.decode(prompt[:10], n_logits=1))  # its own empty cache: the same logits
+            np.testing.assert_allclose(again, first, rtol=1e-4, atol=1e-4)
+            twin.decode(prompt[10:14], n_logits=1)
+            assert model.tokens == prompt[:10] and twin.tokens == prompt[:14]
+        finally:
+            twin.close()
+        # The weights outlive the sibling: the owner decodes on from its own cache.
+        np.testing.assert_allclose(np.array(model.decode(prompt[10:14], n_logits=1)), np.array(twin_free_logits(draft_path, prompt[:14])), rtol=1e-4, atol=1e-4)
+
+
+def twin_free_logits(path, tokens) -> np.ndarray:
+    """The last row's logits of `tokens` in a model of its own."""
+    with LlamaModel(path, n_ctx=256, n_threads=2) as fresh:
+        return np.array(fresh.decode(tokens, n_logits=1))
