@@ -7,7 +7,8 @@ or model yet):
 
     parent: waits; forwards SIGTERM (and a SIGINT/SIGHUP/SIGTSTP sent to its pid with `kill`), and SIGCONT, to the child
     child:  runs the command; marks what it is doing in a shared page (`mark("decoding with the
-            draft tinydraft.gguf")`); faulthandler writes the Python stack to a log file
+            draft tinydraft.gguf")`, and the RPC servers it uses, if any); faulthandler writes the
+            Python stack to a log file
 
 If the child dies by SIGSEGV, SIGBUS, SIGILL, SIGFPE or SIGABRT, the parent prints one line
 
@@ -15,6 +16,14 @@ If the child dies by SIGSEGV, SIGBUS, SIGILL, SIGFPE or SIGABRT, the parent prin
     tinydraft.gguf; try --no-repack, or --gpu-layers 0; details in /tmp/specdec-crash-ab12.log
 
 and exits 1 (a runtime failure, as README's exit codes say; the line names the signal).
+Where the activity used RPC servers (llama.cpp aborts when a connection to one breaks), the
+parent probes them (rpc.unanswering: the child's connections are closed by then) and names the
+failed one instead of the CPU's advice:
+
+    specdec: error: llama.cpp crashed (signal 6, SIGABRT) while decoding with the target
+    t.gguf over RPC: the RPC server at 10.0.0.2:50052 does not answer (10.0.0.3:50052 does);
+    check that it is running and reachable, then try again; details in /tmp/specdec-crash-ab12.log
+
 A SIGKILL (the kernel's out-of-memory killer) is explained the same way. Any other end is
 passed on unchanged: the child's exit code, or the same signal raised on the parent (so a
 shell still sees 143 after `kill`). Ctrl-C on a terminal reaches the child directly (the
@@ -53,6 +62,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Callable, NoReturn
 
+from . import rpc
+
 CRASH_SIGNALS = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT)
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _JOB_CONTROL = (signal.SIGTSTP, signal.SIGCONT)  # a pause and a resume, passed on to the child too
@@ -69,7 +80,7 @@ class _Breadcrumb:
     page: mmap.mmap
     log_path: str
     log_file: object = None
-    last: str = ""
+    last: tuple[str, tuple[str, ...]] = ("", ())
 
 
 # The one process-wide guard, set once in the child by `guard` (like faulthandler's own
@@ -77,31 +88,42 @@ class _Breadcrumb:
 _active: list[_Breadcrumb] = []
 
 
-def mark(activity: str) -> None:
-    """Record what the process is doing now (no-op without a guard). Example: "loading the draft x.gguf"."""
+def mark(activity: str, servers: tuple[str, ...] = ()) -> None:
+    """Record what the process is doing now, and the RPC servers it uses for that (no-op without a
+    guard). Example: ("decoding with the target x.gguf over RPC", ("10.0.0.2:50052",))."""
     if not _active:
         return
     crumb = _active[0]
-    if activity == crumb.last:
+    if (activity, servers) == crumb.last:
         return
-    crumb.last = activity
-    data = activity.encode("utf-8", errors="replace")[: _PAGE - 1]
+    crumb.last = (activity, servers)
+    data = activity.encode("utf-8", errors="replace") + b"\0" + ",".join(servers).encode("utf-8", errors="replace")
+    data = data[: _PAGE - 1]
     crumb.page[: len(data) + 1] = data + b"\0"
 
 
-def read_mark(page: mmap.mmap) -> str:
-    raw = bytes(page[:_PAGE])
-    return raw.split(b"\0", 1)[0].decode("utf-8", errors="replace")
+def read_mark(page: mmap.mmap) -> tuple[str, tuple[str, ...]]:
+    """The activity and the RPC servers `mark` wrote last."""
+    activity, servers, _ = (bytes(page[:_PAGE]) + b"\0\0").split(b"\0", 2)
+    listed = servers.decode("utf-8", errors="replace")
+    return activity.decode("utf-8", errors="replace"), tuple(listed.split(",")) if listed else ()
 
 
-def describe(status: int, activity: str, log_path: str) -> str | None:
-    """The one line for a child that died by `status` (a wait status), or None if it was no crash."""
+def describe(status: int, activity: str, log_path: str, servers: tuple[str, ...] = ()) -> str | None:
+    """The one line for a child that died by `status` (a wait status), or None if it was no crash.
+    With RPC servers, a crash's line says which of them answer now (rpc.unanswering probes them)."""
     if not os.WIFSIGNALED(status):
         return None
     number = os.WTERMSIG(status)
     doing = f" while {activity}" if activity else ""
     if number in CRASH_SIGNALS:
-        return f"llama.cpp crashed ({signal_name(number)}){doing}; {HINT}; details in {log_path}"
+        crashed = f"llama.cpp crashed ({signal_name(number)}){doing}"
+        failed = rpc.unanswering(servers) if servers else []
+        if failed:
+            return f"{crashed}: {rpc.verdict(servers, failed)}, then try again; details in {log_path}"
+        if servers:
+            crashed += f", though {rpc.verdict(servers, [])} now"
+        return f"{crashed}; {HINT}; details in {log_path}"
     if number == signal.SIGKILL:
         return f"specdec was killed (signal 9, SIGKILL){doing}; if the system ran out of memory, try a smaller --ctx"
     return None
@@ -137,7 +159,8 @@ def guard(main: Callable[[], object]) -> NoReturn:
         faulthandler.enable(file=crumb.log_file, all_threads=True)
         _exit_child(main)
     status = _wait(pid)
-    message = describe(status, read_mark(page), log_path)
+    activity, servers = read_mark(page)
+    message = describe(status, activity, log_path, servers)
     if message is None:
         os.unlink(log_path)
         if os.WIFSIGNALED(status):  # end the same way, so a shell sees 128 + the signal

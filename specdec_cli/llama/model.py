@@ -107,12 +107,13 @@ class LlamaModel(Vocabulary):
         progress = lc.llama_progress_callback(self._on_progress)
         mparams.progress_callback = progress
         mark = self._log.count
-        # What the crash guard names if llama.cpp dies: built once here, marked on every decode.
+        # What the crash guard names if llama.cpp dies: built once here, marked on every decode
+        # with the RPC servers, of which the guard names the one that failed.
         what = f"the {role} {self.path.name}" + ("" if self.repack or vocab_only else " (repacking off)")
         if self.rpc_servers:
-            what += " on the RPC server " + ", ".join(self.rpc_servers)
+            what += " over RPC"
         self._decoding = f"decoding with {what}"
-        crashguard.mark(f"loading {what}")
+        crashguard.mark(f"loading {what}", self.rpc_servers)
         self._model = lc.llama_model_load_from_file(str(self.path).encode(), mparams)
         self._log.raise_pending()
         if not self._model:
@@ -167,7 +168,7 @@ class LlamaModel(Vocabulary):
         for endpoint in self.rpc_servers:
             if not ggml.rpc_connected(endpoint):  # ggml already talks to it: the server would not answer a second client
                 rpc.probe(endpoint)
-            crashguard.mark(f"connecting the {role} {self.path.name} to the RPC server {endpoint}")
+            crashguard.mark(f"connecting the {role} {self.path.name} to the RPC server {endpoint}", (endpoint,))
             found = ggml.rpc_add_server(endpoint)
             if not found:
                 raise rpc.RpcError(f"the RPC server at {endpoint} offers no device to llama.cpp")
@@ -323,7 +324,7 @@ class LlamaModel(Vocabulary):
                 i += 1
         assert 0 < i <= self.n_batch, f"a batch of {i} tokens for n_batch={self.n_batch}"
         batch.n_tokens = i
-        crashguard.mark(self._decoding)
+        crashguard.mark(self._decoding, self.rpc_servers)
         rc = lc.llama_decode(self._ctx, batch)
         if rc != 0:
             for seq, start, _, _ in parts:

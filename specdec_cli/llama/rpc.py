@@ -16,13 +16,30 @@ byte), the payload's size (uint64, little-endian) and the payload; a response is
 zeros: no upgrade) and its response the version (major, minor, patch, a pad byte) and the
 server's capabilities.
 
+When a pass stalls or llama.cpp aborts mid-generation, `unanswering` says which endpoint failed,
+for the server's watchdog (serve/worker.py) and the crash guard (crashguard.py) alike. An
+endpoint that this process is connected to (llama.cpp keeps one connection to each server) is
+not probed: ggml-rpc-server serves one client at a time, so a healthy one would not answer a
+second connection either. Instead the endpoint fails when a thread of this process is blocked on
+that connection (Linux's /proc/self/task/*/syscall: the descriptor of the recv or send each one
+waits in), which is llama.cpp waiting for an answer; any other endpoint is probed:
+
+    unanswering(("127.0.0.1:50052", "127.0.0.1:50053"))   # the first stopped (kill -STOP) -> ["127.0.0.1:50052"]
+    verdict(("127.0.0.1:50052", "127.0.0.1:50053"), ["127.0.0.1:50052"])
+        -> "the RPC server at 127.0.0.1:50052 does not answer (127.0.0.1:50053 does); check that it is running and reachable"
+
+Without /proc (macOS) every endpoint is probed, and one busy with this process counts as silent.
+
 Left out: registering the devices with ggml (ggml.py), loading (model.py), the options (cli/).
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
+import threading
+import time
 from dataclasses import dataclass
 
 from ..errors import BadInput, SpecdecError
@@ -31,6 +48,7 @@ PROTOCOL = (7, 0, 0)  # what llama-cpp-python 0.3.36's llama.cpp speaks (ggml-rp
 CMD_GET_DEVICE_MEMORY, CMD_HELLO, CMD_DEVICE_COUNT = 11, 14, 15
 CAPS_SIZE = 24  # RPC_CONN_CAPS_SIZE
 PROBE_SECONDS = 5.0
+ANSWER_SECONDS = 2.0  # unanswering's probes, run side by side: a stalled pass's report waits about this long
 BUILD_HINT = "benchmarks/build_rpc_server.sh builds ggml-rpc-server from the llama.cpp that specdec's llama-cpp-python vendors"
 NO_RPC = (
     "this llama-cpp-python was built without llama.cpp's RPC backend; reinstall it with it: "
@@ -125,3 +143,114 @@ def probe(endpoint: str, timeout: float = PROBE_SECONDS) -> RpcServer:
 
 def _dotted(version) -> str:
     return ".".join(str(v) for v in version)
+
+
+def unanswering(endpoints, timeout: float = ANSWER_SECONDS) -> list[str]:
+    """The endpoints that do not answer now, in their order (see the module's docstring); never raises.
+    An endpoint this process holds a connection to fails when a thread waits on it; the others are
+    probed side by side, each given `timeout` for its connection and for each answer."""
+    endpoints = list(dict.fromkeys(endpoints))
+    connections = _connections() or {}
+    held = {e: set().union(*(connections.get(a, ()) for a in _addresses(e))) for e in endpoints}
+    waited = _waited_descriptors() if any(held.values()) else set()
+    failed: dict[str, bool] = {}
+    probes = []
+    for endpoint in endpoints:
+        if held[endpoint]:
+            failed[endpoint] = bool(held[endpoint] & waited)
+        else:
+            failed[endpoint] = True  # until its probe says otherwise
+            probes.append(threading.Thread(target=_probe_into, args=(endpoint, timeout, failed), daemon=True))
+    for thread in probes:
+        thread.start()
+    deadline = time.monotonic() + 3 * timeout  # a connection, HELLO and the device list, each within timeout
+    for thread in probes:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return [e for e in endpoints if failed[e]]
+
+
+def verdict(endpoints, failed) -> str:
+    """What `unanswering` found, in words, with the advice for RPC; each caller adds its next step.
+    Examples: (("a:1", "b:2"), ["a:1"]) -> "the RPC server at a:1 does not answer (b:2 does); check that it is running and reachable";
+    (("a:1", "b:2"), ["a:1", "b:2"]) -> "the RPC servers at a:1, b:2 do not answer; check that they are running and reachable";
+    (("a:1", "b:2"), []) -> "every RPC server answers (a:1, b:2)"; (("a:1",), []) -> "the RPC server at a:1 answers"."""
+    endpoints = list(dict.fromkeys(endpoints))
+    answering = [e for e in endpoints if e not in failed]
+    if not failed:
+        return f"the RPC server at {answering[0]} answers" if len(answering) == 1 else f"every RPC server answers ({', '.join(answering)})"
+    if len(failed) == 1:
+        found = f"the RPC server at {failed[0]} does not answer"
+        pronoun = "it is"
+    else:
+        found = f"the RPC servers at {', '.join(failed)} do not answer"
+        pronoun = "they are"
+    others = f" ({', '.join(answering)} {'does' if len(answering) == 1 else 'do'})" if answering else ""
+    return f"{found}{others}; check that {pronoun} running and reachable"
+
+
+def _probe_into(endpoint: str, timeout: float, failed: dict[str, bool]) -> None:
+    try:
+        probe(endpoint, timeout)
+    except RpcError:
+        return
+    failed[endpoint] = False
+
+
+def _addresses(endpoint: str) -> set[tuple[str, int]]:
+    """The (address, port) pairs a connection to the endpoint has as its peer. Example: "127.0.0.1:5" -> {("127.0.0.1", 5)}."""
+    host, port = address(endpoint)
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return set()
+    return {(sockaddr[0], sockaddr[1]) for *_, sockaddr in found}
+
+
+def _connections() -> dict[tuple[str, int], set[int]] | None:
+    """This process's TCP connections: the peer's (address, port) -> the descriptors connected to it;
+    None where /proc/self/fd is missing. Each descriptor is read through a duplicate, which is closed."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return None
+    out: dict[tuple[str, int], set[int]] = {}
+    for name in names:
+        fd = int(name)
+        try:
+            if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                continue
+            duplicate = os.dup(fd)
+        except OSError:  # closed since the listing
+            continue
+        try:
+            sock = socket.socket(fileno=duplicate)
+        except OSError:
+            os.close(duplicate)
+            continue
+        with sock:
+            try:
+                if sock.family in (socket.AF_INET, socket.AF_INET6):
+                    peer = sock.getpeername()
+                    out.setdefault((peer[0], peer[1]), set()).add(fd)
+            except OSError:  # not connected (a listening socket)
+                pass
+    return out
+
+
+def _waited_descriptors() -> set[int]:
+    """The first argument of the system call each thread of this process is blocked in: the
+    descriptor of a recv or send (a futex's or poll's is an address, matching no descriptor)."""
+    out = set()
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/syscall") as f:
+                fields = f.read().split()  # "45 0x7 0x7f... ..." in a call, "running" or "-1 ..." outside one
+        except OSError:
+            continue
+        if len(fields) > 1 and fields[0].isdigit():
+            out.add(int(fields[1], 16))
+    return out

@@ -50,7 +50,10 @@ reason "time_limit", OpenAI's "length"): in its prefill at once, later where the
 would begin, so an answer that the crossing round ends keeps its own finish reason. A watchdog
 thread times every pass: one that has not returned after `pass_timeout` (a remote server that
 stopped answering) makes the worker `gone`, fails every waiting and running job with 503, and
-calls `on_gone`, with which the command exits non-zero for a supervisor to restart it.
+calls `on_gone`, with which the command exits non-zero for a supervisor to restart it. With RPC
+servers its reason names the one the pass waits for (llama/rpc.py's `unanswering`): "the target
+model's pass has not returned in 60 s: the RPC server at 10.0.0.2:50052 does not answer
+(10.0.0.3:50052 does); check that it is running and reachable, then restart specdec serve".
 
 Example (what the tests do, with a scripted pair):
 
@@ -82,6 +85,7 @@ from ..decoding.scheduler import Ended, Scheduler
 from ..drafting.lookup import LookupOptions
 from ..drafting.memory import DraftMemory
 from ..errors import BadInput, SpecdecError
+from ..llama import rpc
 from ..options import PASS_TIMEOUT
 from ..events import AUTO, DraftPolicy, Event, Prefill, Rejected, Round, Token
 from ..session import LoadedPair
@@ -569,11 +573,14 @@ class Worker:
                 return
 
     def _stalled(self, model: str) -> None:
-        where = (
-            f"over RPC ({', '.join(self._rpc)}): check that each rpc-server there is running and reachable"
-            if self._rpc else "on this machine: it may be out of memory or overloaded"
-        )  # fmt: skip
-        reason = f"the {model} model's pass has not returned in {self._pass_timeout:g} s {where}; restart specdec serve"
+        stalled = f"the {model} model's pass has not returned in {self._pass_timeout:g} s"
+        failed = rpc.unanswering(self._rpc) if self._rpc else []  # a few seconds at most
+        if failed:
+            reason = f"{stalled}: {rpc.verdict(self._rpc, failed)}, then restart specdec serve"
+        elif self._rpc:
+            reason = f"{stalled}, though {rpc.verdict(self._rpc, [])}: the stall is on this machine, which may be out of memory or overloaded; restart specdec serve"
+        else:
+            reason = f"{stalled} on this machine: it may be out of memory or overloaded; restart specdec serve"
         log.error(reason)
         self._lose(reason)
         error = Unavailable(reason)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from rpcfakes import AnsweringServer, closed_endpoint
 from specdec_cli.llama.crashguard import describe
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,6 +62,30 @@ def test_an_abort_is_explained_too(tmp_path):
     code, _, err = finish(guarded("mark('loading the target big.gguf')\nos.abort()", tmp_path))
     assert code == 1
     assert "(signal 6, SIGABRT) while loading the target big.gguf" in err
+
+
+def test_a_crash_over_rpc_names_the_server_that_does_not_answer_with_advice_for_rpc(tmp_path):
+    """llama.cpp aborts when a connection to an RPC server breaks: the parent probes the servers the
+    child marked (one answering, one refusing) and names the refusing one, without the CPU's advice."""
+    with AnsweringServer() as good:
+        closed = closed_endpoint()
+        body = f"mark('decoding with the target t.gguf over RPC', ({good.endpoint!r}, {closed!r}))\nos.abort()"
+        code, _, err = finish(guarded(body, tmp_path))
+    (log,) = crash_logs(tmp_path)
+    assert code == 1
+    assert err == (
+        "specdec: error: llama.cpp crashed (signal 6, SIGABRT) while decoding with the target t.gguf over RPC: "
+        f"the RPC server at {closed} does not answer ({good.endpoint} does); check that it is running and reachable, "
+        f"then try again; details in {log}\n"
+    )
+
+
+def test_a_crash_while_every_rpc_server_answers_keeps_the_cpus_advice(tmp_path):
+    with AnsweringServer() as good:
+        body = f"mark('decoding with the target t.gguf over RPC', ({good.endpoint!r},))\nos.abort()"
+        code, _, err = finish(guarded(body, tmp_path))
+    assert code == 1
+    assert f"while decoding with the target t.gguf over RPC, though the RPC server at {good.endpoint} answers now; try --no-repack" in err
 
 
 def test_a_normal_exit_code_passes_through_and_leaves_no_log(tmp_path):

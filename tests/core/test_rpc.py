@@ -12,7 +12,9 @@ minutes the first time) and started on 127.0.0.1. Checked through it:
 - faults, each one line naming the endpoint and exit 1: an endpoint that does not answer, a
   server of another protocol version (a fake one here), a server that goes away mid-generation
   (benchmarks/delay_proxy.py in between, closed while the answer streams: the crash guard's
-  line, and the text already printed stays on stdout), and a llama-cpp-python built without RPC.
+  line, and the text already printed stays on stdout), and a llama-cpp-python built without RPC;
+- a server stopped (SIGSTOP) while a pass waits for it is the one `rpc.unanswering` names, not
+  another that this process holds idle (the watchdog of `specdec serve` says so).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
 import socket
 import struct
 import subprocess
@@ -66,6 +69,13 @@ def rpc_server_binary() -> Path:
 @contextlib.contextmanager
 def rpc_server(binary: Path):
     """A ggml-rpc-server on a free loopback port, ready (it answers a probe); its endpoint."""
+    with rpc_server_process(binary) as (where, _):
+        yield where
+
+
+@contextlib.contextmanager
+def rpc_server_process(binary: Path):
+    """rpc_server's (endpoint, the process)."""
     port = free_port()
     server = subprocess.Popen([str(binary), "-H", "127.0.0.1", "-p", str(port), "-t", "2"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
     where = f"127.0.0.1:{port}"
@@ -78,7 +88,7 @@ def rpc_server(binary: Path):
             except rpc.RpcError:
                 assert server.poll() is None and time.monotonic() < deadline, "ggml-rpc-server did not start"
                 time.sleep(0.2)
-        yield where
+        yield where, server
     finally:
         server.terminate()
         server.wait(30)
@@ -217,8 +227,37 @@ def test_a_server_that_goes_away_mid_generation_ends_in_the_guards_line_and_the_
         rest, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, err[-2000:]
     line = one_error_line(err)
-    assert "llama.cpp crashed" in line and f"on the RPC server {proxy.endpoint}" in line, line
+    assert "llama.cpp crashed" in line and f"over RPC: the RPC server at {proxy.endpoint} does not answer;" in line, line
     assert len(first + rest) >= 40
+
+
+def test_a_stopped_server_is_named_while_a_pass_waits_for_it_and_a_held_idle_one_is_not(builtin_paths, rpc_server_binary):
+    """The target on one server, the draft on another; the target's server stopped (SIGSTOP) before
+    a pass: while the pass waits, `unanswering` names it alone, although a probe of the draft's
+    server would wait too (it serves this process). Resumed, the pass returns."""
+    from specdec_cli.llama.model import LlamaModel
+
+    with rpc_server_process(rpc_server_binary) as (first, server), rpc_server(rpc_server_binary) as second:
+        target = LlamaModel(builtin_paths[1], n_ctx=256, rpc_servers=(first,), role="target")
+        draft = LlamaModel(builtin_paths[0], n_ctx=256, rpc_servers=(second,), role="draft")
+        with target, draft:
+            assert rpc.unanswering((first, second), timeout=1) == []  # both held, neither waited on
+            prompt = target.tokenize(PROMPT)
+            done = {}
+            server.send_signal(signal.SIGSTOP)
+            try:
+                passing = threading.Thread(target=lambda: done.update(rows=target.decode(prompt)), daemon=True)
+                passing.start()
+                deadline = time.monotonic() + 30
+                while not (found := rpc.unanswering((first, second), timeout=1)) and time.monotonic() < deadline:
+                    time.sleep(0.05)  # until the pass waits for the server's answer
+                assert found == [first]
+                with pytest.raises(rpc.RpcError, match="serves one client at a time"):
+                    rpc.probe(second, timeout=1)
+            finally:
+                server.send_signal(signal.SIGCONT)
+            passing.join(120)
+            assert done["rows"].shape[0] == 1
 
 
 def test_a_build_without_rpc_says_how_to_get_one(builtin_paths):

@@ -1,16 +1,20 @@
 """The worker's one scheduling loop (serve/worker.py): flags read before every pass, during a
 prompt's prefill too; a cancelled job's place in the queue given back at once; a stalled pass
-caught by the watchdog. The toy pair's target records every pass (tests/fakes.py), so the tests
+caught by the watchdog, whose reason names the RPC servers that do not answer (fakes of them from
+tests/rpcfakes.py). The toy pair's target records every pass (tests/fakes.py), so the tests
 count what the passes held after a cancel or a deadline rather than trust the worker."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 
 import pytest
 
+from rpcfakes import AnsweringServer, closed_endpoint, silent_endpoint
 from toyserver import GREEDY, toy_pair, wait_until
+from specdec_cli.llama import rpc
 from specdec_cli.serve.types import CompletionRequest, Settings
 from specdec_cli.serve.worker import Job, QueueFull
 
@@ -119,6 +123,81 @@ def test_a_pass_that_never_returns_ends_the_server_with_503_and_the_reason(serve
         assert reasons[0].startswith("the target model's pass has not returned in 0.5 s on this machine")
     finally:
         gate.set()
+
+
+def stall_reason(serve, pair, servers: tuple[str, ...]) -> str:
+    """The watchdog's reason for a pass held past --pass-timeout (0.5 s) with these RPC servers."""
+    gone = threading.Event()
+    reasons = []
+    s = serve(pair, pass_timeout=0.5, rpc=servers, on_gone=lambda reason: reasons.append(reason) or gone.set())
+    assert s.worker.ready.wait(10)
+    asking = threading.Thread(target=s.post, args=("/v1/completions", {"prompt": "a", "max_tokens": 5}), daemon=True)
+    asking.start()
+    assert gone.wait(20)
+    status, body = s.get("/health")
+    assert status == 503 and body["error"]["message"] == reasons[0]
+    return reasons[0]
+
+
+def test_a_stalled_pass_names_the_rpc_servers_that_do_not_answer(serve):
+    """Three endpoints, none connected by the pass: one that takes the connection and never answers
+    (a stopped server), one that answers, one that refuses. The reason names the first and the last."""
+    gate = threading.Event()
+    try:
+        with AnsweringServer() as good, silent_endpoint() as stopped:
+            closed = closed_endpoint()
+            reason = stall_reason(serve, toy_pair(gate=gate), (stopped, good.endpoint, closed))
+    finally:
+        gate.set()
+    assert reason == (
+        f"the target model's pass has not returned in 0.5 s: the RPC servers at {stopped}, {closed} do not answer "
+        f"({good.endpoint} does); check that they are running and reachable, then restart specdec serve"
+    )
+
+
+def test_a_stalled_pass_names_the_rpc_server_it_waits_for_not_the_one_it_holds_idle(serve):
+    """As llama.cpp does, the pass holds a connection to each of two servers and waits for the
+    first one's answer. Neither would answer a probe (ggml-rpc-server serves one client at a time,
+    and these never answer), yet only the first is named: the second is held, not waited on."""
+    pair = toy_pair()
+    held: list[socket.socket] = []
+    decode_rows = pair.target.decode_rows
+
+    def waiting_for_the_first(parts):
+        if not held:
+            for endpoint in (first, second):
+                conn = socket.create_connection(rpc.address(endpoint))
+                conn.settimeout(None)  # a plain blocking recv, as llama.cpp's
+                held.append(conn)
+            held[0].recv(1)  # no answer comes until the test shuts the connection
+        return decode_rows(parts)
+
+    pair.target.decode_rows = waiting_for_the_first
+    with silent_endpoint() as first, silent_endpoint() as second:
+        try:
+            reason = stall_reason(serve, pair, (first, second))
+            with pytest.raises(rpc.RpcError, match="did not answer"):
+                rpc.probe(second, timeout=0.2)  # a probe would have failed it
+        finally:
+            for conn in held:
+                conn.shutdown(socket.SHUT_RDWR)  # the pass's recv returns: the pass ends
+    assert reason == (
+        f"the target model's pass has not returned in 0.5 s: the RPC server at {first} does not answer ({second} does); "
+        "check that it is running and reachable, then restart specdec serve"
+    )
+
+
+def test_a_stalled_pass_while_every_rpc_server_answers_is_said_to_stall_here(serve):
+    gate = threading.Event()
+    try:
+        with AnsweringServer() as good:
+            reason = stall_reason(serve, toy_pair(gate=gate), (good.endpoint,))
+    finally:
+        gate.set()
+    assert reason == (
+        f"the target model's pass has not returned in 0.5 s, though the RPC server at {good.endpoint} answers: "
+        "the stall is on this machine, which may be out of memory or overloaded; restart specdec serve"
+    )
 
 
 def test_a_bug_while_handling_one_requests_events_fails_that_request_alone(monkeypatch, serve):

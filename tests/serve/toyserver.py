@@ -49,7 +49,7 @@ class Served:
         self, pair: LoadedPair, *, loaded: threading.Event | None = None, queue: int = 4, keys: tuple[str, ...] = (), max_body: int = 1 << 20,
         load=None, request_timeout: float | None = None, cors_origins: tuple[str, ...] = (), allowed_hosts: tuple[str, ...] = (), max_connections: int = 64,
         header_seconds: float = 10.0, body_seconds: float = 30.0, slots: int = 1, pass_timeout: float = 60.0, on_gone=lambda reason: None,
-        admin_keys: tuple[str, ...] = (),
+        admin_keys: tuple[str, ...] = (), rpc: tuple[str, ...] = (),
     ):  # fmt: skip
         self.pair = pair
 
@@ -58,7 +58,7 @@ class Served:
                 assert loaded.wait(30), "the test never let the load finish"
             return pair if load is None else load(stack)
 
-        self.worker = Worker(load_pair, queue_size=queue, request_timeout=request_timeout, slots=slots, pass_timeout=pass_timeout, on_gone=on_gone)
+        self.worker = Worker(load_pair, queue_size=queue, request_timeout=request_timeout, slots=slots, pass_timeout=pass_timeout, on_gone=on_gone, rpc=rpc)
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(16)
