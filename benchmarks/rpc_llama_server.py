@@ -11,7 +11,7 @@ excluded, as rpc.py reports), with the bytes that crossed the proxy per token (o
 calls, prefill included).
 
     cmake -B build ... -DGGML_RPC=ON && cmake --build build --target llama-server ggml-rpc-server -j2
-    flock /tmp/llama.lock python3 benchmarks/rpc_llama_server.py --bin /tmp/b11434/.../build/bin --out /tmp/rpc_ls.json
+    flock /tmp/llama.lock python3 benchmarks/rpc_llama_server.py --bin /tmp/llama-build/bin --out /tmp/rpc_ls.json
 
 Produces docs/rpc.md's table "Against llama.cpp's llama-server `--rpc`, side by side".
 """

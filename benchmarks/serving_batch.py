@@ -31,7 +31,7 @@ median and a 95 % interval (intervals.py), the ratios in RATIOS of the servers t
 against speculation off and against llama-server without a draft, and that gap's two parts.
 
     flock /tmp/llama.lock python3 benchmarks/serving_batch.py --before /tmp/before \\
-        --llama-server /tmp/b11434/llama.cpp/build/bin/llama-server --out serving_batch.json
+        --llama-server /tmp/llama-build/bin/llama-server --out serving_batch.json
 
 Produces docs/serving.md, "Many clients in one batch": its tables.
 """
