@@ -41,7 +41,10 @@ class CausalModel(Protocol):
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two token lists. Example: [1,2,3], [1,2,4] -> 2."""
     n = min(len(a), len(b))
-    if list(a[:n]) == list(b[:n]):
+    if isinstance(a, list) and isinstance(b, list):  # the usual case, every round (a cache's tokens, a context): one copy at most
+        if (a if len(a) == n else a[:n]) == (b if len(b) == n else b[:n]):
+            return n
+    elif list(a[:n]) == list(b[:n]):
         return n
     i = 0
     while a[i] == b[i]:
