@@ -249,6 +249,7 @@ class AdaptivePolicy:
         curve = self.curve()
         if not curve:  # nothing measured yet: rounds 1 and 2 draft on the priors
             return self.first_choice(sources, max_k) if self.call_rounds <= 1 else (None, 0)
+        curve = self.with_first_passes(curve, budget)
         plans = self.plans(sources, max_k, curve)
         best = max(sources, key=lambda name: plans[name][1])  # first on ties: the preferred one
         # What drafting promises for the rounds to come, which a stale T_batch(1) could misjudge:
@@ -279,6 +280,20 @@ class AdaptivePolicy:
                 probe, rec.waited, rec.backoff = name, 0, min(2 * rec.backoff, MAX_BACKOFF)
         chosen = probe or chosen
         return (chosen, plans[chosen][0]) if chosen is not None else (None, 0)
+
+    def with_first_passes(self, curve: list[float], budget: int) -> list[float]:
+        """`curve`, each size this process has not run yet dearer by what a first pass costs beyond
+        the line (BatchCost.first_pass, measured on the sizes run so far), spread over the rounds
+        left (the token budget at this policy's tokens per round): among sizes that promise about
+        the same, one already run wins, and a call does not wander over a dozen sizes paying
+        each one's first pass. Over RPC at a 10 ms round trip a first pass cost some 50 ms more.
+        Example: first passes 50 ms dearer, 40 tokens left at 4 tokens per round (10 rounds),
+        sizes 1-5 run: T_batch(6..) + 5 ms; where first passes cost nothing more (a CPU), `curve`."""
+        extra = self.batch.first_pass.value
+        if not extra or extra <= 0.0 or not self.tokens:
+            return curve
+        per_round = extra / max(budget * self.rounds / self.tokens, 1.0)
+        return [t if n in self.batch.run else t + per_round for n, t in enumerate(curve, start=1)]
 
     def memory_or_model(self, name: str, plans: Mapping[str, tuple[int, float]], curve: Sequence[float]) -> str:
         """`name`, unless it is a round from the memory that does not beat what the draft model in

@@ -145,6 +145,11 @@ class BatchCost:
         self.decay = decay
         self.means: dict[int, WeightedMean] = {}
         self._curve: list[float] = []  # cache of curve(), cleared by add()
+        # The sizes whose pass this process has run (llama.cpp reserves the one-token shape when
+        # it creates a context), and what a size's first pass cost beyond the line: over RPC
+        # llama.cpp asks the server for five allocation sizes first, five round trips (docs/rpc.md).
+        self.run: set[int] = {1}
+        self.first_pass = WeightedMean(decay)
 
     def add(self, n: int, seconds: float) -> None:
         """One round whose target pass scored n tokens cost `seconds`. Every other size's evidence
@@ -168,6 +173,10 @@ class BatchCost:
         first = n not in self.means
         self.means.setdefault(n, WeightedMean(self.decay)).add(clamp(seconds, expected), FIRST_PASS_WEIGHT if first and n > 1 else 1.0)
         self._curve = []
+        if n not in self.run:
+            self.run.add(n)
+            if expected is not None:
+                self.first_pass.add(seconds - expected)
 
     def seed(self, curve: Sequence[float]) -> None:
         """Start from a measured curve, T_batch(n) = curve[n - 1] (n = 1..): one whole sample per

@@ -1063,3 +1063,62 @@ def test_an_unproven_draft_model_is_not_displaced_by_an_unproven_short_match():
     longer.drafters["lookup:3-5"] = longer.drafters.pop("lookup:2")
     longer.record("lookup:3-5").acceptance.prior = 0.5  # the same plan as above, under a longer match's name
     assert longer.choose(["lookup:3-5", "model"], 8) == ("lookup:3-5", 2)
+
+
+def test_a_size_not_run_yet_pays_its_first_pass_spread_over_the_rounds_left():
+    policy = AdaptivePolicy()
+    policy.batch.run |= {2, 3, 4, 5}
+    policy.batch.first_pass.add(50 * MS)  # first passes 50 ms above the line
+    policy.rounds, policy.tokens = 10, 40  # 4 tokens per round
+    curve = [20 * MS] * 8
+    # The docstring's example: 40 tokens left, 10 rounds; sizes 1-5 run.
+    assert policy.with_first_passes(curve, budget=40) == pytest.approx([20 * MS] * 5 + [25 * MS] * 3)
+    assert policy.with_first_passes(curve, budget=2) == pytest.approx([20 * MS] * 5 + [70 * MS] * 3)  # the last round: the whole of it
+    cpu = AdaptivePolicy()
+    cpu.batch.first_pass.add(-1 * MS)  # first passes no dearer (a CPU): the curve as it is
+    cpu.rounds, cpu.tokens = 10, 40
+    assert cpu.with_first_passes(curve, budget=40) == curve
+
+
+def test_batch_cost_measures_what_a_first_pass_costs_beyond_the_line():
+    cost = BatchCost()
+    cost.add(4, 80 * MS)  # the first pass of 4, before anything was measured: nothing to hold it to
+    assert cost.first_pass.value is None and cost.run == {1, 4}
+    cost = BatchCost()
+    cost.add(1, 20 * MS)
+    expected = cost.curve(6)[5]  # the line from T(1) and the prior slope
+    cost.add(6, expected + 50 * MS)
+    assert cost.first_pass.value == pytest.approx(50 * MS) and cost.run == {1, 6}
+    cost.add(6, expected)  # a later pass of a size run already teaches nothing about first passes
+    assert cost.first_pass.value == pytest.approx(50 * MS)
+
+
+def test_over_rpc_auto_keeps_to_sizes_it_has_run_and_spends_less():
+    """A one-off call over a 10 ms round trip, simulated: T(n) = 34 + 3 (n - 1) ms, a draft step
+    of 4 ms, each draft position accepted with probability 0.85 (seed 3), and a size's first pass
+    50 ms dearer (five round trips, as measured: docs/rpc.md). Over 128 tokens auto, weighing first
+    passes, runs fewer sizes and spends less time than with them left out; the same draws."""
+
+    def call(weigh: bool) -> tuple[int, float]:
+        policy = AdaptivePolicy()
+        if not weigh:
+            policy.with_first_passes = lambda curve, budget: curve
+        rng = np.random.default_rng(3)
+        draws = rng.random((200, 17))
+        run, seconds, made, i = {1}, 0.0, 0, 0
+        while made < 128:
+            _, k = policy.choose(["model"], budget=128 - made)
+            accepted = int(np.argmin(np.append(draws[i, :k] < 0.85, False))) if k else 0
+            pass_ms = 34 + 3 * k + (50 if k + 1 not in run else 0)
+            run.add(k + 1)
+            round_ms = 4 * k + pass_ms
+            policy.observe(round_event(k, k, accepted, draft_s=4 * k * MS, catch_up_s=4 * MS if k else 0.0, seconds=round_ms * MS) if k
+                           else round_event(0, 0, 0, drafter="", seconds=round_ms * MS))  # fmt: skip
+            seconds += round_ms / 1000
+            made += accepted + 1
+            i += 1
+        return len(run), seconds
+
+    sizes, seconds = call(weigh=True)
+    sizes_before, seconds_before = call(weigh=False)
+    assert sizes < sizes_before and seconds < seconds_before, (sizes, seconds, sizes_before, seconds_before)
