@@ -283,7 +283,7 @@ class AdaptivePolicy:
 
     def with_first_passes(self, curve: list[float], budget: int) -> list[float]:
         """`curve`, each size this process has not run yet dearer by what a first pass costs beyond
-        the line (BatchCost.first_pass, measured on the sizes run so far), spread over the rounds
+        a later one (BatchCost.first_pass, measured on the sizes run so far), spread over the rounds
         left (the token budget at this policy's tokens per round): among sizes that promise about
         the same, one already run wins, and a call does not wander over a dozen sizes paying
         each one's first pass. Over RPC at a 10 ms round trip a first pass cost some 50 ms more.

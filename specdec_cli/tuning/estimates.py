@@ -146,10 +146,11 @@ class BatchCost:
         self.means: dict[int, WeightedMean] = {}
         self._curve: list[float] = []  # cache of curve(), cleared by add()
         # The sizes whose pass this process has run (llama.cpp reserves the one-token shape when
-        # it creates a context), and what a size's first pass cost beyond the line: over RPC
+        # it creates a context), and what a size's first pass cost beyond its second: over RPC
         # llama.cpp asks the server for five allocation sizes first, five round trips (docs/rpc.md).
         self.run: set[int] = {1}
         self.first_pass = WeightedMean(decay)
+        self._first: dict[int, float] = {}  # a size's first pass, until its second is timed
 
     def add(self, n: int, seconds: float) -> None:
         """One round whose target pass scored n tokens cost `seconds`. Every other size's evidence
@@ -168,15 +169,17 @@ class BatchCost:
             curve = self.curve(n)
             expected = curve[n - 1] if curve else None
         for size, mean in self.means.items():
-            if size != n:
-                mean.fade()
+            if size != n:  # mean.fade(), inline: every round fades each size seen (17 in the server's policies)
+                mean.weight *= mean.decay
+                mean.total *= mean.decay
         first = n not in self.means
         self.means.setdefault(n, WeightedMean(self.decay)).add(clamp(seconds, expected), FIRST_PASS_WEIGHT if first and n > 1 else 1.0)
         self._curve = []
-        if n not in self.run:
+        if n in self._first:  # the size's second pass: what its first cost more (the line, fitted through first passes too, would say less)
+            self.first_pass.add(self._first.pop(n) - seconds)
+        elif n not in self.run:
             self.run.add(n)
-            if expected is not None:
-                self.first_pass.add(seconds - expected)
+            self._first[n] = seconds
 
     def seed(self, curve: Sequence[float]) -> None:
         """Start from a measured curve, T_batch(n) = curve[n - 1] (n = 1..): one whole sample per

@@ -1080,17 +1080,16 @@ def test_a_size_not_run_yet_pays_its_first_pass_spread_over_the_rounds_left():
     assert cpu.with_first_passes(curve, budget=40) == curve
 
 
-def test_batch_cost_measures_what_a_first_pass_costs_beyond_the_line():
-    cost = BatchCost()
-    cost.add(4, 80 * MS)  # the first pass of 4, before anything was measured: nothing to hold it to
-    assert cost.first_pass.value is None and cost.run == {1, 4}
+def test_batch_cost_measures_what_a_first_pass_costs_beyond_the_second():
     cost = BatchCost()
     cost.add(1, 20 * MS)
-    expected = cost.curve(6)[5]  # the line from T(1) and the prior slope
-    cost.add(6, expected + 50 * MS)
-    assert cost.first_pass.value == pytest.approx(50 * MS) and cost.run == {1, 6}
-    cost.add(6, expected)  # a later pass of a size run already teaches nothing about first passes
+    cost.add(6, 80 * MS)  # the first pass of 6: nothing to hold it to yet
+    assert cost.first_pass.value is None and cost.run == {1, 6}
+    cost.add(6, 30 * MS)  # its second
     assert cost.first_pass.value == pytest.approx(50 * MS)
+    cost.add(6, 35 * MS)  # a later pass of a size run already teaches nothing about first passes
+    cost.add(1, 20 * MS)  # nor does the one-token size, reserved with the context
+    assert cost.first_pass.value == pytest.approx(50 * MS) and cost.run == {1, 6}
 
 
 def test_over_rpc_auto_keeps_to_sizes_it_has_run_and_spends_less():
