@@ -2,8 +2,8 @@
 
 `run --baseline` sets the target's own decoding against the speculative run. Decoded one after
 the other, the two would meet different machines: a host's speed drifts by tens of percent
-within seconds (memory bandwidth, other tenants), and a call's first seconds run slower than
-its later ones. So the baseline, on a second context of the target's weights
+within a minute (memory bandwidth, other tenants; docs/benchmarks.md, "The plain baseline").
+So the baseline, on a second context of the target's weights
 (LlamaModel.sibling), is decoded in turns with the speculative run: after each speculative
 round it is advanced until it has made as many tokens, and what is left of it runs when the
 speculative run ends. Each engine times its own rounds, between a round's start and its Round
