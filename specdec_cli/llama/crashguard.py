@@ -5,7 +5,7 @@ process that did not crash. So `guard(main)` forks once, before llama.cpp has st
 (its libraries and numpy are loaded by then, __init__.py says why; it has no backend, thread
 or model yet):
 
-    parent: waits; forwards SIGTERM (and a SIGINT/SIGHUP/SIGTSTP sent to its pid with `kill`), and SIGCONT, to the child
+    parent: waits; forwards SIGTERM (and a SIGINT/SIGHUP sent to its pid with `kill`), SIGTSTP and SIGCONT, to the child
     child:  runs the command; marks what it is doing in a shared page (`mark("decoding with the
             draft tinydraft.gguf")`, and the RPC servers it uses, if any); faulthandler writes the
             Python stack to a log file
@@ -218,8 +218,10 @@ def _wait(pid: int) -> int:
         if number == signal.SIGCONT:
             _send(pid, number)  # resumes a child stopped by a SIGTSTP we passed on; a no-op for a running one
         elif number == signal.SIGTSTP:
-            if sent:  # the terminal's Ctrl-Z has stopped the child already
-                _send(pid, number)
+            # Passed on whoever sent it: where the terminal's Ctrl-Z has stopped the child already it
+            # is a no-op (the SIGCONT that resumes it discards it), and si_code is not to be trusted
+            # after a stop (see above): in a long test run a `kill -TSTP` left the child running.
+            _send(pid, number)
             if signal.getsignal(signal.SIGTSTP) != signal.SIG_IGN:
                 os.kill(os.getpid(), signal.SIGSTOP)  # stop as SIGTSTP would have stopped us; returns on SIGCONT
         elif number == signal.SIGTERM or sent:

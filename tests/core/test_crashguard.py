@@ -184,14 +184,12 @@ def wait_for_state(pid: int, state: str) -> str:
 def test_a_tstp_sent_to_the_parent_pauses_the_child_and_a_cont_resumes_both(tmp_path):
     """`kill -TSTP` pauses the generation itself (the child), not only the waiting parent; `kill -CONT` resumes it."""
     pid_file = tmp_path / "child.pid"
-    # The child sleeps 4 s: on a loaded machine (the whole suite) a 1.5 s sleep had ended, the
-    # child a zombie, before the stop was seen.
-    proc = guarded(f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(4)\nprint('done')", tmp_path)
+    proc = guarded(f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(1.5)\nprint('done')", tmp_path)
     child = started_child(proc, pid_file)
     proc.send_signal(signal.SIGTSTP)
     assert wait_for_state(child, "T") == "T"
     assert wait_for_state(proc.pid, "T") == "T"
-    time.sleep(4.5)  # longer than the child's sleep: stopped, it cannot finish meanwhile
+    time.sleep(2)  # longer than the child's sleep: stopped, it cannot finish meanwhile
     assert proc.poll() is None and process_state(child) == "T"
     proc.send_signal(signal.SIGCONT)
     assert finish(proc) == (0, "done\n", "")
