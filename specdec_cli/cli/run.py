@@ -125,6 +125,7 @@ def run(
         grammar=constraint,
     )
     options = load.options(models.pair_name, chat=chat)
+    reported = stats or json_out or jsonl  # the statistics are shown: the baseline and the costs behind them are worth measuring
 
     with contextlib.ExitStack() as stack:
         pair = load_pair(stack, models, options, Activity(console), need_draft=chosen.drafter != "lookup")
@@ -144,7 +145,7 @@ def run(
             earned = memory.earned if memory is not None else tuning.record.earned if tuning else None
             events = pair.engine(drafter=chosen.drafter, lookup=chosen.lookup, memory=memory, earned=earned).generate(prompt_ids, config, policy)
             beside = None
-            if baseline and (stats or json_out or jsonl):  # decoded in turns with the run: in_turns.py
+            if baseline and reported:  # decoded in turns with the run: in_turns.py
                 plain = pair.baseline_engine()
                 stack.callback(plain.target.close)
                 beside = Beside(plain.generate(prompt_ids, config))
@@ -162,7 +163,7 @@ def run(
             keep_tuning(tuning, policy, earned)
         contexts = allocated_contexts(pair, options.n_ctx)
         after = Afterwards(interrupted=result.interrupted)
-        if not after.interrupted and (stats or json_out or jsonl):
+        if not after.interrupted and reported:
             after = measure_afterwards(pair, prompt_ids, chosen.draft_tokens, result, Activity(console))
             after.baseline = beside.outcome.stats if beside is not None else None
 
