@@ -17,7 +17,7 @@ If the child dies by SIGSEGV, SIGBUS, SIGILL, SIGFPE or SIGABRT, the parent prin
 
 and exits 1 (a runtime failure, as README's exit codes say; the line names the signal).
 Where the activity used RPC servers (llama.cpp aborts when a connection to one breaks), the
-parent probes them (rpc.unanswering: the child's connections are closed by then) and names the
+parent probes them (rpc.blame: the child's connections are closed by then) and names the
 failed one instead of the CPU's advice:
 
     specdec: error: llama.cpp crashed (signal 6, SIGABRT) while decoding with the target
@@ -111,18 +111,18 @@ def read_mark(page: mmap.mmap) -> tuple[str, tuple[str, ...]]:
 
 def describe(status: int, activity: str, log_path: str, servers: tuple[str, ...] = ()) -> str | None:
     """The one line for a child that died by `status` (a wait status), or None if it was no crash.
-    With RPC servers, a crash's line says which of them answer now (rpc.unanswering probes them)."""
+    With RPC servers, a crash's line says which of them answer now (rpc.blame probes them)."""
     if not os.WIFSIGNALED(status):
         return None
     number = os.WTERMSIG(status)
     doing = f" while {activity}" if activity else ""
     if number in CRASH_SIGNALS:
         crashed = f"llama.cpp crashed ({signal_name(number)}){doing}"
-        failed = rpc.unanswering(servers) if servers else []
-        if failed:
-            return f"{crashed}: {rpc.verdict(servers, failed)}, then try again; details in {log_path}"
-        if servers:
-            crashed += f", though {rpc.verdict(servers, [])} now"
+        blamed, found = rpc.blame(servers)
+        if blamed:
+            return f"{crashed}: {found}, then try again; details in {log_path}"
+        if found:
+            crashed += f", though {found} now"
         return f"{crashed}; {HINT}; details in {log_path}"
     if number == signal.SIGKILL:
         return f"specdec was killed (signal 9, SIGKILL){doing}; if the system ran out of memory, try a smaller --ctx"

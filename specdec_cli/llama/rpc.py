@@ -16,8 +16,9 @@ byte), the payload's size (uint64, little-endian) and the payload; a response is
 zeros: no upgrade) and its response the version (major, minor, patch, a pad byte) and the
 server's capabilities.
 
-When a pass stalls or llama.cpp aborts mid-generation, `unanswering` says which endpoint failed,
-for the server's watchdog (serve/worker.py) and the crash guard (crashguard.py) alike. An
+When a pass stalls or llama.cpp aborts mid-generation, `unanswering` says which endpoint failed
+and `blame` words it, for the server's watchdog (serve/worker.py) and the crash guard
+(crashguard.py) alike. An
 endpoint that this process is connected to (llama.cpp keeps one connection to each server) is
 not probed: ggml-rpc-server serves one client at a time, so a healthy one would not answer a
 second connection either. Instead the endpoint fails when a thread of this process is blocked on
@@ -186,6 +187,17 @@ def verdict(endpoints, failed) -> str:
         pronoun = "they are"
     others = f" ({', '.join(answering)} {'does' if len(answering) == 1 else 'do'})" if answering else ""
     return f"{found}{others}; check that {pronoun} running and reachable"
+
+
+def blame(endpoints) -> tuple[bool, str]:
+    """After a stalled pass or a crash: whether an RPC server is to blame, and `verdict`'s words for
+    what `unanswering` finds now; each caller adds its next step. (False, "") without endpoints.
+    Examples: one of two stopped -> (True, "the RPC server at a:1 does not answer (b:2 does); check
+    that it is running and reachable"); both answer -> (False, "every RPC server answers (a:1, b:2)")."""
+    if not endpoints:
+        return False, ""
+    failed = unanswering(endpoints)  # a few seconds at most
+    return bool(failed), verdict(endpoints, failed)
 
 
 def _probe_into(endpoint: str, timeout: float, failed: dict[str, bool]) -> None:

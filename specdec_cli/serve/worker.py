@@ -51,7 +51,7 @@ would begin, so an answer that the crossing round ends keeps its own finish reas
 thread times every pass: one that has not returned after `pass_timeout` (a remote server that
 stopped answering) makes the worker `gone`, fails every waiting and running job with 503, and
 calls `on_gone`, with which the command exits non-zero for a supervisor to restart it. With RPC
-servers its reason names the one the pass waits for (llama/rpc.py's `unanswering`): "the target
+servers its reason names the one the pass waits for (llama/rpc.py's `blame`): "the target
 model's pass has not returned in 60 s: the RPC server at 10.0.0.2:50052 does not answer
 (10.0.0.3:50052 does); check that it is running and reachable, then restart specdec serve".
 
@@ -574,11 +574,11 @@ class Worker:
 
     def _stalled(self, model: str) -> None:
         stalled = f"the {model} model's pass has not returned in {self._pass_timeout:g} s"
-        failed = rpc.unanswering(self._rpc) if self._rpc else []  # a few seconds at most
-        if failed:
-            reason = f"{stalled}: {rpc.verdict(self._rpc, failed)}, then restart specdec serve"
-        elif self._rpc:
-            reason = f"{stalled}, though {rpc.verdict(self._rpc, [])}: the stall is on this machine, which may be out of memory or overloaded; restart specdec serve"
+        blamed, found = rpc.blame(self._rpc)
+        if blamed:
+            reason = f"{stalled}: {found}, then restart specdec serve"
+        elif found:
+            reason = f"{stalled}, though {found}: the stall is on this machine, which may be out of memory or overloaded; restart specdec serve"
         else:
             reason = f"{stalled} on this machine: it may be out of memory or overloaded; restart specdec serve"
         log.error(reason)

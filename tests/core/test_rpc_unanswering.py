@@ -1,4 +1,4 @@
-"""Which RPC endpoints do not answer (llama/rpc.py's `unanswering` and `verdict`), with fake
+"""Which RPC endpoints do not answer (llama/rpc.py's `unanswering`, `verdict` and `blame`), with fake
 servers (tests/rpcfakes.py) and no model: a probe for an endpoint this process is not connected
 to; for one it holds a connection to (as llama.cpp does), whether a thread waits on that
 connection, since a ggml-rpc-server busy with this process would not answer a probe.
@@ -26,6 +26,15 @@ def test_a_silent_and_a_refusing_endpoint_are_named_and_the_answering_one_is_not
     with AnsweringServer() as good, silent_endpoint() as stopped:
         closed = closed_endpoint()
         assert rpc.unanswering((stopped, good.endpoint, closed), timeout=0.5) == [stopped, closed]
+
+
+def test_blame_words_what_the_probes_find_and_says_nothing_without_rpc():
+    """`blame`'s examples on fake servers: one of two closed, both answering, no endpoints."""
+    assert rpc.blame(()) == (False, "")
+    with AnsweringServer() as good, AnsweringServer() as other:
+        closed = closed_endpoint()
+        assert rpc.blame((closed, good.endpoint)) == (True, rpc.verdict((closed, good.endpoint), [closed]))
+        assert rpc.blame((good.endpoint, other.endpoint)) == (False, f"every RPC server answers ({good.endpoint}, {other.endpoint})")
 
 
 def test_silent_endpoints_are_probed_side_by_side():
