@@ -17,6 +17,7 @@ compared with each fixed k on the same text, free of timing noise:
     python3 benchmarks/policy_replay.py compare --curve 0.015,0.15 --curve 1,0.2 --random 64   # curves of other machines
     python3 benchmarks/policy_replay.py compare --curve 0.015,0.15 --random 64 --oracle-costs   # auto told the costs
     python3 benchmarks/policy_replay.py compare --costs OUT/gpu_check.json --random 64   # a GPU's measured curve
+    python3 benchmarks/policy_replay.py compare --costs benchmarks/rpc10_costs.json --first-pass 50 --random 64   # RPC at 10 ms
 
 Where the rejections fall relative to the round boundaries moves every fixed k by several
 per cent, so one text is a lucky or unlucky draw; `--shifts S` replays each text from S
@@ -29,7 +30,8 @@ position a miss independently at the prompt's own rate (Theorem 3.8's model), an
 prints auto against the fixed k that is best on average over them.
 
 The cost model (`Costs`): a plain step costs T(1), a round of k drafts costs its draft steps
-plus T(k + 1), with T(n) interpolated linearly between measured sizes; the draft model's
+plus T(k + 1), with T(n) interpolated linearly between measured sizes, and the first pass at
+each size beyond 1 costs --first-pass ms more (over RPC; 0 by default); the draft model's
 catch-up at the start of a round evaluates the tokens it has not seen (one after a
 rejection, two after a fully accepted round, more after plain steps) and is charged
 T_draft x (1 + 0.1 (m - 1)) for m tokens (an assumption: a small batch costs little more than
@@ -51,6 +53,7 @@ Produces docs/benchmarks.md, "`-k auto` against the best fixed k": its table.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -82,6 +85,7 @@ class Costs:
     draft_step: float
     target: dict[int, float]  # n -> T(n)
     label: str = ""
+    first_pass: float = 0.0  # what a size's first pass in a call costs beyond T(n) (over RPC: docs/rpc.md)
 
     def batch(self, n: int) -> float:
         """T(n), linear between the measured sizes around n (beyond the largest: its last slope).
@@ -128,9 +132,12 @@ class Replay:
 
 
 def replay(agrees: Sequence[bool], policy, costs: Costs, max_tokens: int) -> Replay:
-    """Run `policy` for max_tokens tokens (at most the trace's length) of the text behind `agrees`."""
+    """Run `policy` for max_tokens tokens (at most the trace's length) of the text behind `agrees`,
+    as a fresh process would: the first pass at each size but 1 (which llama.cpp reserves at load)
+    costs `costs.first_pass` more."""
     n = min(max_tokens, len(agrees))
     out = Replay()
+    ran = {1}  # the sizes this call has run
     pos = 0  # tokens emitted so far
     seen = 0  # tokens the draft model has evaluated (its cache after catching up)
     while pos < n:
@@ -145,7 +152,8 @@ def replay(agrees: Sequence[bool], policy, costs: Costs, max_tokens: int) -> Rep
                 accepted += 1
             catch_up = costs.catch_up(pos - seen)
             draft = catch_up + (k - 1) * costs.draft_step
-            verify = costs.batch(k + 1)
+            verify = costs.batch(k + 1) + (0.0 if k + 1 in ran else costs.first_pass)
+            ran.add(k + 1)
             event = Round(k, accepted, draft, draft, verify, draft + verify, drafter=name, draft_catch_up_seconds=catch_up, k=k)
             pos += accepted + 1
             # The draft model evaluated the context and d_1..d_(k-1): after a rejection it lacks
@@ -214,16 +222,24 @@ def load_traces(path: Path = TRACES) -> dict[str, list[bool]]:
 
 
 def compare(traces: dict[str, list[bool]], costs: Sequence[Costs], max_tokens: int, max_k: int = 16,
-            oracle_costs: bool = False) -> list[dict]:
+            oracle_costs: bool = False, second_call: bool = False) -> list[dict]:
     """For each cost model and prompt: tokens/s of target-only, of every fixed k in 1..max_k, and of
     auto; with oracle_costs, auto is handed the true costs and does not learn them (so what is
-    left of its gap is the price of learning acceptance)."""
+    left of its gap is the price of learning acceptance). With second_call, auto's figures are
+    those of a second call, which starts from what a first call on the text before (the last
+    one's, for the first text) learnt, as `specdec run`'s tuning record hands it on."""
     rows = []
     for cost in costs:
         true_curve = CostCurve(cost.draft_step, tuple(cost.batch(n) for n in range(1, max_k + 2)))
-        for name, agrees in traces.items():
+        names = list(traces)
+        for i, (name, agrees) in enumerate(traces.items()):
             fixed = {k: replay(agrees, FixedPolicy(k), cost, max_tokens).tokens_per_second for k in range(1, max_k + 1)}
             policy = AdaptivePolicy(costs=true_curve, learn_costs=False) if oracle_costs else AdaptivePolicy()
+            if second_call and not oracle_costs:
+                first = AdaptivePolicy()
+                replay(traces[names[i - 1]], first, cost, max_tokens)
+                policy = AdaptivePolicy(costs=first.costs())
+                policy.resume(first.earned())
             auto = replay(agrees, policy, cost, max_tokens)
             rows.append({"costs": cost.label, "prompt": name, "tokens": min(max_tokens, len(agrees)), "target_only": 1 / cost.batch(1),
                          "fixed": fixed, "auto": auto.tokens_per_second, "auto_ks": auto.ks})
@@ -295,8 +311,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     cmp.add_argument("--shifts", type=int, default=0, help="replay each text from this many starts, 2 tokens apart")
     cmp.add_argument("--random", type=int, default=0, help="instead: this many random texts per prompt, misses independent at its own rate")
     cmp.add_argument("--agreement", type=float, help="with --random: this agreement rate instead of each prompt's own")
+    cmp.add_argument("--first-pass", type=float, default=0.0, metavar="MS", help="a size's first pass in a call costs this much more (RPC: about 50)")
     cmp.add_argument("--draft-scale", type=float, default=1.0, help="multiply the measured draft step (a dearer draft: c x this)")
     cmp.add_argument("--oracle-costs", action="store_true", help="auto is handed the true costs instead of learning them")
+    cmp.add_argument("--second-call", action="store_true", help="auto's second call: it starts from what a first call on the text before learnt (the tuning record)")
     cmp.add_argument("--before", help="also replay the policy of this git ref (git archive into a temporary folder)")
     cmp.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args(argv)
@@ -320,7 +338,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         texts = random_texts(traces, args.random, args.max_tokens, args.agreement) if args.random else shifted(traces, args.shifts, args.max_tokens)
         traces = {f"{name}@{start}": agrees for name, starts in texts.items() for start, agrees in starts.items()}
     costs = (costs_from_json(args.costs, args.draft_scale) if args.costs else []) + [Costs.linear(spec) for spec in args.curve]
-    rows = compare(traces, costs, args.max_tokens, oracle_costs=args.oracle_costs)
+    costs = [dataclasses.replace(c, first_pass=args.first_pass / 1000) for c in costs]
+    rows = compare(traces, costs, args.max_tokens, oracle_costs=args.oracle_costs, second_call=args.second_call)
     (print_shifts if args.shifts or args.random else print_rows)(rows, grid)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")

@@ -285,7 +285,8 @@ def open_tuning(pair: LoadedPair, options, draft_tokens, off: bool) -> Tuning | 
 
 def keep_tuning(tuning: Tuning, policy, earned) -> None:
     """Save what the call's policy learnt: its costs (AdaptivePolicy.costs; the record's draft step
-    where this call has none) and each proposer's record (`earned`, as the engine wrote it back)."""
+    and first-pass cost where this call has none) and each proposer's record (`earned`, as the
+    engine wrote it back)."""
     import dataclasses
 
     from ..tuning.record import TuningRecord, save_record
@@ -293,8 +294,12 @@ def keep_tuning(tuning: Tuning, policy, earned) -> None:
     costs, kept = policy.costs(), tuning.record.costs
     if costs is None:
         costs = kept
-    elif costs.draft_step is None and kept is not None:
-        costs = dataclasses.replace(costs, draft_step=kept.draft_step)
+    elif kept is not None:
+        costs = dataclasses.replace(
+            costs,
+            draft_step=kept.draft_step if costs.draft_step is None else costs.draft_step,
+            first_pass=kept.first_pass if costs.first_pass is None else costs.first_pass,
+        )
     try:
         save_record(tuning.folder, tuning.identity, TuningRecord(costs, dict(earned), tuning.record.calls + 1))
     except OSError as exc:

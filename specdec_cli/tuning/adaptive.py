@@ -139,6 +139,8 @@ class AdaptivePolicy:
         self._fixed_curve: list[float] | None = None
         if costs is not None:
             self.batch.seed(costs.target_batch)
+            if costs.first_pass is not None:  # what earlier calls found a first pass costs (tuning/record.py)
+                self.batch.first_pass.add(costs.first_pass)
             self._seed_draft_step = costs.draft_step
             if not learn_costs:
                 assert len(costs.target_batch) > max_k, "a fixed cost curve must cover batches of 1..max_k + 1"
@@ -230,13 +232,13 @@ class AdaptivePolicy:
 
     def costs(self) -> CostCurve | None:
         """The costs as the policy sees them now, for a later call to start from (tuning/record.py):
-        T_batch(1..max_k + 1) and the draft model's step (None where it has no estimate of one);
-        None before the first round."""
+        T_batch(1..max_k + 1), the draft model's step and what a first pass costs more (each None
+        where it has no estimate of it); None before the first round."""
         curve = self.curve()
         if not curve:
             return None
         model = self.drafters.get("model")
-        return CostCurve(draft_step=model.draft_step.value if model is not None else None, target_batch=tuple(curve))
+        return CostCurve(draft_step=model.draft_step.value if model is not None else None, target_batch=tuple(curve), first_pass=self.batch.first_pass.value)
 
     def curve(self) -> list[float]:
         """T_batch(1..max_k + 1) as the policy currently sees it (empty before the first round)."""

@@ -33,6 +33,9 @@ class CostCurve:
 
     draft_step: float  # None only in a seed for auto that timed no draft step (tuning/record.py)
     target_batch: tuple[float, ...]  # target_batch[n - 1] = time of a batch of n tokens
+    # What a batch size's first pass in a process costs beyond its later ones (over RPC some 50 ms:
+    # docs/rpc.md); None where it was not measured. Only auto's record carries it (tuning/record.py).
+    first_pass: float | None = None
 
     @property
     def target_step(self) -> float:

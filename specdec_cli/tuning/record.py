@@ -4,7 +4,8 @@ Each `specdec run` is a fresh process, and `-k auto` would learn the costs and t
 from nothing every time. The record keeps them per pair and machine, in one small file in
 specdec's cache folder:
 
-  - the cost curve the policy held at the call's end: T_batch(1..) and the draft step, seconds;
+  - the cost curve the policy held at the call's end: T_batch(1..), the draft step and what a
+    batch size's first pass costs beyond its later ones (over RPC), seconds;
   - what each proposer earned: acceptance by draft position, per proposer name ("model",
     "lookup:2", ...), and its draft step in units of T_batch(1) (events.Earned, as the drafting
     memory keeps it);
@@ -141,7 +142,7 @@ def save_record(folder: Path, identity: Identity, record: TuningRecord) -> None:
     data = {"format": FORMAT, "version": VERSION, "identity": identity.to_json(), "calls": record.calls,
             "earned": {name: earned_json(e) for name, e in record.earned.items()}}  # fmt: skip
     if record.costs is not None:
-        data["costs"] = {"draft_step": record.costs.draft_step, "target_batch": list(record.costs.target_batch)}
+        data["costs"] = {"draft_step": record.costs.draft_step, "target_batch": list(record.costs.target_batch), "first_pass": record.costs.first_pass}
     with locked(path):
         replace_atomically(path, json.dumps(data, separators=(",", ":")))
 
@@ -181,9 +182,11 @@ def _costs(data, name: str) -> CostCurve | None:
 
     batch = data.get("target_batch") if isinstance(data, dict) else None
     step = data.get("draft_step") if isinstance(data, dict) else None
-    if not (isinstance(batch, list) and 0 < len(batch) <= MAX_COSTS and all(seconds(x) for x in batch) and (step is None or seconds(step))):
+    first = data.get("first_pass") if isinstance(data, dict) else None  # may be negative: a first pass that measured cheaper
+    if not (isinstance(batch, list) and 0 < len(batch) <= MAX_COSTS and all(seconds(x) for x in batch) and (step is None or seconds(step))
+            and (first is None or (type(first) in (int, float) and math.isfinite(first) and abs(first) < 3600.0))):  # fmt: skip
         raise BadCache(f"{name} holds a malformed cost curve")
-    return CostCurve(draft_step=step, target_batch=tuple(float(x) for x in batch))
+    return CostCurve(draft_step=step, target_batch=tuple(float(x) for x in batch), first_pass=None if first is None else float(first))
 
 
 def kept(folder: Path, limit: int = 100) -> list[dict]:

@@ -1080,6 +1080,21 @@ def test_a_size_not_run_yet_pays_its_first_pass_spread_over_the_rounds_left():
     assert cpu.with_first_passes(curve, budget=40) == curve
 
 
+def test_a_first_pass_cost_handed_on_weighs_from_the_first_choice_and_is_handed_on_again():
+    """A policy seeded with costs that carry first_pass (an earlier call's, tuning/record.py)
+    charges sizes it has not run from its first rounds, before it timed any second pass itself,
+    and its own costs() hand that value on (the seed as one sample, which this call's measurements
+    would move)."""
+    seeded = AdaptivePolicy(costs=CostCurve(draft_step=4 * MS, target_batch=tuple((34 + 3 * n) * MS for n in range(17)), first_pass=50 * MS))
+    plain = AdaptivePolicy(costs=CostCurve(draft_step=4 * MS, target_batch=tuple((34 + 3 * n) * MS for n in range(17))))
+    for policy in (seeded, plain):
+        policy.rounds, policy.tokens = 1, 10
+    curve = seeded.curve()
+    assert seeded.with_first_passes(curve, budget=100)[1:] == pytest.approx([t + 5 * MS for t in curve[1:]])  # 10 rounds left
+    assert plain.with_first_passes(curve, budget=100) == curve
+    assert seeded.costs().first_pass == pytest.approx(50 * MS) and plain.costs().first_pass is None
+
+
 def test_batch_cost_measures_what_a_first_pass_costs_beyond_the_second():
     cost = BatchCost()
     cost.add(1, 20 * MS)

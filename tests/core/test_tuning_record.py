@@ -5,6 +5,7 @@ own, and the first two tokens follow the exact law (fake models, fixed seeds).""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -23,7 +24,7 @@ from specdec_cli.tuning.cost_curve import CostCurve
 from specdec_cli.tuning.policy import draft_policy
 from specdec_cli.tuning.record import Identity, TuningRecord, load_record, record_path, save_record
 
-COSTS = CostCurve(draft_step=0.004, target_batch=(0.030, 0.031, 0.033, 0.036))
+COSTS = CostCurve(draft_step=0.004, target_batch=(0.030, 0.031, 0.033, 0.036), first_pass=0.05)
 EARNED = {"model": Earned((0.9, 0.7), (1.0, 0.9), 0.15), "lookup:2": Earned((0.2,), (3.0,), None)}
 
 
@@ -49,6 +50,16 @@ def test_a_record_is_written_and_read_back(tmp_path, pair_files):
     assert record.earned == EARNED
 
 
+def test_a_record_without_a_first_pass_cost_reads_as_not_measured(tmp_path, pair_files):
+    """A record kept before first passes were (or where none was timed: no "first_pass") reads
+    with first_pass None, the rest as written."""
+    me = identity(*pair_files)
+    save_record(tmp_path, me, TuningRecord(COSTS, {}, 1))
+    path = record_path(tmp_path, me)
+    path.write_text(path.read_text().replace(',"first_pass":0.05', ""))
+    assert load_record(tmp_path, me) == (TuningRecord(dataclasses.replace(COSTS, first_pass=None), {}, 1), None)
+
+
 def test_another_model_file_machine_or_setting_reads_no_record(tmp_path, pair_files, monkeypatch):
     draft, target = pair_files
     save_record(tmp_path, identity(draft, target), TuningRecord(COSTS, dict(EARNED), 1))
@@ -71,8 +82,9 @@ def test_another_model_file_machine_or_setting_reads_no_record(tmp_path, pair_fi
         (lambda text: text.replace('"version":1', '"version":99'), "is of version 99, not 1"),
         (lambda text: text.replace('"trials":[1.0,0.9]', '"trials":[1.0,-5]'), "holds a malformed record for drafter 'model'"),
         (lambda text: text.replace('"target_batch":[0.03', '"target_batch":["x"'), "holds a malformed cost curve"),
+        (lambda text: text.replace('"first_pass":0.05', '"first_pass":true'), "holds a malformed cost curve"),
     ],
-    ids=["truncated", "foreign", "version", "earned", "costs"],
+    ids=["truncated", "foreign", "version", "earned", "costs", "first pass"],
 )
 def test_a_corrupt_or_foreign_record_is_refused_in_one_line_and_rebuilt(tmp_path, pair_files, mangle, says):
     me = identity(*pair_files)
@@ -148,3 +160,23 @@ def test_the_costs_a_call_keeps_are_the_policys_own():
     costs = policy.costs()
     assert costs.target_batch == tuple(policy.curve()) and len(costs.target_batch) > 1
     assert costs.draft_step == policy.drafters["model"].draft_step.value > 0
+
+
+def test_a_call_that_timed_no_first_pass_or_draft_step_keeps_the_records(tmp_path, pair_files):
+    """cli/run.keep_tuning: where this call's policy has no estimate of the draft step or of a
+    first pass's extra cost (None), the record's go on; where it has one, its own is kept."""
+    from specdec_cli.cli.run import Tuning, keep_tuning
+
+    class Policy:
+        def __init__(self, costs):
+            self._costs = costs
+
+        def costs(self):
+            return self._costs
+
+    me = identity(*pair_files)
+    tuning = Tuning(tmp_path, me, TuningRecord(COSTS, {}, 1))
+    keep_tuning(tuning, Policy(CostCurve(draft_step=None, target_batch=(0.02, 0.021))), {})
+    assert load_record(tmp_path, me)[0] == TuningRecord(CostCurve(0.004, (0.02, 0.021), first_pass=0.05), {}, 2)
+    keep_tuning(tuning, Policy(CostCurve(draft_step=0.003, target_batch=(0.02, 0.021), first_pass=0.01)), {})
+    assert load_record(tmp_path, me)[0].costs == CostCurve(0.003, (0.02, 0.021), first_pass=0.01)
