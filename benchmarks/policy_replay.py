@@ -234,9 +234,12 @@ def compare(traces: dict[str, list[bool]], costs: Sequence[Costs], max_tokens: i
         names = list(traces)
         for i, (name, agrees) in enumerate(traces.items()):
             fixed = {k: replay(agrees, FixedPolicy(k), cost, max_tokens).tokens_per_second for k in range(1, max_k + 1)}
-            policy = AdaptivePolicy(costs=true_curve, learn_costs=False) if oracle_costs else AdaptivePolicy()
+            # As `specdec run` over RPC, auto starts from the first passes' cost as the link's round trip
+            # predicts it (llama/rpc.first_pass_prior), here the cost model's own.
+            prior = cost.first_pass or None
+            policy = AdaptivePolicy(costs=true_curve, learn_costs=False) if oracle_costs else AdaptivePolicy(first_pass=prior)
             if second_call and not oracle_costs:
-                first = AdaptivePolicy()
+                first = AdaptivePolicy(first_pass=prior)
                 replay(traces[names[i - 1]], first, cost, max_tokens)
                 policy = AdaptivePolicy(costs=first.costs())
                 policy.resume(first.earned())

@@ -44,7 +44,7 @@ from .errors import BadInput, IncompatiblePair
 from .events import Earned
 from .llama.gguf import require_chat_template
 from .llama.model import LlamaModel
-from .llama.rpc import parse_endpoints
+from .llama.rpc import first_pass_prior, parse_endpoints
 from .options import DRAFTERS, context_size, gpu_layers_to_load
 
 log = logging.getLogger("specdec")
@@ -173,6 +173,11 @@ class LoadedPair:
             return Engine(self.target, CascadeDrafter(by_model, by_lookup), vocab_limit=self.vocab_limit, earned=earned)
         chosen = by_model if drafter in ("model", "cascade") else ModelAndLookup(by_model, by_lookup)  # cascade: not across vocabularies
         return Engine(self.target, chosen, vocab_limit=self.vocab_limit, earned=earned)
+
+    def first_pass_prior(self) -> float | None:
+        """What a target pass at a batch size not run yet costs more, before one is timed: over RPC
+        some round trips (llama/rpc.first_pass_prior), None for a local target."""
+        return first_pass_prior(self.target.rpc_probed)
 
     def baseline_engine(self) -> Engine:
         """A target-only engine on a second context of the target's weights (LlamaModel.sibling,

@@ -22,6 +22,8 @@ import numpy as np
 
 
 class MarkovModel:
+    rpc_probed = ()  # as LlamaModel's: no RPC server probed (a local model)
+
     def __init__(
         self, logits_table: np.ndarray, *, n_ctx: int = 4096, eos: int | None = None, pieces: Sequence[bytes] | None = None,
         n_batch: int = 512,

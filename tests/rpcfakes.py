@@ -11,6 +11,7 @@ import contextlib
 import socket
 import struct
 import threading
+import time
 from typing import Iterator
 
 from specdec_cli.llama import rpc
@@ -18,9 +19,11 @@ from specdec_cli.llama import rpc
 
 class AnsweringServer:
     """Speaks as much of ggml-rpc-server's protocol as `rpc.probe` asks (HELLO, DEVICE_COUNT,
-    GET_DEVICE_MEMORY: one device, 1 of 2 GiB free), to one client after another, in a thread."""
+    GET_DEVICE_MEMORY: one device, 1 of 2 GiB free), to one client after another, in a thread;
+    each answer `delay` seconds after its request (a distant server)."""
 
-    def __init__(self) -> None:
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.endpoint = "127.0.0.1:%d" % self.sock.getsockname()[1]
         threading.Thread(target=self._serve, daemon=True).start()
@@ -47,6 +50,7 @@ class AnsweringServer:
                         answer = struct.pack("<I", 1)
                     else:
                         answer = struct.pack("<QQ", 1 << 30, 2 << 30)
+                    time.sleep(self.delay)
                     conn.sendall(struct.pack("<Q", len(answer)) + answer)
 
 

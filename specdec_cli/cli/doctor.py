@@ -101,7 +101,8 @@ def report_text(report: dict) -> str:
 
 def tuning_text(kept: dict) -> str:
     """One record of `-k auto` (tuning/record.kept). Example: "-k auto's record: big.gguf + tiny.gguf,
-    2 threads: 12 calls, T_batch(1) 30.1 ms, draft step 4.0 ms; acceptance at 1: model 0.81 (FILE)"."""
+    2 threads: 12 calls, T_batch(1) 30.1 ms, draft step 4.0 ms, a first pass at a new size +50.0 ms;
+    acceptance at 1: model 0.81 (FILE)"."""
     if "error" in kept:
         return f"-k auto's record {kept['file']}: {kept['error']}"
     who = kept["identity"]
@@ -111,6 +112,8 @@ def tuning_text(kept: dict) -> str:
         figures.append(f"T_batch(1) {kept['target_step_ms']} ms")
     if "draft_step_ms" in kept:
         figures.append(f"draft step {kept['draft_step_ms']} ms")
+    if "first_pass_ms" in kept:
+        figures.append(f"a first pass at a new size {kept['first_pass_ms']:+} ms")
     rates = ", ".join(f"{name} {rate}" for name, rate in kept["acceptance_at_1"].items())
     threads = f"{who['threads']} threads" if who.get("threads") else "default threads"
     return f"-k auto's record: {names}, {threads}: {', '.join(figures)}" + (f"; acceptance at 1: {rates}" if rates else "") + f" ({kept['file']})"

@@ -141,7 +141,7 @@ def run(
         try:
             memory, distrusted = open_memory(pair, draft_cache, draft_cache_size)
             tuning = open_tuning(pair, options, chosen.draft_tokens, no_tuning_cache)
-            policy = draft_policy(chosen.draft_tokens, chosen.p_min, tuning.record.costs if tuning else None)
+            policy = draft_policy(chosen.draft_tokens, chosen.p_min, tuning.record.costs if tuning else None, pair.first_pass_prior())
             earned = memory.earned if memory is not None else tuning.record.earned if tuning else None
             events = pair.engine(drafter=chosen.drafter, lookup=chosen.lookup, memory=memory, earned=earned).generate(prompt_ids, config, policy)
             beside = None

@@ -91,6 +91,7 @@ class LlamaModel(Vocabulary):
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = 0 if vocab_only else resolve_gpu_layers(n_gpu_layers)
         self.rpc_servers = tuple(rpc_servers) if not vocab_only else ()
+        self.rpc_probed: list[rpc.RpcServer] = []  # what the probes before loading found (an endpoint ggml already served is not probed)
         if self.rpc_servers:
             self._devices = self._rpc_devices(role)  # kept alive: llama.cpp reads the array while loading
             mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
@@ -167,7 +168,7 @@ class LlamaModel(Vocabulary):
         devices = []
         for endpoint in self.rpc_servers:
             if not ggml.rpc_connected(endpoint):  # ggml already talks to it: the server would not answer a second client
-                rpc.probe(endpoint)
+                self.rpc_probed.append(rpc.probe(endpoint))
             crashguard.mark(f"connecting the {role} {self.path.name} to the RPC server {endpoint}", (endpoint,))
             found = ggml.rpc_add_server(endpoint)
             if not found:
@@ -193,7 +194,7 @@ class LlamaModel(Vocabulary):
         twin = object.__new__(LlamaModel)
         Vocabulary.__init__(twin, self._vocab)
         twin._pieces = self._pieces  # the same vocabulary: its pieces are read once
-        for name in ("path", "_log", "rpc_servers", "repack", "n_gpu_layers", "n_layer", "offloaded_layers"):
+        for name in ("path", "_log", "rpc_servers", "rpc_probed", "repack", "n_gpu_layers", "n_layer", "offloaded_layers"):
             setattr(twin, name, getattr(self, name))
         twin._model, twin._ctx, twin._batch = self._model, None, None
         twin._weights = self  # the owner of the weights, kept alive while the twin is

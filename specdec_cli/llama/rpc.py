@@ -8,7 +8,7 @@ itself, in Python, with a timeout: HELLO (the server's protocol version), DEVICE
 GET_DEVICE_MEMORY for each device. A fault is then one line that names the endpoint:
 
     probe("127.0.0.1:1")  -> RpcError("the RPC server at 127.0.0.1:1 does not answer: connection refused; ...")
-    probe("127.0.0.1:50052") -> RpcServer(endpoint="127.0.0.1:50052", version=(7, 0, 0), devices=[(free, total)])
+    probe("127.0.0.1:50052") -> RpcServer(endpoint="127.0.0.1:50052", version=(7, 0, 0), devices=[(free, total)], round_trip=0.0001)
 
 The wire format (ggml/src/ggml-rpc/ggml-rpc.cpp, protocol 7.0.0): a request is the command (1
 byte), the payload's size (uint64, little-endian) and the payload; a response is its size
@@ -49,6 +49,7 @@ PROTOCOL = (7, 0, 0)  # what llama-cpp-python 0.3.36's llama.cpp speaks (ggml-rp
 CMD_GET_DEVICE_MEMORY, CMD_HELLO, CMD_DEVICE_COUNT = 11, 14, 15
 CAPS_SIZE = 24  # RPC_CONN_CAPS_SIZE
 PROBE_SECONDS = 5.0
+FIRST_PASS_ROUND_TRIPS = 5  # GET_ALLOC_SIZE requests before a pass at a new batch size (the built-in target with llama-cpp-python 0.3.36's llama.cpp: docs/rpc.md)
 ANSWER_SECONDS = 2.0  # unanswering's probes, run side by side: a stalled pass's report waits about this long
 BUILD_HINT = "benchmarks/build_rpc_server.sh builds ggml-rpc-server from the llama.cpp that specdec's llama-cpp-python vendors"
 NO_RPC = (
@@ -66,6 +67,16 @@ class RpcServer:
     endpoint: str
     version: tuple[int, int, int]
     devices: list[tuple[int, int]]  # (free, total) bytes per device
+    round_trip: float = 0.0  # seconds: the quickest of the probe's exchanges after HELLO
+
+
+def first_pass_prior(servers) -> float | None:
+    """What a target pass at a batch size the process has not run yet costs beyond a later one,
+    before any is timed: FIRST_PASS_ROUND_TRIPS of the slowest server's round trip (llama.cpp's
+    RPC client first asks the server how much memory some of the pass's operations need, in
+    requests it waits for: docs/rpc.md); None without servers. `-k auto` starts from it where no
+    record carries a measured value. Example: round trips of 10 and 2 ms -> 0.05."""
+    return FIRST_PASS_ROUND_TRIPS * max(s.round_trip for s in servers) if servers else None
 
 
 def parse_endpoints(value: str, option: str = "--rpc") -> tuple[str, ...]:
@@ -133,13 +144,19 @@ def probe(endpoint: str, timeout: float = PROBE_SECONDS) -> RpcServer:
                 f"run a ggml-rpc-server of the same llama.cpp ({BUILD_HINT})"
             )
         try:
+            began = time.perf_counter()
             (count,) = struct.unpack("<I", _exchange(sock, CMD_DEVICE_COUNT, b"", 4))
-            devices = [struct.unpack("<QQ", _exchange(sock, CMD_GET_DEVICE_MEMORY, struct.pack("<I", i), 16)) for i in range(count)]
+            trips = [time.perf_counter() - began]
+            devices = []
+            for i in range(count):
+                began = time.perf_counter()
+                devices.append(struct.unpack("<QQ", _exchange(sock, CMD_GET_DEVICE_MEMORY, struct.pack("<I", i), 16)))
+                trips.append(time.perf_counter() - began)
         except (OSError, ValueError) as exc:
             raise RpcError(f"the RPC server at {endpoint} failed while listing its devices: {exc}") from None
     if not devices:
         raise RpcError(f"the RPC server at {endpoint} offers no device")
-    return RpcServer(endpoint, version, [(int(free), int(total)) for free, total in devices])
+    return RpcServer(endpoint, version, [(int(free), int(total)) for free, total in devices], min(trips))
 
 
 def _dotted(version) -> str:

@@ -107,8 +107,10 @@ class DrafterRecord:
 class AdaptivePolicy:
     """`--draft-tokens auto`: the k (and drafter) with the most expected tokens per second, learnt in this run.
 
-    `costs` seeds the cost estimates with a measured curve (cost_curve.measure_cost_curve);
-    with learn_costs=False they stay fixed (tests with hand-worked curves).
+    `costs` seeds the cost estimates with a measured curve (cost_curve.measure_cost_curve, or
+    an earlier call's: tuning/record.py); with learn_costs=False they stay fixed (tests with
+    hand-worked curves). `first_pass` is a prior for what a pass at a batch size not run yet
+    costs more (over RPC: llama/rpc.first_pass_prior), where `costs` carry no measured value.
     """
 
     prefill_draft = True
@@ -122,6 +124,7 @@ class AdaptivePolicy:
         decay: float = DECAY,
         costs: CostCurve | None = None,
         learn_costs: bool = True,
+        first_pass: float | None = None,
     ) -> None:
         assert max_k >= 1 and 0.0 <= p_min <= 1.0
         self.p_min, self.max_k, self.decay = p_min, max_k, decay
@@ -140,11 +143,13 @@ class AdaptivePolicy:
         if costs is not None:
             self.batch.seed(costs.target_batch)
             if costs.first_pass is not None:  # what earlier calls found a first pass costs (tuning/record.py)
-                self.batch.first_pass.add(costs.first_pass)
+                first_pass = costs.first_pass
             self._seed_draft_step = costs.draft_step
             if not learn_costs:
                 assert len(costs.target_batch) > max_k, "a fixed cost curve must cover batches of 1..max_k + 1"
                 self._fixed_curve = list(costs.target_batch)
+        if first_pass is not None:  # one sample: the first passes this call times soon outweigh it
+            self.batch.first_pass.add(first_pass)
 
     def continued(self) -> "AdaptivePolicy":
         """A policy for the next call on the same models that goes on from everything this one

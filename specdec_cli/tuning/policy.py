@@ -41,10 +41,11 @@ if TYPE_CHECKING:
     from .cost_curve import CostCurve
 
 
-def draft_policy(draft_tokens: DraftTokens, p_min: float | None = None, costs: "CostCurve | None" = None) -> DraftPolicy:
-    """A fresh policy for one generation: 'auto' learns (from `costs` on, when given), an int is fixed. p_min None: the default."""
+def draft_policy(draft_tokens: DraftTokens, p_min: float | None = None, costs: "CostCurve | None" = None, first_pass: float | None = None) -> DraftPolicy:
+    """A fresh policy for one generation: 'auto' learns (from `costs` on, when given; `first_pass`:
+    AdaptivePolicy's prior), an int is fixed. p_min None: the default."""
     if draft_tokens == AUTO:
-        return AdaptivePolicy(p_min=DEFAULT_P_MIN if p_min is None else p_min, costs=costs)
+        return AdaptivePolicy(p_min=DEFAULT_P_MIN if p_min is None else p_min, costs=costs, first_pass=first_pass)
     if isinstance(draft_tokens, int) and not isinstance(draft_tokens, bool) and draft_tokens >= 0:
         return FixedPolicy(draft_tokens, p_min=p_min or 0.0)
     raise BadInput(f"draft_tokens must be 'auto' or a number of tokens >= 0, got {draft_tokens!r}")

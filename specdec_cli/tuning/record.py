@@ -204,11 +204,13 @@ def kept(folder: Path, limit: int = 100) -> list[dict]:
 
 
 def describe(record: TuningRecord) -> Mapping[str, object]:
-    """What doctor shows of a record: calls, T_batch(1) and the draft step in ms, each proposer's acceptance at position 1."""
+    """What doctor shows of a record: calls, T_batch(1), the draft step and a first pass's extra cost in ms, each proposer's acceptance at position 1."""
     shown: dict[str, object] = {"calls": record.calls}
     if record.costs is not None:
         shown["target_step_ms"] = round(record.costs.target_batch[0] * 1e3, 2)
         if record.costs.draft_step is not None:
             shown["draft_step_ms"] = round(record.costs.draft_step * 1e3, 2)
+        if record.costs.first_pass is not None:
+            shown["first_pass_ms"] = round(record.costs.first_pass * 1e3, 2)
     shown["acceptance_at_1"] = {n: round(e.hits[0] / e.trials[0], 3) for n, e in sorted(record.earned.items()) if e.trials and e.trials[0] > 0}
     return shown

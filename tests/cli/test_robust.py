@@ -284,14 +284,14 @@ def test_doctor_shows_what_auto_keeps_and_a_record_it_cannot_read(tmp_path, monk
     target.write_bytes(b"GGUF t")
     folder = tmp_path / "cache" / "tuning"
     good = Identity.of(draft, target, threads=2, gpu_layers=0, draft_gpu_layers=0)
-    save_record(folder, good, TuningRecord(CostCurve(0.004, (0.0301, 0.031)), {"model": Earned((0.81,), (1.0,), 0.13)}, 12))
+    save_record(folder, good, TuningRecord(CostCurve(0.004, (0.0301, 0.031), first_pass=0.05), {"model": Earned((0.81,), (1.0,), 0.13)}, 12))
     bad = Identity.of(draft, target, threads=4, gpu_layers=0, draft_gpu_layers=0)
     save_record(folder, bad, TuningRecord(None, {}, 1))
     record_path(folder, bad).write_text("{")
     kept = doctor.tuning_records()
     lines = sorted(tuning_text(k) for k in kept)
     assert lines[0] == f"-k auto's record {record_path(folder, bad)}: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"
-    assert lines[1] == f"-k auto's record: big.gguf + tiny.gguf, 2 threads: 12 calls, T_batch(1) 30.1 ms, draft step 4.0 ms; acceptance at 1: model 0.81 ({record_path(folder, good)})"
+    assert lines[1] == f"-k auto's record: big.gguf + tiny.gguf, 2 threads: 12 calls, T_batch(1) 30.1 ms, draft step 4.0 ms, a first pass at a new size +50.0 ms; acceptance at 1: model 0.81 ({record_path(folder, good)})"
 
 
 def test_doctor_text_names_the_crash(tmp_path, monkeypatch):

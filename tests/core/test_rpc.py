@@ -41,7 +41,7 @@ from specdec_cli.events import Token
 from specdec_cli.llama import rpc
 from specdec_cli.maths.filters import probabilities
 from specdec_cli.maths.sampling import GREEDY
-from specdec_cli.session import check_pair
+from specdec_cli.session import LoadedPair, check_pair
 from specdec_cli.tuning.policy import draft_policy
 from stat_checks import ALPHA, PLAIN, chi_square_pvalue
 
@@ -135,6 +135,7 @@ def test_the_server_speaks_the_protocol_specdec_expects_and_lists_its_device(end
     server = rpc.probe(endpoint)
     assert server.version == rpc.PROTOCOL
     assert len(server.devices) >= 1 and all(0 < free <= total for free, total in server.devices)
+    assert 0.0 < server.round_trip < 1.0
 
 
 def test_greedy_decoding_with_the_target_over_rpc_is_the_local_targets_own(builtin_models, remote_target):
@@ -171,6 +172,11 @@ def test_both_models_on_one_server_share_ggmls_connection(builtin_paths, remote_
 
     with LlamaModel(builtin_paths[0], n_ctx=256, rpc_servers=remote_target.rpc_servers, role="draft") as draft:
         assert draft.offloaded_layers > 0 and draft.decode(draft.tokenize("Hi")).shape[0] == 1
+        assert draft.rpc_probed == []  # not probed: the target's probe found its round trip
+    (probed,) = remote_target.rpc_probed
+    assert probed.endpoint == remote_target.rpc_servers[0] and probed.round_trip > 0.0
+    pair = LoadedPair(remote_target, None, remote_target.n_vocab)
+    assert pair.first_pass_prior() == pytest.approx(rpc.FIRST_PASS_ROUND_TRIPS * probed.round_trip)
 
 
 def test_a_server_busy_with_another_client_is_said_to_be_busy(remote_target):

@@ -10,6 +10,8 @@ import socket
 import threading
 import time
 
+import pytest
+
 from rpcfakes import AnsweringServer, closed_endpoint, silent_endpoint
 from specdec_cli.llama import rpc
 
@@ -35,6 +37,16 @@ def test_blame_words_what_the_probes_find_and_says_nothing_without_rpc():
         closed = closed_endpoint()
         assert rpc.blame((closed, good.endpoint)) == (True, rpc.verdict((closed, good.endpoint), [closed]))
         assert rpc.blame((good.endpoint, other.endpoint)) == (False, f"every RPC server answers ({good.endpoint}, {other.endpoint})")
+
+
+def test_a_probe_times_the_round_trip_and_a_first_pass_is_five_of_the_slowest():
+    """rpc.first_pass_prior's example, and a probe's round trip through a server that answers
+    20 ms after each request: at least 20 ms, and well below the 3 exchanges' 60 (the quickest)."""
+    assert rpc.first_pass_prior([]) is None
+    assert rpc.first_pass_prior([rpc.RpcServer("a:1", rpc.PROTOCOL, [], 0.010), rpc.RpcServer("b:2", rpc.PROTOCOL, [], 0.002)]) == pytest.approx(0.05)
+    with AnsweringServer(delay=0.02) as far:
+        server = rpc.probe(far.endpoint)
+    assert 0.02 <= server.round_trip < 0.05 and rpc.first_pass_prior([server]) == pytest.approx(5 * server.round_trip)
 
 
 def test_silent_endpoints_are_probed_side_by_side():
