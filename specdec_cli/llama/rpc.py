@@ -18,12 +18,12 @@ server's capabilities.
 
 When a pass stalls or llama.cpp aborts mid-generation, `unanswering` says which endpoint failed
 and `blame` words it, for the server's watchdog (serve/worker.py) and the crash guard
-(crashguard.py) alike. An
-endpoint that this process is connected to (llama.cpp keeps one connection to each server) is
-not probed: ggml-rpc-server serves one client at a time, so a healthy one would not answer a
-second connection either. Instead the endpoint fails when a thread of this process is blocked on
-that connection (Linux's /proc/self/task/*/syscall: the descriptor of the recv or send each one
-waits in), which is llama.cpp waiting for an answer; any other endpoint is probed:
+(crashguard.py) alike. An endpoint that this process is connected to (llama.cpp keeps one
+connection to each server) is not probed: ggml-rpc-server serves one client at a time, so a
+healthy one would not answer a second connection either. Instead the endpoint fails when a
+thread of this process is blocked on that connection (Linux's /proc/self/task/*/syscall: the
+descriptor of the recv or send each one waits in), which is llama.cpp waiting for an answer;
+any other endpoint is probed:
 
     unanswering(("127.0.0.1:50052", "127.0.0.1:50053"))   # the first stopped (kill -STOP) -> ["127.0.0.1:50052"]
     verdict(("127.0.0.1:50052", "127.0.0.1:50053"), ["127.0.0.1:50052"])
