@@ -23,7 +23,8 @@ from specdec_cli.decoding.consume import Outcome
 from specdec_cli.decoding.engine import GenerationConfig
 from specdec_cli.maths.sampling import GREEDY
 from specdec_cli.serve.types import Settings
-from specdec_cli.serve.worker import Done, Failed, Job, Worker
+from specdec_cli.serve.jobs import Done, Failed, Job
+from specdec_cli.serve.worker import Worker
 
 
 def settings(drafter: str, k, max_tokens: int) -> Settings:

@@ -47,7 +47,8 @@ from .errors import ApiError, from_specdec
 from .metrics import Metrics
 from .types import ChatRequest, CompletionRequest, Defaults, Settings
 from .wire import Answer, error_body
-from .worker import Done, Failed, Job, Started, Worker
+from .jobs import Done, Failed, Job, Started
+from .worker import Worker
 
 CLIENT_POLL_SECONDS = 0.25  # how often a request waiting on the worker asks whether its client is still there
 

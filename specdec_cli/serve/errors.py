@@ -30,7 +30,7 @@ from ..errors import BadInput, SpecdecError
 from ..options import BadSetting
 from .guard import Refused
 from .wire import error_body
-from .worker import InternalError, QueueFull, ShuttingDown, Unavailable
+from .jobs import InternalError, QueueFull, ShuttingDown, Unavailable
 
 log = logging.getLogger("specdec")
 

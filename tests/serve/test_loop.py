@@ -16,7 +16,7 @@ from rpcfakes import AnsweringServer, closed_endpoint, silent_endpoint
 from toyserver import GREEDY, toy_pair, wait_until
 from specdec_cli.llama import rpc
 from specdec_cli.serve.types import CompletionRequest, Settings
-from specdec_cli.serve.worker import Job, QueueFull
+from specdec_cli.serve.jobs import Job, QueueFull
 
 LONG = "abcdefghijklmnopqrstuvwxyz" * 40  # 1,040 prompt tokens: three passes of the toy's n_batch (512) alone
 

@@ -108,7 +108,7 @@ def test_the_mailbox_wakes_the_loop_once_for_calls_posted_before_it_runs():
     threads x 200 posts each, made before the loop runs, arrive in each thread's order with one wake-up."""
     import asyncio
 
-    from specdec_cli.serve.worker import Mailbox
+    from specdec_cli.serve.jobs import Mailbox
 
     class Recorded:
         def __init__(self):
@@ -153,18 +153,18 @@ def test_a_requests_last_item_leaves_after_its_slot_is_free(monkeypatch, serve):
     """A client that has its answer and asks GET /slots at once must see the slot idle: each job's
     last item (Done, or Failed) is handed over only once its slot is free. Recorded at the hand-over:
     the slots busy then, for each of 3 requests in turn (one ends in Failed: max_tokens past the context)."""
-    from specdec_cli.serve import worker as worker_module
+    from specdec_cli.serve import jobs
 
     s = serve(toy_pair(), slots=2)
     busy_at_last = []
-    put = worker_module.Job._put
+    put = jobs.Job._put
 
     def recorded(job, *items):
-        if any(isinstance(item, (worker_module.Done, worker_module.Failed)) for item in items):
+        if any(isinstance(item, (jobs.Done, jobs.Failed)) for item in items):
             busy_at_last.append(s.worker.running)
         put(job, *items)
 
-    monkeypatch.setattr(worker_module.Job, "_put", recorded)
+    monkeypatch.setattr(jobs.Job, "_put", recorded)
     assert s.worker.ready.wait(10)
     assert s.post("/v1/completions", {"prompt": "abc", "max_tokens": 5})[0] == 200
     assert s.post("/v1/completions", {"prompt": "mno", "max_tokens": 3})[0] == 200
@@ -178,17 +178,17 @@ def test_a_whole_answer_wakes_the_handler_for_its_first_token_and_at_its_end(mon
     only until its first token, then everything else with the end: counted at the hand-over, the
     hand-overs that hold a Round, and every Token they carried, in order."""
     from specdec_cli.events import Round, Token
-    from specdec_cli.serve import worker as worker_module
+    from specdec_cli.serve import jobs
 
     s = serve(toy_pair(), slots=1)
     puts = []
-    put = worker_module.Job._put
+    put = jobs.Job._put
 
     def recorded(job, *items):
         puts.append((job.settings.stream, items))
         put(job, *items)
 
-    monkeypatch.setattr(worker_module.Job, "_put", recorded)
+    monkeypatch.setattr(jobs.Job, "_put", recorded)
     assert s.worker.ready.wait(10)
     whole = s.post("/v1/completions", {"prompt": "abc", "max_tokens": 12})[2]["choices"][0]["text"]
     chunks = s.client().completions.create(model="toy", prompt="abc", max_tokens=12, stream=True)
