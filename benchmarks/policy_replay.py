@@ -34,11 +34,13 @@ plus T(k + 1), with T(n) interpolated linearly between measured sizes, and the f
 each size beyond 1 costs --first-pass ms more (over RPC; 0 by default); the draft model's
 catch-up at the start of a round evaluates the tokens it has not seen (one after a
 rejection, two after a fully accepted round, more after plain steps) and is charged
-T_draft x (1 + 0.1 (m - 1)) for m tokens (an assumption: a small batch costs little more than
-one step). Python time per round is left out. Example: T(1) = 92 ms, T(13) = 251 ms, draft
-10 ms; a k = 12 round after a rejection whose first 5 drafts agree costs 10 + 11 x 10 + 251 =
-371 ms and yields 6 tokens. The sizes come from a sweep's JSON or a GPU check's (--costs),
-or from a line (--curve SLOPE,C: `Costs.linear`) for machines neither ran on.
+T_draft x (1 + s (m - 1)) for m tokens, s = 0.1 by default (an assumption: a small batch
+costs little more than one step; `--catch-up S` sets it: over RPC on 2 cores a catch-up after
+eight plain steps took some 0.25 of a step per token). Python time per round is left out.
+Example: T(1) = 92 ms, T(13) = 251 ms, draft 10 ms; a k = 12 round after a rejection whose
+first 5 drafts agree costs 10 + 11 x 10 + 251 = 371 ms and yields 6 tokens. The sizes come
+from a sweep's JSON or a GPU check's (--costs), or from a line (--curve SLOPE,C:
+`Costs.linear`) for machines neither ran on.
 
 The policy sees exactly what the engine would hand it (events.Round with k, drafted,
 accepted, seconds, draft seconds, catch-up seconds), so what it learns is what it would
@@ -75,7 +77,7 @@ from specdec_cli.tuning.adaptive import AdaptivePolicy  # noqa: E402
 from specdec_cli.tuning.policy import FixedPolicy  # noqa: E402
 
 TRACES = Path(__file__).resolve().parent / "agreement_traces.json"
-CATCH_UP_PER_TOKEN = 0.1  # extra catch-up tokens cost this share of a draft step each
+CATCH_UP_PER_TOKEN = 0.1  # extra catch-up tokens cost this share of a draft step each (--catch-up)
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,7 @@ class Costs:
     target: dict[int, float]  # n -> T(n)
     label: str = ""
     first_pass: float = 0.0  # what a size's first pass in a call costs beyond T(n) (over RPC: docs/rpc.md)
+    catch_up_share: float = CATCH_UP_PER_TOKEN  # what each catch-up token beyond the first costs, in draft steps
 
     def batch(self, n: int) -> float:
         """T(n), linear between the measured sizes around n (beyond the largest: its last slope).
@@ -113,7 +116,7 @@ class Costs:
         return cls(c * t1, {1: t1, 2: t1 * (1.0 + slope)}, label=f"s={slope:g} c={c:g}")
 
     def catch_up(self, tokens: int) -> float:
-        return self.draft_step * (1.0 + CATCH_UP_PER_TOKEN * (max(tokens, 1) - 1))
+        return self.draft_step * (1.0 + self.catch_up_share * (max(tokens, 1) - 1))
 
 
 @dataclass
@@ -316,6 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cmp.add_argument("--agreement", type=float, help="with --random: this agreement rate instead of each prompt's own")
     cmp.add_argument("--first-pass", type=float, default=0.0, metavar="MS", help="a size's first pass in a call costs this much more (RPC: about 50)")
     cmp.add_argument("--draft-scale", type=float, default=1.0, help="multiply the measured draft step (a dearer draft: c x this)")
+    cmp.add_argument("--catch-up", type=float, default=CATCH_UP_PER_TOKEN, metavar="S", help="each catch-up token beyond the first costs S draft steps")
     cmp.add_argument("--oracle-costs", action="store_true", help="auto is handed the true costs instead of learning them")
     cmp.add_argument("--second-call", action="store_true", help="auto's second call: it starts from what a first call on the text before learnt (the tuning record)")
     cmp.add_argument("--before", help="also replay the policy of this git ref (git archive into a temporary folder)")
@@ -341,7 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         texts = random_texts(traces, args.random, args.max_tokens, args.agreement) if args.random else shifted(traces, args.shifts, args.max_tokens)
         traces = {f"{name}@{start}": agrees for name, starts in texts.items() for start, agrees in starts.items()}
     costs = (costs_from_json(args.costs, args.draft_scale) if args.costs else []) + [Costs.linear(spec) for spec in args.curve]
-    costs = [dataclasses.replace(c, first_pass=args.first_pass / 1000) for c in costs]
+    costs = [dataclasses.replace(c, first_pass=args.first_pass / 1000, catch_up_share=args.catch_up) for c in costs]
     rows = compare(traces, costs, args.max_tokens, oracle_costs=args.oracle_costs, second_call=args.second_call)
     (print_shifts if args.shifts or args.random else print_rows)(rows, grid)
     if args.json:

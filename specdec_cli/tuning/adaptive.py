@@ -28,7 +28,8 @@ last measurement is REFRESH_ROUNDS rounds old, or STALE_ROUNDS old while draftin
 REFRESH_MARGIN or more (`stale`).
 
 Fallback and probes. When no k >= 1 beats target-only and the drafter has had its fair trial
-(proposers.MIN_TRIALS drafted positions), the round is a plain step. After FIRST_BACKOFF such
+(proposers.MIN_TRIALS drafted positions), the round is a plain step; where a batch size's first
+pass costs more (over RPC), on the passes' costs once run again (`BatchCost.settled`). After FIRST_BACKOFF such
 rounds the drafter is tried once more at its best k >= 1, and the back-off doubles, up to
 MAX_BACKOFF, until drafting pays again; a drafter passed over for another is probed the same way.
 A draft model's probe first catches up on every token it sat out, so such catch-ups may take at
@@ -265,6 +266,16 @@ class AdaptivePolicy:
         if self.stale(max(rate for _, rate in uncapped.values()) * curve[0]):
             return None, 0  # a plain target step re-measures T_batch(1)
         chosen = best if plans[best][1] > 1.0 / curve[0] else None
+        if chosen is None and self._fixed_curve is None:
+            # Whether to draft at all is judged on what the passes will cost once run again: plain
+            # steps time no drafting size, so a size whose only timing is its first pass would look
+            # as dear as that pass for good (`BatchCost.settled`). Among k the timings as they
+            # stand decide: the next round re-times the size chosen.
+            settled = self.with_first_passes(self.batch.settled(self.max_k + 1), budget)
+            if settled != curve:
+                curve, plans = settled, self.plans(sources, max_k, settled)
+                best = max(sources, key=lambda name: plans[name][1])
+                chosen = best if plans[best][1] > 1.0 / curve[0] else None
         if chosen is None:  # not before a drafter had a fair trial: one early rejection is noise
             # (The memory's matches are not held to it: their record goes on from call to call, so
             # their trial need not end within one, and on calls that repeat nothing a match from

@@ -150,7 +150,10 @@ class BatchCost:
         # llama.cpp asks the server for five allocation sizes first, five round trips (docs/rpc.md).
         self.run: set[int] = {1}
         self.first_pass = WeightedMean(decay)
-        self._first: dict[int, float] = {}  # a size's first pass, until its second is timed
+        # A size's first pass, until its second is timed: its seconds, what its mean took of them
+        # (`clamp`), and its share of that mean's weight (which stays as it was added: every sample
+        # of a mean fades alike).
+        self._first: dict[int, tuple[float, float, float]] = {}
 
     def add(self, n: int, seconds: float) -> None:
         """One round whose target pass scored n tokens cost `seconds`. Every other size's evidence
@@ -173,13 +176,16 @@ class BatchCost:
                 mean.weight *= mean.decay
                 mean.total *= mean.decay
         first = n not in self.means
-        self.means.setdefault(n, WeightedMean(self.decay)).add(clamp(seconds, expected), FIRST_PASS_WEIGHT if first and n > 1 else 1.0)
+        weight = FIRST_PASS_WEIGHT if first and n > 1 else 1.0
+        mean = self.means.setdefault(n, WeightedMean(self.decay))
+        held = clamp(seconds, expected)
+        mean.add(held, weight)
         self._curve = []
         if n in self._first:  # the size's second pass: what its first cost more (the line, fitted through first passes too, would say less)
-            self.first_pass.add(self._first.pop(n) - seconds)
+            self.first_pass.add(self._first.pop(n)[0] - seconds)
         elif n not in self.run:
             self.run.add(n)
-            self._first[n] = seconds
+            self._first[n] = (seconds, held, weight / mean.weight)
 
     def seed(self, curve: Sequence[float]) -> None:
         """Start from a measured curve, T_batch(n) = curve[n - 1] (n = 1..): one whole sample per
@@ -203,21 +209,49 @@ class BatchCost:
         if not self.means:
             return []
         if len(self._curve) < max_n:
-            # A handful of sizes, fitted once a round: plain floats (numpy's calls on arrays this
-            # small cost more than the sums, some 0.1 ms of every round).
-            seen = [(float(n), m.value, m.weight) for n, m in self.means.items() if n >= 2]
-            if seen:
-                weight = sum(w for _, _, w in seen)
-                xm, ym = sum(w * x for x, _, w in seen) / weight, sum(w * y for _, y, w in seen) / weight
-                sxx, sxy = sum(w * (x - xm) ** 2 for x, _, w in seen), sum(w * (x - xm) * (y - ym) for x, y, w in seen)
-                t1 = self.means[1].value if self.measured else estimate_step([(x, y) for x, y, _ in seen], xm, ym, sxx, sxy)
-                prior_slope = PRIOR_BATCH_SLOPE * t1
-                slope = max((sxy + SLOPE_PRIOR_WEIGHT * prior_slope) / (sxx + SLOPE_PRIOR_WEIGHT), 0.0)
-            else:
-                t1 = self.means[1].value
-                xm, ym, slope = 1.0, t1, PRIOR_BATCH_SLOPE * t1
-            self._curve = [t1] + [max(float(ym + slope * (n - xm)), t1) for n in range(2, max_n + 1)]
+            self._curve = fit_curve({n: (m.value, m.weight) for n, m in self.means.items()}, max_n)
         return self._curve[:max_n]
+
+    def settled(self, max_n: int) -> list[float]:
+        """`curve` as it will stand once the sizes timed only on their first pass have run again:
+        each such pass counts less what a first pass costs more (`first_pass`), but not
+        below T_batch(1). Over RPC, where that is some 60 ms, a call whose first rounds tried
+        a few sizes once each sees them at 100-120 ms against 34 for a plain step, and would
+        judge drafting dear on passes that cost 45-65 ms when they run again. `curve` itself
+        where no such size is left, a first pass is not known to cost more, or no plain step
+        measured T_batch(1). Example: size 5 timed once at 110 ms, then a plain step at 34 ms,
+        first passes 60 ms dearer -> T(5) = 50 ms here, where `curve` puts it at 110."""
+        extra = self.first_pass.value
+        if not self._first or not extra or extra <= 0.0 or not self.measured:
+            return self.curve(max_n)
+        floor = self.means[1].value
+        points = {n: (m.value, m.weight) for n, m in self.means.items()}
+        for n, (seconds, held, share) in self._first.items():
+            # The size's mean holds the pass as `held` at `share` of its weight; settled, the pass
+            # would have cost `seconds` less the extra (and been held to no more than it was).
+            value, weight = points[n]
+            points[n] = (max(value - share * max(held - (seconds - extra), 0.0), floor), weight)
+        return fit_curve(points, max_n)
+
+
+def fit_curve(points: dict[int, tuple[float, float]], max_n: int) -> list[float]:
+    """[T_batch(1), .., T_batch(max_n)] from per-size (mean, weight) points, n = 1 among them once
+    a plain step measured it: BatchCost's line. A handful of sizes, fitted once a round: plain
+    floats (numpy's calls on arrays this small cost more than the sums, some 0.1 ms of every
+    round). Example: {1: (12 ms, 1), 5: (18 ms, 9)} -> T(n) = 18 + 0.6 (n - 5) ms: one size
+    says nothing of the slope, so it is the prior's, 0.05 T(1) a token."""
+    seen = [(float(n), y, w) for n, (y, w) in points.items() if n >= 2]
+    if seen:
+        weight = sum(w for _, _, w in seen)
+        xm, ym = sum(w * x for x, _, w in seen) / weight, sum(w * y for _, y, w in seen) / weight
+        sxx, sxy = sum(w * (x - xm) ** 2 for x, _, w in seen), sum(w * (x - xm) * (y - ym) for x, y, w in seen)
+        t1 = points[1][0] if 1 in points else estimate_step([(x, y) for x, y, _ in seen], xm, ym, sxx, sxy)
+        prior_slope = PRIOR_BATCH_SLOPE * t1
+        slope = max((sxy + SLOPE_PRIOR_WEIGHT * prior_slope) / (sxx + SLOPE_PRIOR_WEIGHT), 0.0)
+    else:
+        t1 = points[1][0]
+        xm, ym, slope = 1.0, t1, PRIOR_BATCH_SLOPE * t1
+    return [t1] + [max(float(ym + slope * (n - xm)), t1) for n in range(2, max_n + 1)]
 
 
 def estimate_step(sizes: Sequence[tuple[float, float]], xm: float, ym: float, sxx: float, sxy: float) -> float:

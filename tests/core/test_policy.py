@@ -21,7 +21,7 @@ from specdec_cli.tuning.cost_curve import CostCurve
 from specdec_cli.decoding.engine import Engine, GenerationConfig
 from specdec_cli.events import Earned, Round, Token
 from specdec_cli.errors import BadInput
-from specdec_cli.tuning.estimates import FIRST_PASS_WEIGHT, Acceptance, BatchCost, WeightedMean, clamp
+from specdec_cli.tuning.estimates import FIRST_PASS_WEIGHT, Acceptance, BatchCost, WeightedMean, clamp, fit_curve
 from specdec_cli.tuning.adaptive import DEFAULT_P_MIN, FIRST_BACKOFF, PRIOR_DRAFT_WEIGHT, PROBE_BUDGET, REFRESH_MARGIN, REFRESH_ROUNDS, RESUMED_BACKOFF, STALE_ROUNDS
 from specdec_cli.tuning.adaptive import AdaptivePolicy, draft_step_seconds, models_in_use
 from specdec_cli.tuning.carried import carried_record, carried_trials
@@ -1136,3 +1136,63 @@ def test_over_rpc_auto_keeps_to_sizes_it_has_run_and_spends_less():
     sizes, seconds = call(weigh=True)
     sizes_before, seconds_before = call(weigh=False)
     assert sizes < sizes_before and seconds < seconds_before, (sizes, seconds, sizes_before, seconds_before)
+
+
+def test_settled_costs_count_a_first_pass_less_what_first_passes_cost_more():
+    cost = BatchCost()
+    cost.add(5, 110 * MS)  # size 5's first pass, its only timing
+    cost.first_pass.add(60 * MS)
+    assert cost.settled(5) == cost.curve(5)  # no plain step measured T_batch(1) yet
+    cost.add(1, 34 * MS)
+    # The docstring's example: T(5) at 50 ms, where the curve puts it at 110.
+    assert cost.curve(5)[4] == pytest.approx(110 * MS) and cost.settled(5)[4] == pytest.approx(50 * MS)
+    unknown = copy.deepcopy(cost)
+    unknown.first_pass = WeightedMean()
+    assert unknown.settled(5) == unknown.curve(5)  # what a first pass costs more is not known
+    # A first pass held to twice its size's expected cost (clamp) comes off from what was held.
+    clamped = BatchCost()
+    clamped.add(1, 34 * MS)
+    clamped.add(5, 110 * MS)
+    clamped.first_pass.add(60 * MS)
+    assert clamped.curve(5)[4] == pytest.approx(2 * 34 * 1.2 * MS) and clamped.settled(5)[4] == pytest.approx(50 * MS)
+    cost.first_pass.add(200 * MS)  # never below a plain step
+    assert cost.settled(5)[4] >= cost.curve(1)[0]
+    cost.add(5, 52 * MS)  # its second pass: nothing left to settle
+    assert cost.settled(5) == cost.curve(5)
+    # A size seeded from a record and then run for the first time holds that pass at its share of
+    # the mean's weight (1 of 0.9 x 0.9 + 1 here), so only that share of the extra comes off.
+    seeded = BatchCost()
+    seeded.seed([34 * MS] + [60 * MS] * 8)
+    seeded.add(1, 34 * MS)
+    seeded.add(5, 110 * MS)
+    seeded.first_pass.add(60 * MS)
+    weight = 0.9 * 0.9 + 1.0
+    held = (0.9 * 0.9 * 60 + 110) / weight
+    assert seeded.means[5].value == pytest.approx(held * MS)
+    points = {n: (m.value, m.weight) for n, m in seeded.means.items()}
+    points[5] = (held * MS - 60 * MS / weight, weight)
+    assert seeded.settled(9) == pytest.approx(fit_curve(points, 9))
+
+
+def test_fit_curve_docstring_example():
+    assert fit_curve({1: (12 * MS, 1.0), 5: (18 * MS, 9.0)}, 6) == pytest.approx([12 * MS] + [(18 + 0.6 * (n - 5)) * MS for n in range(2, 7)])
+
+
+def test_sizes_timed_only_on_their_first_pass_do_not_end_drafting():
+    """The first rounds of a one-off call over a 10 ms round trip, as a traced call at T = 0.8 ran
+    them: a rejection at once, then rounds of 1, 2, 5 and 9 drafts, each at a batch size run for
+    the first time (target passes of 102-117 ms, against 39 ms for the plain step among them).
+    Knowing that a first pass costs some 50 ms more (the link's prior), auto judges whether to
+    draft on what those sizes will cost when they run again (56-69 ms) and drafts on; not
+    knowing it, it falls back to plain steps, which would never time those sizes again."""
+    rounds = [(3, 0, 150, 33), (1, 1, 113, 11), (2, 2, 148, 34), (0, 0, 39, 0), (5, 5, 184, 69), (9, 1, 222, 109)]
+    choices = {}
+    for prior in (50 * MS, None):
+        policy = AdaptivePolicy(first_pass=prior)
+        for k, accepted, seconds, draft in rounds:
+            policy.observe(round_event(k, k, accepted, draft_s=draft * MS, catch_up_s=9 * MS, seconds=seconds * MS) if k
+                           else round_event(0, 0, 0, drafter="", seconds=seconds * MS))  # fmt: skip
+        assert not policy.unproven("model")  # a fair trial was had: the choice is the estimates'
+        choices[prior] = policy.choose(["model"], budget=100)[1]
+        assert policy.curve()[2] > 100 * MS  # both see size 3 at its first pass
+    assert choices[50 * MS] >= 1 and choices[None] == 0, choices
