@@ -29,13 +29,14 @@ REFRESH_MARGIN or more (`stale`).
 
 Fallback and probes. When no k >= 1 beats target-only and the drafter has had its fair trial
 (proposers.MIN_TRIALS drafted positions), the round is a plain step; where a batch size's first
-pass costs more (over RPC), on the passes' costs once run again (`BatchCost.settled`). After FIRST_BACKOFF such
-rounds the drafter is tried once more at its best k >= 1, and the back-off doubles, up to
-MAX_BACKOFF, until drafting pays again; a drafter passed over for another is probed the same way.
-A draft model's probe first catches up on every token it sat out, so such catch-ups may take at
-most PROBE_BUDGET of the run's time (`affordable`). A match from the memory is not held to the
-fair trial within a call (its record goes on from call to call), and a draft model is not
-displaced before its trial by a short match that has not had one either (`unproven`).
+pass costs more (over RPC), on the passes' costs once run again (`BatchCost.settled`). After
+FIRST_BACKOFF such rounds the drafter is tried once more at its best k >= 1, and the back-off
+doubles, up to MAX_BACKOFF, until drafting pays again; a drafter passed over for another is
+probed the same way. A draft model's probe first catches up on every token it sat out, so such
+catch-ups may take at most PROBE_BUDGET of the run's time (`affordable`). A match from the
+memory is not held to the fair trial within a call (its record goes on from call to call), and a
+draft model is not displaced before its trial by a short match that has not had one either
+(`unproven`).
 
 Rounds the draft model sits out. A round that lookup or the memory drafts leaves the draft model
 behind by its tokens, which its next catch-up evaluates. Where the draft model is in use, their

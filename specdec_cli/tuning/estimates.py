@@ -5,7 +5,7 @@
 - `WeightedMean`: an exponentially weighted mean (draft step, catch-up, backlog per round);
 - `BatchCost`: T_batch(n), what a round whose target pass scores n tokens costs: the measured
   mean at n = 1 (before a plain step measured it, `estimate_step`), a line through the sizes
-  seen for n >= 2;
+  seen for n >= 2 (`fit_curve`); and what a size's first pass costs more (over RPC);
 - `clamp`: a timing held within OUTLIER_FACTOR of its running estimate.
 
 Example: WeightedMean() after add(10.0) and add(20.0) has value (0.9 x 10 + 20) / 1.9 = 15.26:
