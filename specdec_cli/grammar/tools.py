@@ -43,14 +43,14 @@ Mistral model writes after the arguments is not used.
     parser.feed('ments": {"city": "Paris"}}\\n</tool_call>')  -> [ArgumentsDelta(0, '{"city": "Paris"}')]
     parser.finish() -> Reply("Let me check.", [ToolCall("call_…", "weather", '{"city": "Paris"}')])
 
-Left out: reading the answer (tool_parser.py), rendering the template (llama/chat_template.py),
-the vocabulary and which of its tokens are special (llama/model.py), running the grammar
-(guide.py), the wire format (serve/).
+Left out: the history as each family renders it (tool_history.py), reading the answer
+(tool_parser.py), rendering the template (llama/chat_template.py), the vocabulary and which of
+its tokens are special (llama/model.py), running the grammar (guide.py), the wire format
+(serve/).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -60,13 +60,12 @@ import llguidance
 
 from ..errors import GrammarError
 from . import compile as gc
-from .tool_parser import ALPHANUMERIC, FORMATS, ToolParser, call_ids
+from .tool_history import generic_history, json_text, merged, mistral_ids, with_system
+from .tool_parser import FORMATS, ToolParser, call_ids
 
 FAMILIES = ("hermes", "llama3", "mistral", "generic")
 MODES = ("auto", "none", "required", "function")
 NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # OpenAI's rule for a function's name
-MISTRAL_ID = re.compile(r"[a-zA-Z0-9]{9}")  # Mistral's templates refuse any other tool-call id
-JSON_SEPARATORS = (gc.JSON_LAYOUT["item_separator"], gc.JSON_LAYOUT["key_separator"])
 
 
 # -- the request: tools and tool_choice ------------------------------------------------------------
@@ -243,12 +242,12 @@ def plan(
         raise GrammarError(f"tool_choice {choice.mode!r} needs tools, and the request has none")
     shown = [tool.openai() for tool in tools] if choice.mode != "none" else None
     if family == "generic":
-        rendered = _generic_history(messages)
+        rendered = generic_history(messages)
         if shown is not None:
-            rendered = _with_system(rendered, _generic_prompt(tools, choice, parallel))
-        rendered, shown = _merged(rendered), None
+            rendered = with_system(rendered, _generic_prompt(tools, choice, parallel))
+        rendered, shown = merged(rendered), None
     elif family == "mistral":
-        rendered = _mistral_ids(messages)
+        rendered = mistral_ids(messages)
     else:
         rendered = [dict(message) for message in messages]
     grammar = None
@@ -258,87 +257,7 @@ def plan(
     return ToolPlan(family, rendered, shown, grammar, choice)
 
 
-# -- messages ---------------------------------------------------------------------------------------
-
-
-def _json(value: Any) -> str:
-    """JSON text in the answer's layout (compile.JSON_LAYOUT), non-ASCII kept."""
-    return json.dumps(value, ensure_ascii=False, separators=JSON_SEPARATORS)
-
-
-def _calls_of(message: dict, where: str) -> list[tuple[str | None, str, Any]]:
-    """An assistant message's tool calls as (id, name, arguments); GrammarError naming a malformed one."""
-    calls = message.get("tool_calls") or []
-    if not isinstance(calls, list):
-        raise GrammarError(f"{where}.tool_calls must be a list")
-    out = []
-    for j, call in enumerate(calls):
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise GrammarError(f'{where}.tool_calls[{j}] must be {{"id": ..., "type": "function", "function": {{"name": ..., "arguments": ...}}}}')
-        arguments = function.get("arguments", {})
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments)
-            except ValueError:
-                pass  # kept as the text it is
-        out.append((call.get("id"), function["name"], arguments))
-    return out
-
-
-def _text(content: Any) -> str:
-    return "" if content is None else content if isinstance(content, str) else _json(content)
-
-
-def _generic_history(messages: Sequence[dict]) -> list[dict]:
-    """The history for a template that knows no tools: an assistant's calls become its content
-    '{"tool_calls": [{"name", "arguments", "id"}]}' (after its text, if any), a tool's result a
-    user turn '{"tool_response": {"tool", "tool_call_id", "content"}}'.
-
-    Example: [{"role": "tool", "tool_call_id": "c1", "name": "f", "content": "7"}]
-    -> [{"role": "user", "content": '{"tool_response": {"tool": "f", "tool_call_id": "c1", "content": "7"}}'}]
-    """
-    names: dict[str, str] = {}  # call id -> function name, for tool messages that do not name theirs
-    out = []
-    for i, message in enumerate(messages):
-        role, content = message.get("role"), message.get("content")
-        if role == "assistant" and message.get("tool_calls"):
-            calls = []
-            for call_id, name, arguments in _calls_of(message, f"messages[{i}]"):
-                calls.append({"name": name, "arguments": arguments} | ({"id": call_id} if call_id else {}))
-                if call_id:
-                    names[call_id] = name
-            text = "\n\n".join(part for part in (_text(content), _json({"tool_calls": calls})) if part)
-            out.append({"role": "assistant", "content": text})
-        elif role == "tool":
-            call_id = message.get("tool_call_id")
-            name = message.get("name") or names.get(call_id, "")
-            response = {"tool": name, "tool_call_id": call_id, "content": _text(content)}
-            out.append({"role": "user", "content": _json({"tool_response": response})})
-        else:
-            out.append({"role": role, "content": content})
-    return out
-
-
-def _with_system(messages: list[dict], text: str) -> list[dict]:
-    """`text` before the first system message's content, or as a system message of its own first."""
-    if messages and messages[0]["role"] == "system":
-        own = _text(messages[0]["content"])
-        return [{"role": "system", "content": f"{text}\n\n{own}" if own else text}] + messages[1:]
-    return [{"role": "system", "content": text}] + messages
-
-
-def _merged(messages: list[dict]) -> list[dict]:
-    """Consecutive messages of one role as one, contents joined by a blank line.
-    Example: user "a", user "b", assistant "c" -> user "a\\n\\nb", assistant "c"."""
-    out: list[dict] = []
-    for message in messages:
-        if out and out[-1]["role"] == message["role"]:
-            parts = [part for part in (_text(out[-1]["content"]), _text(message["content"])) if part]
-            out[-1] = {"role": message["role"], "content": "\n\n".join(parts)}
-        else:
-            out.append(dict(message))
-    return out
+# -- the generic template's system turn -------------------------------------------------------------
 
 
 def _generic_prompt(tools: Sequence[Tool], choice: ToolChoice, parallel: bool) -> str:
@@ -353,37 +272,9 @@ def _generic_prompt(tools: Sequence[Tool], choice: ToolChoice, parallel: bool) -
         answer = f"Answer with one JSON object, {calls}, calling{which}."
     return "\n".join(
         ["You can call these tools (each one's name, what it does, and the JSON schema of its arguments):", ""]
-        + [_json(tool.function()) for tool in tools]
+        + [json_text(tool.function()) for tool in tools]
         + ["", answer, 'Results of calls come back as {"tool_response": {"tool": <tool name>, "tool_call_id": <id>, "content": <result>}}.']
     )
-
-
-def _mistral_id(call_id: Any) -> Any:
-    """A tool-call id as Mistral's templates accept it: 9 letters or digits; others are mapped to such
-    an id by their hash, so the same id always maps to the same one. Example: "call_1" -> 9 alphanumerics."""
-    if not isinstance(call_id, str) or MISTRAL_ID.fullmatch(call_id):
-        return call_id
-    number = int.from_bytes(hashlib.sha256(call_id.encode()).digest()[:8], "big")
-    chars = []
-    for _ in range(9):
-        number, digit = divmod(number, len(ALPHANUMERIC))
-        chars.append(ALPHANUMERIC[digit])
-    return "".join(chars)
-
-
-def _mistral_ids(messages: Sequence[dict]) -> list[dict]:
-    """The messages with every tool-call id (assistant calls and tool results) as `_mistral_id` makes it."""
-    out = []
-    for message in messages:
-        message = dict(message)
-        if message.get("tool_calls"):
-            message["tool_calls"] = [
-                {**call, "id": _mistral_id(call.get("id"))} if isinstance(call, dict) else call for call in message["tool_calls"]
-            ]
-        if "tool_call_id" in message:
-            message["tool_call_id"] = _mistral_id(message["tool_call_id"])
-        out.append(message)
-    return out
 
 
 # -- the grammar ------------------------------------------------------------------------------------
