@@ -54,7 +54,7 @@ def _calls_of(message: dict, where: str) -> list[tuple[str | None, str, Any]]:
     return out
 
 
-def text_of(content: Any) -> str:
+def _text(content: Any) -> str:
     return "" if content is None else content if isinstance(content, str) else json_text(content)
 
 
@@ -76,12 +76,12 @@ def generic_history(messages: Sequence[dict]) -> list[dict]:
                 calls.append({"name": name, "arguments": arguments} | ({"id": call_id} if call_id else {}))
                 if call_id:
                     names[call_id] = name
-            text = "\n\n".join(part for part in (text_of(content), json_text({"tool_calls": calls})) if part)
+            text = "\n\n".join(part for part in (_text(content), json_text({"tool_calls": calls})) if part)
             out.append({"role": "assistant", "content": text})
         elif role == "tool":
             call_id = message.get("tool_call_id")
             name = message.get("name") or names.get(call_id, "")
-            response = {"tool": name, "tool_call_id": call_id, "content": text_of(content)}
+            response = {"tool": name, "tool_call_id": call_id, "content": _text(content)}
             out.append({"role": "user", "content": json_text({"tool_response": response})})
         else:
             out.append({"role": role, "content": content})
@@ -91,7 +91,7 @@ def generic_history(messages: Sequence[dict]) -> list[dict]:
 def with_system(messages: list[dict], text: str) -> list[dict]:
     """`text` before the first system message's content, or as a system message of its own first."""
     if messages and messages[0]["role"] == "system":
-        own = text_of(messages[0]["content"])
+        own = _text(messages[0]["content"])
         return [{"role": "system", "content": f"{text}\n\n{own}" if own else text}] + messages[1:]
     return [{"role": "system", "content": text}] + messages
 
@@ -102,14 +102,14 @@ def merged(messages: list[dict]) -> list[dict]:
     out: list[dict] = []
     for message in messages:
         if out and out[-1]["role"] == message["role"]:
-            parts = [part for part in (text_of(out[-1]["content"]), text_of(message["content"])) if part]
+            parts = [part for part in (_text(out[-1]["content"]), _text(message["content"])) if part]
             out[-1] = {"role": message["role"], "content": "\n\n".join(parts)}
         else:
             out.append(dict(message))
     return out
 
 
-def mistral_id(call_id: Any) -> Any:
+def _mistral_id(call_id: Any) -> Any:
     """A tool-call id as Mistral's templates accept it: 9 letters or digits; others are mapped to such
     an id by their hash, so the same id always maps to the same one. Example: "call_1" -> 9 alphanumerics."""
     if not isinstance(call_id, str) or MISTRAL_ID.fullmatch(call_id):
@@ -123,15 +123,15 @@ def mistral_id(call_id: Any) -> Any:
 
 
 def mistral_ids(messages: Sequence[dict]) -> list[dict]:
-    """The messages with every tool-call id (assistant calls and tool results) as `mistral_id` makes it."""
+    """The messages with every tool-call id (assistant calls and tool results) as `_mistral_id` makes it."""
     out = []
     for message in messages:
         message = dict(message)
         if message.get("tool_calls"):
             message["tool_calls"] = [
-                {**call, "id": mistral_id(call.get("id"))} if isinstance(call, dict) else call for call in message["tool_calls"]
+                {**call, "id": _mistral_id(call.get("id"))} if isinstance(call, dict) else call for call in message["tool_calls"]
             ]
         if "tool_call_id" in message:
-            message["tool_call_id"] = mistral_id(message["tool_call_id"])
+            message["tool_call_id"] = _mistral_id(message["tool_call_id"])
         out.append(message)
     return out
