@@ -267,16 +267,15 @@ class AdaptivePolicy:
         if self.stale(max(rate for _, rate in uncapped.values()) * curve[0]):
             return None, 0  # a plain target step re-measures T_batch(1)
         chosen = best if plans[best][1] > 1.0 / curve[0] else None
-        if chosen is None and self._fixed_curve is None:
+        if chosen is None and self._fixed_curve is None and self.batch.unsettled:
             # Whether to draft at all is judged on what the passes will cost once run again: plain
             # steps time no drafting size, so a size whose only timing is its first pass would look
             # as dear as that pass for good (`BatchCost.settled`). Among k the timings as they
             # stand decide: the next round re-times the size chosen.
-            settled = self.with_first_passes(self.batch.settled(self.max_k + 1), budget)
-            if settled != curve:
-                curve, plans = settled, self.plans(sources, max_k, settled)
-                best = max(sources, key=lambda name: plans[name][1])
-                chosen = best if plans[best][1] > 1.0 / curve[0] else None
+            curve = self.with_first_passes(self.batch.settled(self.max_k + 1), budget)
+            plans = self.plans(sources, max_k, curve)
+            best = max(sources, key=lambda name: plans[name][1])
+            chosen = best if plans[best][1] > 1.0 / curve[0] else None
         if chosen is None:  # not before a drafter had a fair trial: one early rejection is noise
             # (The memory's matches are not held to it: their record goes on from call to call, so
             # their trial need not end within one, and on calls that repeat nothing a match from
@@ -308,8 +307,8 @@ class AdaptivePolicy:
         each one's first pass. Over RPC at a 10 ms round trip a first pass cost some 50 ms more.
         Example: first passes 50 ms dearer, 40 tokens left at 4 tokens per round (10 rounds),
         sizes 1-5 run: T_batch(6..) + 5 ms; where first passes cost nothing more (a CPU), `curve`."""
-        extra = self.batch.first_pass.value
-        if not extra or extra <= 0.0 or not self.tokens:
+        extra = self.batch.first_pass_extra
+        if extra is None or not self.tokens:
             return curve
         per_round = extra / max(budget * self.rounds / self.tokens, 1.0)
         return [t if n in self.batch.run else t + per_round for n, t in enumerate(curve, start=1)]

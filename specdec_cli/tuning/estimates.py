@@ -212,6 +212,19 @@ class BatchCost:
             self._curve = fit_curve({n: (m.value, m.weight) for n, m in self.means.items()}, max_n)
         return self._curve[:max_n]
 
+    @property
+    def first_pass_extra(self) -> float | None:
+        """What a size's first pass is known to cost beyond its later ones, where that is more than
+        nothing (over RPC some 50 ms); None where it is not (a CPU) or not measured."""
+        extra = self.first_pass.value
+        return extra if extra is not None and extra > 0.0 else None
+
+    @property
+    def unsettled(self) -> bool:
+        """Whether `settled` has anything to settle: a first pass known to cost more, T_batch(1)
+        measured by a plain step, and a size timed only on its first pass."""
+        return bool(self._first) and self.measured and self.first_pass_extra is not None
+
     def settled(self, max_n: int) -> list[float]:
         """`curve` as it will stand once the sizes timed only on their first pass have run again:
         each such pass counts less what a first pass costs more (`first_pass`), but not
@@ -221,10 +234,9 @@ class BatchCost:
         where no such size is left, a first pass is not known to cost more, or no plain step
         measured T_batch(1). Example: size 5 timed once at 110 ms, then a plain step at 34 ms,
         first passes 60 ms dearer -> T(5) = 50 ms here, where `curve` puts it at 110."""
-        extra = self.first_pass.value
-        if not self._first or not extra or extra <= 0.0 or not self.measured:
+        if not self.unsettled:
             return self.curve(max_n)
-        floor = self.means[1].value
+        extra, floor = self.first_pass_extra, self.means[1].value
         points = {n: (m.value, m.weight) for n, m in self.means.items()}
         for n, (seconds, held, share) in self._first.items():
             # The size's mean holds the pass as `held` at `share` of its weight; settled, the pass
