@@ -20,7 +20,7 @@ With --seeds, every prompt is measured at each seed (at T > 0 each seed writes a
 own); each (prompt, seed) is a cell where the ways run side by side, and each way's ratio to the
 best fixed k gets a 95 % interval across the cells (intervals.ratio_interval).
 
-Produces docs/benchmarks.md, "-k auto in one-off calls".
+Produces docs/auto.md, "-k auto in one-off calls".
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ learn in a real run; only the clock is simulated.
 Left out: real timing (bench/run.py, synthetic_pair.py sweep), T > 0 (a trace then depends on the
 random draws), the lookup drafter.
 
-Produces docs/benchmarks.md, "`-k auto` against the best fixed k": its table.
+Produces docs/auto.md, "`-k auto` against the best fixed k": its table.
 """
 
 from __future__ import annotations

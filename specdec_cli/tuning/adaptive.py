@@ -46,7 +46,7 @@ next round rather than replacing one (`memory_or_model`).
 
 Across calls: `continued()` hands the next call on the same models everything this one learnt
 (chain.py); `resume` starts each proposer from the record earlier calls earned (carried.py). How
-close `auto` comes to the best fixed k: docs/benchmarks.md, "`-k auto` against the best fixed k".
+close `auto` comes to the best fixed k: docs/auto.md, "`-k auto` against the best fixed k".
 
 Left out: the estimators (estimates.py), the priors (proposers.py), the drafters (drafting/), the
 loop that consults the policy (decoding/engine.py), and why none of this bends the output's law
